@@ -19,9 +19,6 @@ class FileRegion(NamedTuple):
     position: int
     size: int
 
-    def __len__(self) -> int:
-        return self.size
-
     def read_bytes(self) -> bytes:
         """Copy the region into memory (tests and non-socket consumers only)."""
         return os.pread(self.file.fileno(), self.size, self.position)
