@@ -1,0 +1,1 @@
+"""The broker: request handling, replica management, purgatory, start-up."""

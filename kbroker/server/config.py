@@ -1,0 +1,236 @@
+"""KafkaConfig: the broker's configuration, with Apache Kafka's key names and defaults.
+
+Sources, lowest precedence first: built-in defaults (an embedded single-node
+set-up: 127.0.0.1:9092, ``./kbroker-data``, node.id 1, combined
+broker+controller), a ``server.properties`` file, ``--override key=value``.
+Unknown keys and invalid values stop start-up with a :class:`ConfigError`
+naming the key. Keys prefixed ``kbroker.`` are ours (no Kafka equivalent).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from kbroker.config_def import (
+    INT_MAX,
+    LONG_MAX,
+    ConfigDef,
+    ConfigError,
+    at_least,
+    between,
+    one_of,
+    read_properties,
+)
+
+__all__ = ["KafkaConfig", "ConfigError", "Listener", "BROKER_CONFIG"]
+
+BROKER_CONFIG = (
+    ConfigDef()
+    # --- identity and roles (KRaft) ---
+    .define("node.id", "int", 1, at_least(0), "This node's id.")
+    .define("broker.id", "int", -1, None, "Legacy synonym of node.id (-1: use node.id).")
+    .define("process.roles", "list", ["broker", "controller"], one_of("broker", "controller"))
+    .define("controller.quorum.voters", "list", [], None, "id@host:port voters; empty = this node alone.")
+    .define("controller.quorum.bootstrap.servers", "list", [])
+    .define("controller.listener.names", "list", ["CONTROLLER"])
+    .define("cluster.id", "string", None, None, "Cluster id; generated and stored in meta.properties when absent.")
+    .define("broker.rack", "string", None)
+    # --- listeners and the network layer ---
+    .define("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"])
+    .define("advertised.listeners", "list", None)
+    .define("listener.security.protocol.map", "list",
+            ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"])
+    .define("inter.broker.listener.name", "string", "PLAINTEXT")
+    .define("num.network.threads", "int", 3, between(1, 64))
+    .define("num.io.threads", "int", 8, between(1, 256))
+    .define("queued.max.requests", "int", 500, at_least(1))
+    .define("socket.send.buffer.bytes", "int", 102400)
+    .define("socket.receive.buffer.bytes", "int", 102400)
+    .define("socket.request.max.bytes", "int", 104857600, at_least(1))
+    .define("socket.listen.backlog.size", "int", 50, at_least(1))
+    .define("connections.max.idle.ms", "long", 600000, at_least(-1))
+    .define("max.connections", "int", INT_MAX, at_least(0))
+    .define("message.max.bytes", "int", 1048588, at_least(0))
+    .define("replica.fetch.max.bytes", "int", 1048576, at_least(0))
+    .define("fetch.max.bytes", "int", 57671680, at_least(1024))
+    .define("request.timeout.ms", "int", 30000, at_least(0))
+    # --- topics ---
+    .define("auto.create.topics.enable", "boolean", True)
+    .define("num.partitions", "int", 1, at_least(1))
+    .define("default.replication.factor", "int", 1, at_least(1))
+    .define("min.insync.replicas", "int", 1, at_least(1))
+    .define("delete.topic.enable", "boolean", True)
+    .define("unclean.leader.election.enable", "boolean", False)
+    .define("compression.type", "string", "producer",
+            one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"))
+    # --- the log (broker-wide defaults of the topic-level configs) ---
+    .define("log.dirs", "list", None)
+    .define("log.dir", "string", "./kbroker-data")
+    .define("log.segment.bytes", "int", 1073741824, at_least(14))
+    .define("log.roll.ms", "long", None, at_least(1))
+    .define("log.roll.hours", "int", 168, at_least(1))
+    .define("log.roll.jitter.ms", "long", None, at_least(0))
+    .define("log.roll.jitter.hours", "int", 0, at_least(0))
+    .define("log.index.size.max.bytes", "int", 10485760, at_least(4))
+    .define("log.index.interval.bytes", "int", 4096, at_least(0))
+    .define("log.retention.ms", "long", None, at_least(-1))
+    .define("log.retention.minutes", "int", None, at_least(-1))
+    .define("log.retention.hours", "int", 168, at_least(-1))
+    .define("log.retention.bytes", "long", -1)
+    .define("log.retention.check.interval.ms", "long", 300000, at_least(1))
+    .define("log.cleanup.policy", "list", ["delete"], one_of("delete", "compact"))
+    .define("log.cleaner.enable", "boolean", True)
+    .define("log.cleaner.threads", "int", 1, at_least(0))
+    .define("log.cleaner.backoff.ms", "long", 15000, at_least(0))
+    .define("log.cleaner.dedupe.buffer.size", "long", 134217728)
+    .define("log.cleaner.min.cleanable.ratio", "double", 0.5, between(0, 1))
+    .define("log.cleaner.delete.retention.ms", "long", 86400000, at_least(0))
+    .define("log.cleaner.min.compaction.lag.ms", "long", 0, at_least(0))
+    .define("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, at_least(1))
+    .define("log.flush.interval.messages", "long", LONG_MAX, at_least(1))
+    .define("log.flush.interval.ms", "long", None, at_least(0))
+    .define("log.flush.scheduler.interval.ms", "long", LONG_MAX)
+    .define("log.flush.offset.checkpoint.interval.ms", "int", 60000, at_least(0))
+    .define("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, at_least(0))
+    .define("log.segment.delete.delay.ms", "long", 60000, at_least(0))
+    .define("log.message.timestamp.type", "string", "CreateTime", one_of("CreateTime", "LogAppendTime"))
+    .define("log.message.timestamp.before.max.ms", "long", LONG_MAX, at_least(0))
+    .define("log.message.timestamp.after.max.ms", "long", LONG_MAX, at_least(0))
+    .define("log.preallocate", "boolean", False)
+    .define("num.recovery.threads.per.data.dir", "int", 1, at_least(1))
+    .define("kbroker.log.fsync.every.append", "boolean", False, None,
+            "fsync the segment before an append is acknowledged (single-node durability).")
+    # --- consumer groups and offsets ---
+    .define("offsets.topic.num.partitions", "int", 50, at_least(1))
+    .define("offsets.topic.replication.factor", "int", 1, at_least(1))
+    .define("offsets.topic.segment.bytes", "int", 104857600, at_least(1))
+    .define("offsets.retention.minutes", "int", 10080, at_least(1))
+    .define("offsets.retention.check.interval.ms", "long", 600000, at_least(1))
+    .define("offsets.commit.timeout.ms", "int", 5000, at_least(1))
+    .define("offset.metadata.max.bytes", "int", 4096)
+    .define("group.initial.rebalance.delay.ms", "int", 3000, at_least(0))
+    .define("group.min.session.timeout.ms", "int", 6000)
+    .define("group.max.session.timeout.ms", "int", 1800000)
+    .define("group.max.size", "int", INT_MAX, at_least(1))
+    .define("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"],
+            one_of("classic", "consumer"))
+    # --- producers and transactions ---
+    .define("producer.id.expiration.ms", "int", 86400000, at_least(1))
+    .define("transactional.id.expiration.ms", "int", 604800000, at_least(1))
+    .define("transaction.max.timeout.ms", "int", 900000, at_least(1))
+    .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
+    .define("transaction.state.log.replication.factor", "int", 1, at_least(1))
+    .define("transaction.state.log.min.isr", "int", 1, at_least(1))
+    # --- purgatory ---
+    .define("fetch.purgatory.purge.interval.requests", "int", 1000)
+    .define("producer.purgatory.purge.interval.requests", "int", 1000)
+    # --- kbroker operations ---
+    .define("kbroker.metrics.port", "int", -1, between(-1, 65535),
+            "Port of the Prometheus /metrics HTTP endpoint on the first listener's host; -1 = off, 0 = any.")
+)
+
+
+_LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, key: str, text: str) -> "Listener":
+        m = _LISTENER_RE.match(text.strip())
+        if not m:
+            raise ConfigError(key, f"invalid listener {text!r}: expected NAME://host:port")
+        port = int(m["port"])
+        if port > 65535:
+            raise ConfigError(key, f"invalid port in {text!r}")
+        return cls(m["name"].upper(), m["host"].strip("[]"), port)
+
+
+class KafkaConfig:
+    """Parsed broker configuration. ``values`` maps every key to its value."""
+
+    def __init__(self, props: Mapping[str, Any] | None = None):
+        self.originals = dict(props or {})
+        self.values = BROKER_CONFIG.parse(self.originals)
+        v = self.values
+        if v["broker.id"] not in (-1, v["node.id"]) and "node.id" in self.originals:
+            raise ConfigError("broker.id", "must equal node.id when both are set")
+        if v["broker.id"] != -1 and "node.id" not in self.originals:
+            v["node.id"] = v["broker.id"]
+        self.listeners = [Listener.parse("listeners", s) for s in v["listeners"]]
+        if not self.listeners:
+            raise ConfigError("listeners", "at least one listener is required")
+        names = [l.name for l in self.listeners]
+        if len(set(names)) != len(names):
+            raise ConfigError("listeners", "listener names must be unique")
+        protocols = {}
+        for entry in v["listener.security.protocol.map"]:
+            name, _, proto = entry.partition(":")
+            if proto.upper() != "PLAINTEXT":
+                raise ConfigError("listener.security.protocol.map",
+                                  f"security protocol {proto!r} is not supported yet (PLAINTEXT only)")
+            protocols[name.upper()] = proto.upper()
+        for l in self.listeners:
+            if l.name not in protocols:
+                raise ConfigError("listener.security.protocol.map", f"no security protocol for listener {l.name}")
+        adv = v["advertised.listeners"]
+        self.advertised_listeners = (
+            [Listener.parse("advertised.listeners", s) for s in adv] if adv else
+            [Listener(l.name, l.host or "127.0.0.1", l.port) for l in self.listeners
+             if l.name not in [n.upper() for n in v["controller.listener.names"]]]
+        )
+        if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
+            raise ConfigError("group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def node_id(self) -> int:
+        return self.values["node.id"]
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return self.values["log.dirs"] or [self.values["log.dir"]]
+
+    @property
+    def log_retention_ms(self) -> int:
+        """log.retention.ms, else .minutes, else .hours (Kafka's precedence); -1 = unlimited."""
+        v = self.values
+        if v["log.retention.ms"] is not None:
+            return v["log.retention.ms"]
+        if v["log.retention.minutes"] is not None:
+            m = v["log.retention.minutes"]
+            return -1 if m < 0 else m * 60_000
+        h = v["log.retention.hours"]
+        return -1 if h < 0 else h * 3_600_000
+
+    @property
+    def log_roll_ms(self) -> int:
+        v = self.values
+        return v["log.roll.ms"] if v["log.roll.ms"] is not None else v["log.roll.hours"] * 3_600_000
+
+    @property
+    def log_roll_jitter_ms(self) -> int:
+        v = self.values
+        return v["log.roll.jitter.ms"] if v["log.roll.jitter.ms"] is not None else v["log.roll.jitter.hours"] * 3_600_000
+
+    @classmethod
+    def from_sources(cls, config_file: str | None = None, overrides: list[str] | None = None) -> "KafkaConfig":
+        props: dict[str, Any] = {}
+        if config_file:
+            try:
+                props.update(read_properties(config_file))
+            except OSError as e:
+                raise ConfigError("--config", f"cannot read {config_file}: {e.strerror}") from None
+        for item in overrides or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError("--override", f"expected key=value, got {item!r}")
+            props[key.strip()] = value
+        return cls(props)
