@@ -1,0 +1,138 @@
+"""MetadataImage / MetadataStore: the cluster's topics as the controller records them.
+
+Single node today: the store is this broker's own durable record of topics
+(name, topic id, partition count, per-topic config overrides), written
+atomically (tmp + fsync + rename) to ``__cluster_metadata.json`` in the first
+log dir. The seam for a KRaft controller: every change goes through
+``create_topic`` / ``delete_topic`` / ``create_partitions`` /
+``alter_topic_config`` and readers only ever see immutable snapshots
+(``image``), which is how Kafka's MetadataImage is consumed by brokers.
+
+Thread-safety: mutations hold ``_lock``; ``image`` is replaced, never mutated.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+FILE_NAME = "__cluster_metadata.json"
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@dataclass(frozen=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: Mapping[str, str] = field(default_factory=dict)  # topic-level overrides only
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    @property
+    def topic_id_base64(self) -> str:
+        """Kafka's printable form (partition.metadata, kafka-topics.sh): url-safe base64, no padding."""
+        return base64.urlsafe_b64encode(self.topic_id.bytes).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    topics: Mapping[str, TopicImage]
+    topics_by_id: Mapping[uuid.UUID, TopicImage]
+    epoch: int
+
+
+def new_topic_id() -> uuid.UUID:
+    """A random topic id, as Kafka's ``Uuid.randomUuid``: never the zero or
+    metadata-topic id, never one whose base64 form starts with '-'."""
+    while True:
+        u = uuid.uuid4()
+        if u.int > 1 and not base64.urlsafe_b64encode(u.bytes).startswith(b"-"):
+            return u
+
+
+class MetadataStore:
+    def __init__(self, directory: str):
+        self.path = os.path.join(directory, FILE_NAME)
+        self._lock = threading.Lock()
+        self._epoch = 0
+        topics: dict[str, TopicImage] = {}
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as f:
+                doc = json.load(f)
+            self._epoch = int(doc.get("epoch", 0))
+            for t in doc.get("topics", []):
+                topics[t["name"]] = TopicImage(t["name"], uuid.UUID(t["topic_id"]),
+                                               int(t["num_partitions"]), dict(t.get("configs", {})))
+        self._publish(topics)
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def _publish(self, topics: dict[str, TopicImage]) -> None:
+        self._image = MetadataImage(MappingProxyType(dict(topics)),
+                                    MappingProxyType({t.topic_id: t for t in topics.values()}),
+                                    self._epoch)
+
+    def _persist(self, topics: dict[str, TopicImage]) -> None:
+        self._epoch += 1
+        doc = {"version": 1, "epoch": self._epoch, "topics": [
+            {"name": t.name, "topic_id": str(t.topic_id), "num_partitions": t.num_partitions,
+             "configs": dict(t.configs)} for t in sorted(topics.values(), key=lambda t: t.name)]}
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dfd = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self._publish(topics)
+
+    def create_topic(self, name: str, num_partitions: int, configs: Mapping[str, str] | None = None,
+                     topic_id: uuid.UUID | None = None) -> TopicImage:
+        with self._lock:
+            if name in self._image.topics:
+                raise KeyError(name)
+            topics = dict(self._image.topics)
+            t = TopicImage(name, topic_id or new_topic_id(), num_partitions, dict(configs or {}))
+            topics[name] = t
+            self._persist(topics)
+            return t
+
+    def delete_topic(self, name: str) -> TopicImage:
+        with self._lock:
+            topics = dict(self._image.topics)
+            t = topics.pop(name)
+            self._persist(topics)
+            return t
+
+    def create_partitions(self, name: str, total: int) -> TopicImage:
+        with self._lock:
+            topics = dict(self._image.topics)
+            old = topics[name]
+            t = TopicImage(old.name, old.topic_id, total, old.configs)
+            topics[name] = t
+            self._persist(topics)
+            return t
+
+    def alter_topic_config(self, name: str, configs: Mapping[str, str]) -> TopicImage:
+        """Replace the topic's overrides with ``configs`` (already validated)."""
+        with self._lock:
+            topics = dict(self._image.topics)
+            old = topics[name]
+            t = TopicImage(old.name, old.topic_id, old.num_partitions, dict(configs))
+            topics[name] = t
+            self._persist(topics)
+            return t
