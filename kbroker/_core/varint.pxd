@@ -6,8 +6,12 @@
 # lengths use *unsigned* varints (no zigzag).
 #
 # Readers take (buf, pos, end) and return the position after the varint, or
-# -1 when the bytes run out before `end` or the varint is over-long. They
-# never read at or beyond `end`. Callers turn -1 into CorruptRecordError.
+# -1 when the bytes run out before `end` or the varint is over-long (a
+# continuation bit on the 5th / 10th byte). They never read at or beyond
+# `end`; the caller guarantees 0 <= pos. Callers turn -1 into
+# CorruptRecordError. As in Java's ByteUtils, bits of the last allowed byte
+# beyond bit 31 / 63 are dropped, not rejected.
+# Tested through the def API of varint.pyx (tests/test_varint.py).
 # Writers write at most 5 / 10 bytes at p and return the count written.
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
