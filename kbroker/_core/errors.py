@@ -16,3 +16,17 @@ class InvalidRecordError(CorruptRecordError):
 
 class UnsupportedCompressionError(CorruptRecordError):
     """Compression codec id not known (Kafka maps this to CORRUPT_MESSAGE)."""
+
+
+class UnsupportedMagicError(InvalidRecordError):
+    """A magic 0/1 (legacy) message set where only magic 2 is accepted.
+
+    ``validate_batches`` raises it: ProduceRequest v3+ must carry record
+    batch v2 (Kafka's ``ProduceRequest.validateRecords`` answers
+    INVALID_RECORD). ``.magic`` holds the magic byte found, so a broker that
+    wants UNSUPPORTED_VERSION for old produce versions can tell it apart.
+    """
+
+    def __init__(self, message: str, magic: int = -1) -> None:
+        super().__init__(message)
+        self.magic = magic

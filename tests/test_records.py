@@ -1,0 +1,509 @@
+"""Record batch kernel: the Cython module and its pure-Python twin, same tests.
+
+Golden vectors come from tests/data/test-vectors.json (`recordBatchV2`,
+`legacyMessageSet`); property tests check round trips and that both
+implementations write identical bytes and raise the same error classes.
+"""
+import json
+import mmap
+import os
+import random
+import struct
+import zlib
+
+import cramjam
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kbroker._core import compression
+from kbroker._core.errors import (CorruptRecordError, InvalidRecordError,
+                                  UnsupportedCompressionError)
+from kbroker._core.compression import UnsupportedMagicError
+from kbroker._core.ref import records as ref_records
+
+try:
+    from kbroker._core import records as c_records
+except ImportError:  # pragma: no cover
+    c_records = None
+
+if os.environ.get("KBROKER_REQUIRE_EXTENSIONS") == "1":
+    assert c_records is not None
+
+IMPLS = [pytest.param(ref_records, id="python")]
+if c_records is not None:
+    IMPLS.insert(0, pytest.param(c_records, id="cython"))
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "test-vectors.json")
+with open(DATA) as f:
+    VECTORS = json.load(f)
+V2 = VECTORS["recordBatchV2"]
+LEGACY = VECTORS["legacyMessageSet"]
+
+FIELD_MAP = {
+    "baseOffset": "base_offset", "batchLength": "batch_length",
+    "partitionLeaderEpoch": "partition_leader_epoch", "magic": "magic",
+    "crc": "crc", "attributes": "attributes", "compression": "compression",
+    "timestampType": "timestamp_type", "isTransactional": "is_transactional",
+    "isControl": "is_control", "lastOffsetDelta": "last_offset_delta",
+    "firstTimestamp": "base_timestamp", "maxTimestamp": "max_timestamp",
+    "producerId": "producer_id", "producerEpoch": "producer_epoch",
+    "baseSequence": "base_sequence", "recordCount": "record_count",
+}
+
+
+def _h(x):
+    return None if x is None else bytes.fromhex(x)
+
+
+def records_of(batch):
+    return [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch.records]
+
+
+def batch_fields(b):
+    return {name: getattr(b, name) for name in FIELD_MAP.values()}
+
+
+# -- golden vectors -------------------------------------------------------------
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("vec", V2, ids=[v["name"] for v in V2])
+def test_v2_golden_decode(impl, vec):
+    raw = bytes.fromhex(vec["hex"])
+    b = impl.decode_batch(raw)
+    for key, name in FIELD_MAP.items():
+        assert getattr(b, name) == vec["decoded"][key], name
+    assert b.is_valid() is vec["decoded"]["crcValid"]
+    assert b.size_in_bytes == len(raw)
+    assert b.next_offset == b.base_offset + b.last_offset_delta + 1
+    if "records" in vec:
+        want = [(r["offset"], r["timestamp"], _h(r["keyHex"]), _h(r["valueHex"]),
+                 [(k, _h(v)) for k, v in r["headers"]]) for r in vec["records"]]
+        assert records_of(b) == want
+    # iter/decode_batches agree, also with a trailing partial batch
+    assert [records_of(x) for x in impl.decode_batches(raw + raw[:30])] == [records_of(b)]
+    assert len(list(impl.iter_batches(raw + raw))) == 2
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_v2_golden_compressed_match_uncompressed(impl):
+    by_name = {v["name"]: impl.decode_batch(bytes.fromhex(v["hex"])) for v in V2}
+    plain = records_of(by_name["sarama-uncompressed-record"])
+    for name in ("sarama-gzipped-record", "sarama-snappy-compressed-record",
+                 "sarama-lz4-compressed-record"):
+        assert records_of(by_name[name]) == plain
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("vec", V2, ids=[v["name"] for v in V2])
+def test_v2_golden_validate(impl, vec):
+    raw = bytes.fromhex(vec["hex"])
+    d = vec["decoded"]
+    if d["recordCount"] == 0:
+        with pytest.raises(InvalidRecordError):
+            impl.validate_batches(raw)
+        return
+    if d["producerId"] >= 0 and d["baseSequence"] < 0:  # pragma: no cover
+        pytest.skip("not a client-valid batch")
+    (info,) = impl.validate_batches(raw)
+    assert info.position == 0
+    assert info.size_in_bytes == len(raw)
+    assert info.record_count == d["recordCount"]
+    assert info.last_offset_delta == d["lastOffsetDelta"]
+    assert info.base_timestamp == d["firstTimestamp"]
+    assert info.max_timestamp == d["maxTimestamp"]
+    assert info.compression == d["compression"]
+    assert info.producer_id == d["producerId"]
+    assert info.is_transactional == d["isTransactional"]
+    assert info.partition_leader_epoch == d["partitionLeaderEpoch"]
+    if "records" in vec:
+        ts = [r["timestamp"] for r in vec["records"]]
+        assert info.min_record_timestamp == min(ts)
+        assert info.max_record_timestamp == max(ts)
+        assert info.has_null_key == any(r["keyHex"] is None for r in vec["records"])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_legacy_golden(impl):
+    for vec in LEGACY:
+        raw = bytes.fromhex(vec["hex"])
+        (b,) = impl.decode_batches(raw)
+        assert b.magic == vec["magic"]
+        assert b.crc == vec["crc32"]
+        assert b.attributes == vec["attributes"]
+        assert b.is_valid()
+        assert b.batch_length == vec["messageSize"]
+        ts = -1 if vec["timestamp"] is None else vec["timestamp"]
+        assert records_of(b) == [(vec["offset"], ts, _h(vec["keyHex"]), _h(vec["valueHex"]), [])]
+        assert b.next_offset == vec["offset"] + 1
+        assert b.producer_id == -1 and not b.is_control and not b.is_transactional
+        with pytest.raises(UnsupportedMagicError) as ei:
+            impl.validate_batches(raw)
+        assert ei.value.magic == vec["magic"]
+    # a whole message set (the four v0 messages) with a partial tail
+    v0 = b"".join(bytes.fromhex(v["hex"]) for v in LEGACY[:4])
+    batches = impl.decode_batches(v0 + v0[:20])
+    assert [b.records[0].offset for b in batches] == [0, 1, 2, 3]
+
+
+def _legacy_msg(offset, magic, attributes, timestamp, key, value):
+    body = struct.pack(">bb", magic, attributes)
+    if magic == 1:
+        body += struct.pack(">q", timestamp)
+    for x in (key, value):
+        body += struct.pack(">i", -1) if x is None else struct.pack(">i", len(x)) + x
+    crc = zlib.crc32(body) & 0xFFFFFFFF
+    return struct.pack(">qiI", offset, len(body) + 4, crc) + body
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", [1, 2, 3])
+@pytest.mark.parametrize("log_append", [False, True])
+def test_legacy_compressed_wrapper(impl, magic, codec, log_append):
+    if log_append and magic == 0:
+        pytest.skip("magic 0 has no timestamps")
+    inner = b"".join(_legacy_msg(i if magic == 1 else 100 + i, magic, 0, 1000 + i,
+                                 b"k%d" % i, b"v%d" % i) for i in range(3))
+    attrs = codec | (0x08 if log_append else 0)
+    wrapper = _legacy_msg(102, magic, attrs, 5000, None, compression.compress(codec, inner))
+    (b,) = impl.decode_batches(wrapper)
+    assert b.compression == codec
+    assert [r.offset for r in b.records] == [100, 101, 102]
+    assert b.last_offset == 102 and b.next_offset == 103 and b.base_offset == 100
+    want_ts = [-1] * 3 if magic == 0 else ([5000] * 3 if log_append else [1000, 1001, 1002])
+    assert [r.timestamp for r in b.records] == want_ts
+    assert [r.value for r in b.records] == [b"v0", b"v1", b"v2"]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_legacy_bad_crc(impl):
+    raw = bytearray.fromhex(LEGACY[0]["hex"])
+    raw[-1] ^= 1
+    with pytest.raises(CorruptRecordError):
+        impl.decode_batches(bytes(raw))
+    (b,) = impl.decode_batches(bytes(raw), check_crc=False)
+    assert not b.is_valid()
+
+
+# -- encode ---------------------------------------------------------------------
+
+SAMPLE = [
+    (1_700_000_000_000, b"key", b"value", [("h1", b"x"), ("h2", None), ("", b"")]),
+    (1_699_999_999_000, None, b"", []),
+    (1_700_000_000_500, b"", None, [("\u00e9\u4e2d", b"\x00\xff")]),
+]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_encode_decode_sample(impl, codec):
+    raw = impl.encode_batch(SAMPLE, base_offset=42, compression=codec,
+                            producer_id=7, producer_epoch=3, base_sequence=11,
+                            partition_leader_epoch=5, is_transactional=True)
+    b = impl.decode_batch(raw)
+    assert b.is_valid() and b.compression == codec and b.is_transactional
+    assert (b.base_offset, b.producer_id, b.producer_epoch, b.base_sequence,
+            b.partition_leader_epoch) == (42, 7, 3, 11, 5)
+    assert b.base_timestamp == SAMPLE[0][0]
+    assert b.max_timestamp == max(r[0] for r in SAMPLE)
+    assert b.record_count == 3 and b.last_offset_delta == 2 and b.next_offset == 45
+    assert records_of(b) == [(42 + i, t, k, v, list(h)) for i, (t, k, v, h) in enumerate(SAMPLE)]
+    # null vs empty are distinct
+    assert b.records[1].key is None and b.records[1].value == b""
+    assert b.records[2].key == b"" and b.records[2].value is None
+    assert b.records[0].headers[1] == ("h2", None) and b.records[0].headers[2] == ("", b"")
+    (info,) = impl.validate_batches(raw)
+    assert info.size_in_bytes == len(raw) and info.is_transactional
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_encode_options(impl):
+    raw = impl.encode_batch(SAMPLE, base_timestamp=1_699_999_999_000,
+                            timestamp_type=impl.TIMESTAMP_LOG_APPEND_TIME, is_control=True)
+    b = impl.decode_batch(raw)
+    assert b.base_timestamp == 1_699_999_999_000 and b.timestamp_type == 1 and b.is_control
+    # LogAppendTime: every record reads the batch's max_timestamp
+    assert {r.timestamp for r in b.records} == {b.max_timestamp}
+    empty = impl.decode_batch(impl.encode_batch([]))
+    assert empty.record_count == 0 and empty.records == [] and empty.size_in_bytes == 61
+    assert empty.base_timestamp == -1 and empty.max_timestamp == -1
+    assert impl.RECORD_BATCH_OVERHEAD == 61
+    # bytes-like inputs
+    raw2 = impl.encode_batch([(1, bytearray(b"k"), memoryview(b"v"), [("h", bytearray(b"x"))])])
+    assert records_of(impl.decode_batch(raw2)) == [(0, 1, b"k", b"v", [("h", b"x")])]
+    with pytest.raises(TypeError):
+        impl.encode_batch([(1, "str key", b"v", [])])
+    with pytest.raises(TypeError):
+        impl.encode_batch([(1, b"k", b"v", [(b"bytes-key", b"v")])])
+    with pytest.raises(UnsupportedCompressionError):
+        impl.encode_batch(SAMPLE, compression=5)
+    with pytest.raises(OverflowError):
+        impl.encode_batch([(2**63, None, None, [])])
+    with pytest.raises(OverflowError):
+        impl.encode_batch([(-(2**63), None, None, []), (2**63 - 1, None, None, [])])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_batch_builder(impl):
+    b = impl.BatchBuilder(batch_size=300, compression=impl.LZ4)
+    assert b.size_in_bytes() == 61
+    n = 0
+    while b.append(1000 + n, None, b"x" * 50, []):
+        n += 1
+        assert n < 100
+    assert n == b.record_count and 61 + n * 57 <= 300 < 61 + (n + 1) * 57
+    raw = b.build()
+    dec = impl.decode_batch(raw)
+    assert dec.record_count == n and dec.compression == impl.LZ4
+    same = impl.encode_batch([(1000 + i, None, b"x" * 50, []) for i in range(n)], compression=impl.LZ4)
+    assert raw == same
+    # the first record is always accepted, however large
+    big = impl.BatchBuilder(batch_size=10)
+    assert big.append(1, None, b"y" * 100, [])
+    assert not big.append(2, None, b"", [])
+
+
+# -- twins agree ------------------------------------------------------------------
+
+header_st = st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=8)))
+record_st = st.tuples(
+    st.integers(min_value=-(2**40), max_value=2**41),
+    st.one_of(st.none(), st.binary(max_size=40)),
+    st.one_of(st.none(), st.binary(max_size=200)),
+    st.lists(header_st, max_size=4),
+)
+
+
+@pytest.mark.skipif(c_records is None, reason="Cython kernel not built")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(record_st, max_size=20), codec=st.integers(0, 4),
+       base_offset=st.integers(0, 2**62), txn=st.booleans(),
+       pid=st.integers(-1, 2**40))
+def test_roundtrip_and_twins_agree(records, codec, base_offset, txn, pid):
+    kw = dict(base_offset=base_offset, compression=codec, is_transactional=txn,
+              producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+              base_sequence=0 if pid >= 0 else -1)
+    raw_c = c_records.encode_batch(records, **kw)
+    raw_p = ref_records.encode_batch(records, **kw)
+    assert raw_c == raw_p
+    want = [(base_offset + i, t, k, v, list(h)) for i, (t, k, v, h) in enumerate(records)]
+    for impl in (c_records, ref_records):
+        b = impl.decode_batch(raw_c)
+        assert records_of(b) == want
+        assert b.record_count == len(records)
+        if records:
+            infos = impl.validate_batches(raw_c)
+            assert len(infos) == 1 and infos[0].record_count == len(records)
+            assert infos[0].min_record_timestamp == min(r[0] for r in records)
+            assert infos[0].max_record_timestamp == max(r[0] for r in records)
+            assert infos[0].has_null_key == any(r[1] is None for r in records)
+    assert tuple(c_records.validate_batches(raw_c) if records else ()) == \
+        tuple(ref_records.validate_batches(raw_c) if records else ())
+
+
+def _outcome(fn, *args, **kw):
+    try:
+        r = fn(*args, **kw)
+    except CorruptRecordError as e:
+        return type(e)
+    if isinstance(r, list):
+        return [records_of(b) if hasattr(b, "records") else tuple(b) for b in r]
+    return records_of(r)
+
+
+def _both(fn_name, data, **kw):
+    """Run fn on both twins; they must agree (value or error class)."""
+    outs = [_outcome(getattr(impl, fn_name), data, **kw)
+            for impl in (c_records, ref_records) if impl is not None]
+    assert all(o == outs[0] for o in outs), (fn_name, data.hex(), outs)
+    return outs[0]
+
+
+BASE = ref_records.encode_batch(SAMPLE, producer_id=1, producer_epoch=0, base_sequence=0)
+BASE_LZ4 = ref_records.encode_batch(SAMPLE, compression=3)
+
+
+@pytest.mark.parametrize("raw", [BASE, BASE_LZ4], ids=["plain", "lz4"])
+def test_truncated_at_every_length(raw):
+    for n in range(len(raw)):
+        cut = raw[:n]
+        for fn in ("decode_batch", "validate_batches"):
+            out = _both(fn, cut)
+            assert isinstance(out, type) and issubclass(out, CorruptRecordError), (fn, n)
+        # fetch path: the partial tail is ignored
+        assert _both("decode_batches", cut) == []
+
+
+@pytest.mark.parametrize("raw", [BASE, BASE_LZ4], ids=["plain", "lz4"])
+def test_every_bit_flip(raw):
+    for i in range(len(raw)):
+        for bit in (0, 3, 7):
+            bad = bytearray(raw)
+            bad[i] ^= 1 << bit
+            bad = bytes(bad)
+            out = _both("validate_batches", bad)
+            if i < 8 or 12 <= i < 16:
+                # base_offset / partition_leader_epoch are outside the CRC
+                assert not isinstance(out, type)
+            else:
+                assert isinstance(out, type) and issubclass(out, CorruptRecordError), (i, bit)
+            _both("decode_batch", bad)
+            _both("decode_batches", bad)
+
+
+def _fix_crc(b):
+    b = bytearray(b)
+    from crc32c import crc32c
+    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+    return bytes(b)
+
+
+def test_structure_rules_after_crc_fix():
+    """Corruptions with a correct CRC: INVALID_RECORD-class errors, both twins."""
+    rnd = random.Random(1234)
+    for _ in range(600):
+        bad = bytearray(BASE)
+        for _ in range(rnd.randint(1, 3)):
+            bad[rnd.randrange(21, len(bad))] = rnd.randrange(256)
+        bad = _fix_crc(bad)
+        _both("validate_batches", bad)
+        _both("decode_batch", bad)
+
+
+def _mutated(field_offset, fmt, value, raw=BASE):
+    b = bytearray(raw)
+    struct.pack_into(fmt, b, field_offset, value)
+    return _fix_crc(b)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_validate_rules(impl):
+    # absurd record count (against bytes left): no allocation, InvalidRecordError
+    for count in (2**31 - 1, 10**6, -1, -(2**31)):
+        with pytest.raises(InvalidRecordError):
+            impl.validate_batches(_mutated(57, ">i", count))
+        with pytest.raises(InvalidRecordError):
+            impl.decode_batch(_mutated(57, ">i", count))
+    with pytest.raises(InvalidRecordError):  # count one too many / few
+        impl.validate_batches(_mutated(57, ">i", 4))
+    with pytest.raises(InvalidRecordError):
+        impl.validate_batches(_mutated(57, ">i", 2))
+    with pytest.raises(InvalidRecordError):  # last_offset_delta
+        impl.validate_batches(_mutated(23, ">i", 5))
+    with pytest.raises(InvalidRecordError):  # control batch from a client
+        impl.validate_batches(_mutated(21, ">h", 0x20))
+    assert impl.validate_batches(_mutated(21, ">h", 0x20), allow_control=True)[0].is_control
+    with pytest.raises(InvalidRecordError):  # producer id without a sequence
+        impl.validate_batches(_mutated(53, ">i", -1))
+    with pytest.raises(UnsupportedCompressionError):
+        impl.validate_batches(_mutated(21, ">h", 5))
+    with pytest.raises(CorruptRecordError):  # batch_length
+        impl.validate_batches(_mutated(8, ">i", 48))
+    with pytest.raises(CorruptRecordError):
+        impl.validate_batches(_mutated(8, ">i", 2**31 - 1))
+    with pytest.raises(CorruptRecordError):  # magic 3
+        impl.validate_batches(bytes(BASE[:16]) + b"\x03" + bytes(BASE[17:]))
+    with pytest.raises(CorruptRecordError):
+        impl.validate_batches(b"")
+    # offset deltas must be 0,1,2: rewrite record 1's delta (byte after its ts delta)
+    recs = [(1000, None, b"a", []), (1000, None, b"b", [])]
+    raw = bytearray(impl.encode_batch(recs))
+    # record 0 = 61: len, attr, tsdelta(0), offdelta(0) at 64; record 1 starts at 61+1+len0
+    len0 = raw[61] >> 1
+    assert raw[61 + 1 + len0 + 3] == 2  # zigzag(1)
+    raw[61 + 1 + len0 + 3] = 4          # delta 2
+    with pytest.raises(InvalidRecordError):
+        impl.validate_batches(_fix_crc(raw))
+    # decode (fetch path) accepts gaps: compacted batches have them
+    assert [r.offset for r in impl.decode_batch(_fix_crc(raw)).records] == [0, 2]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_validate_several_batches_and_rewrite(impl):
+    a = impl.encode_batch(SAMPLE)
+    b = impl.encode_batch(SAMPLE[:1], compression=impl.GZIP)
+    c = impl.encode_batch(SAMPLE[:2], compression=impl.ZSTD)
+    buf = bytearray(a + b + c)
+    infos = impl.validate_batches(buf)
+    assert [i.position for i in infos] == [0, len(a), len(a) + len(b)]
+    assert [i.record_count for i in infos] == [3, 1, 2]
+    assert impl.assign_offsets(buf, infos, 1000, partition_leader_epoch=9) == 1006
+    batches = impl.decode_batches(buf)
+    assert [x.base_offset for x in batches] == [1000, 1003, 1004]
+    assert all(x.partition_leader_epoch == 9 and x.is_valid() for x in batches)
+    impl.set_log_append_time(buf, infos[1].position, 123456789)
+    x = impl.decode_batches(buf)[1]
+    assert x.is_valid() and x.timestamp_type == 1 and x.max_timestamp == 123456789
+    assert x.records[0].timestamp == 123456789
+    impl.set_max_timestamp(buf, 0, 0, 5)
+    assert impl.decode_batch(buf).max_timestamp == 5
+    impl.set_base_offset(buf, 0, 7)
+    impl.set_partition_leader_epoch(buf, 0, 3)
+    y = impl.decode_batch(buf)
+    assert (y.base_offset, y.partition_leader_epoch) == (7, 3) and y.is_valid()
+    # the same through a writable memoryview and an mmap
+    mv = memoryview(buf)[len(a):]
+    impl.set_base_offset(mv, 0, 77)
+    assert impl.decode_batches(buf)[1].base_offset == 77
+    with mmap.mmap(-1, len(buf)) as m:
+        m[:] = buf
+        impl.assign_offsets(m, impl.validate_batches(m), 500)
+        assert [x.base_offset for x in impl.decode_batches(m[:])] == [500, 503, 504]
+    with pytest.raises(TypeError):
+        impl.set_base_offset(bytes(buf), 0, 1)
+    with pytest.raises(ValueError):
+        impl.set_base_offset(buf, len(buf) - 5, 1)
+    with pytest.raises(CorruptRecordError):
+        impl.set_base_offset(buf, 1, 1)  # no batch there
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzz_random_bytes(data):
+    for fn in ("decode_batch", "decode_batches", "validate_batches"):
+        _both(fn, data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, len(BASE) - 1), st.binary(min_size=1, max_size=8))
+def test_fuzz_splice(pos, junk):
+    bad = BASE[:pos] + junk + BASE[pos + len(junk):]
+    for fn in ("decode_batch", "decode_batches", "validate_batches"):
+        _both(fn, bad)
+    _both("validate_batches", _fix_crc(bad) if len(bad) > 21 else bad)
+
+
+# -- compression module -------------------------------------------------------------
+
+def test_compression_codecs():
+    data = os.urandom(5000) + b"\x00" * 70000
+    for codec in range(5):
+        assert compression.decompress(codec, compression.compress(codec, data)) == data
+    x = compression.compress(compression.SNAPPY, data)
+    assert x.startswith(b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01")
+    # 75000 bytes -> three 32 KiB xerial chunks
+    assert compression.decompress(2, bytes(cramjam.snappy.compress_raw(data))) == data
+    assert compression.compress(compression.GZIP, data)[:2] == b"\x1f\x8b"
+    assert compression.compress(compression.LZ4, data)[:4] == b"\x04\x22\x4d\x18"
+    assert compression.compress(compression.ZSTD, data)[:4] == b"\x28\xb5\x2f\xfd"
+    # two concatenated gzip members / lz4 frames decode as one stream
+    assert compression.decompress(1, compression.compress(1, b"ab") + compression.compress(1, b"cd")) == b"abcd"
+    assert compression.decompress(3, compression.compress(3, b"ab") + compression.compress(3, b"cd")) == b"abcd"
+    with pytest.raises(UnsupportedCompressionError):
+        compression.decompress(5, b"x")
+    with pytest.raises(UnsupportedCompressionError):
+        compression.compress(7, b"x")
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_decompression_bounded(codec):
+    bomb = compression.compress(codec, b"\x00" * (4 << 20))
+    with pytest.raises(CorruptRecordError):
+        compression.decompress(codec, bomb, max_size=1 << 20)
+    assert len(compression.decompress(codec, bomb, max_size=4 << 20)) == 4 << 20
+    for cut in (1, 7, len(bomb) // 2, len(bomb) - 1):
+        with pytest.raises(CorruptRecordError):
+            compression.decompress(codec, bomb[:cut])
+    with pytest.raises(CorruptRecordError):
+        compression.decompress(codec, b"\x82SNAPPY\x00garbage-garbage-garbage")
