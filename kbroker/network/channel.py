@@ -1,0 +1,250 @@
+"""RequestChannel: the only handoff between network processors and request handlers.
+
+Modelled on Kafka's ``core/.../network/RequestChannel.scala``.
+
+Data flow::
+
+    Processor thread --try_send_request--> [shared bounded request queue] --receive_request--> handler thread
+    any thread ------send_response-------> [per-processor response queue] ------------------> Processor thread
+
+* The request queue is shared by all processors and bounded by ``queued.max.requests``
+  (default 500). When it is full, :meth:`RequestChannel.try_send_request` refuses the
+  request and remembers the processor; that processor keeps the request and stops reading
+  from its sockets until a handler takes a request off the queue and wakes it (back-pressure;
+  Kafka blocks the processor in ``ArrayBlockingQueue.put`` instead, which also stops it
+  from writing responses — ours keeps writing).
+* Each processor owns one response queue (a ``deque`` inside the processor). Responses may
+  be sent from any thread at any later time (handler threads, purgatory expiry, timer
+  threads); the processor drops a response whose connection has gone away.
+
+Frames: ``Request.payload`` is the whole request frame after its 4-byte size prefix
+(request header + body). The parts given to ``send_response`` are the whole response
+frame *including* its size prefix (int32 size, response header, body), as
+``kbroker.protocol.frames.encode_response_parts`` returns it; the processor checks that
+the prefix equals the bytes that follow and closes the connection if not.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import struct
+import threading
+import time
+from typing import Iterable, Protocol, Sequence, Union
+
+from kbroker.records.region import FileRegion
+
+log = logging.getLogger(__name__)
+
+#: Bytes of the request header that every Kafka request header version shares:
+#: ``request_api_key int16, request_api_version int16, correlation_id int32``.
+REQUEST_HEADER_PREFIX_SIZE = 8
+
+_unpack_header_prefix = struct.Struct(">hhi").unpack_from
+
+BytesLike = Union[bytes, bytearray, memoryview]
+ResponsePart = Union[bytes, bytearray, memoryview, FileRegion]
+
+
+class Request:
+    """One request frame read from a connection, plus its timing marks.
+
+    ``payload`` is a memoryview over the whole frame after the 4-byte size prefix (no copy
+    was made; the buffer belongs to this request). Only the first 8 bytes are parsed here.
+
+    Timestamps are ``time.monotonic_ns()`` values, set by the owner of each stage:
+    ``received_ns`` (processor, frame complete), ``dequeued_ns`` (handler thread took it),
+    ``response_queued_ns`` (``send_response`` called), ``response_dequeued_ns``
+    (processor took the response), ``send_complete_ns`` (last byte handed to the kernel).
+    """
+
+    __slots__ = (
+        "processor_id", "connection_id", "listener_name", "client_address",
+        "api_key", "api_version", "correlation_id", "payload",
+        "received_ns", "dequeued_ns", "response_queued_ns",
+        "response_dequeued_ns", "send_complete_ns",
+    )
+
+    def __init__(self, processor_id: int, connection_id: str, listener_name: str,
+                 client_address: tuple, payload: memoryview, received_ns: int) -> None:
+        self.processor_id = processor_id
+        self.connection_id = connection_id
+        self.listener_name = listener_name
+        self.client_address = client_address
+        self.api_key, self.api_version, self.correlation_id = _unpack_header_prefix(payload, 0)
+        self.payload = payload
+        self.received_ns = received_ns
+        self.dequeued_ns = 0
+        self.response_queued_ns = 0
+        self.response_dequeued_ns = 0
+        self.send_complete_ns = 0
+
+    def __repr__(self) -> str:
+        return (f"Request(api_key={self.api_key}, api_version={self.api_version}, "
+                f"correlation_id={self.correlation_id}, connection_id={self.connection_id!r}, "
+                f"processor_id={self.processor_id}, size={self.payload.nbytes})")
+
+
+class Response:
+    """What a handler wants done with a request's connection.
+
+    ``kind`` is one of :data:`SEND` (write ``parts``, a size-prefixed frame, then unmute),
+    :data:`NO_OP` (write nothing, unmute: e.g. produce with acks=0) or :data:`CLOSE`
+    (close the connection). ``parts`` (SEND only) are bytes-like objects and
+    :class:`~kbroker.records.region.FileRegion` s, written in order without joining.
+    """
+
+    __slots__ = ("request", "kind", "parts")
+
+    SEND = 0
+    NO_OP = 1
+    CLOSE = 2
+
+    def __init__(self, request: Request, kind: int, parts: list | None = None) -> None:
+        self.request = request
+        self.kind = kind
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        kind = ("SEND", "NO_OP", "CLOSE")[self.kind]
+        return f"Response({kind}, {self.request!r})"
+
+
+class ResponseSink(Protocol):
+    """What a processor offers the channel."""
+
+    def enqueue_response(self, response: Response) -> None: ...
+
+    def wakeup(self) -> None: ...
+
+    def response_queue_size(self) -> int: ...
+
+
+class _Shutdown:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SHUTDOWN"
+
+
+#: Sentinel returned by :meth:`RequestChannel.receive_request` to make a handler exit.
+SHUTDOWN = _Shutdown()
+
+
+class RequestChannel:
+    """Bounded request queue shared by all processors, and routing of responses.
+
+    Thread-safety: every method may be called from any thread. ``_lock`` guards
+    ``_size`` (requests counted in the queue) and ``_waiters`` (processors refused
+    since the last dequeue); the queue itself is a ``queue.SimpleQueue``.
+    Invariant: ``0 <= _size <= queue_size``; shutdown sentinels are not counted.
+    """
+
+    def __init__(self, queue_size: int = 500) -> None:
+        if queue_size < 1:
+            raise ValueError(f"queued.max.requests must be >= 1, got {queue_size}")
+        self.queue_size = queue_size
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._size = 0
+        self._waiters: list[ResponseSink] = []
+        self._processors: dict[int, ResponseSink] = {}
+
+    # -- processors -------------------------------------------------------------------
+    def add_processor(self, processor_id: int, processor: ResponseSink) -> None:
+        if processor_id in self._processors:
+            raise ValueError(f"processor {processor_id} already registered")
+        self._processors[processor_id] = processor
+
+    def remove_processor(self, processor_id: int) -> None:
+        self._processors.pop(processor_id, None)
+
+    def try_send_request(self, request: Request, processor: ResponseSink) -> bool:
+        """Queue ``request`` unless the queue is full.
+
+        On refusal ``processor.wakeup()`` will be called once a slot frees up; the
+        processor must keep the request and retry.
+        """
+        with self._lock:
+            if self._size >= self.queue_size:
+                if processor not in self._waiters:
+                    self._waiters.append(processor)
+                return False
+            self._size += 1
+        self._queue.put(request)
+        return True
+
+    # -- handlers ---------------------------------------------------------------------
+    def receive_request(self, timeout_s: float | None = None):
+        """Next request, ``None`` on timeout, or :data:`SHUTDOWN`."""
+        try:
+            request = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+        if request is SHUTDOWN:
+            return request
+        with self._lock:
+            self._size -= 1
+            waiters = self._waiters
+            if waiters:
+                self._waiters = []
+        if waiters:
+            for processor in waiters:
+                processor.wakeup()
+        return request
+
+    def send_shutdown_request(self) -> None:
+        """Make one handler thread blocked in ``receive_request`` exit."""
+        self._queue.put(SHUTDOWN)
+
+    def clear(self) -> None:
+        """Drop queued requests (after shutdown); their connections are already closed."""
+        while True:
+            try:
+                request = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if request is not SHUTDOWN:
+                with self._lock:
+                    self._size -= 1
+
+    # -- responses (any thread) -------------------------------------------------------
+    def send_response(self, request: Request, parts: Sequence[ResponsePart] | ResponsePart) -> None:
+        """Send one size-prefixed response frame (bytes-like / FileRegion parts) and unmute."""
+        if isinstance(parts, (bytes, bytearray, memoryview, FileRegion)):
+            parts = [parts]
+        elif not isinstance(parts, list):
+            parts = list(parts)
+        self._route(Response(request, Response.SEND, parts))
+
+    def send_no_op_response(self, request: Request) -> None:
+        """Send nothing and unmute the connection (e.g. produce with acks=0)."""
+        self._route(Response(request, Response.NO_OP))
+
+    def close_connection(self, request: Request) -> None:
+        """Close the request's connection instead of answering."""
+        self._route(Response(request, Response.CLOSE))
+
+    def _route(self, response: Response) -> None:
+        response.request.response_queued_ns = time.monotonic_ns()
+        processor = self._processors.get(response.request.processor_id)
+        if processor is None:
+            log.debug("dropping %r: processor %d is gone", response,
+                      response.request.processor_id)
+            return
+        processor.enqueue_response(response)
+
+    # -- gauges -------------------------------------------------------------------------
+    def request_queue_size(self) -> int:
+        """Kafka's ``RequestQueueSize``."""
+        return self._size
+
+    def response_queue_size(self, processor_id: int | None = None) -> int:
+        """Kafka's ``ResponseQueueSize`` (all processors, or one)."""
+        if processor_id is not None:
+            p = self._processors.get(processor_id)
+            return p.response_queue_size() if p is not None else 0
+        return sum(p.response_queue_size() for p in list(self._processors.values()))
+
+    def processor_ids(self) -> Iterable[int]:
+        return list(self._processors)

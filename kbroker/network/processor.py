@@ -1,0 +1,754 @@
+"""Processor: a network thread that owns a set of connections.
+
+Modelled on Kafka's ``Processor`` in ``core/.../network/SocketServer.scala`` (and the parts
+of ``org.apache.kafka.common.network.Selector`` / ``NetworkReceive`` it relies on).
+
+Frame format (both directions)::
+
+    size     int32 big-endian   bytes that follow; requests: 8 <= size <= socket.request.max.bytes
+    payload  size bytes         request: header (api_key int16, api_version int16,
+                                correlation_id int32, ...) + body; response: header + body
+
+Requests are handed on without their size prefix; responses arrive as complete frames
+(size prefix first, as ``kbroker.protocol.frames.encode_response_parts`` makes them) and
+the processor checks the prefix against the parts before writing.
+
+Per-connection ordering (Kafka's guarantee): after a whole request has been read the
+connection is *muted* (not read) until its response has been completely written, or a
+no-op response arrived; so at most one request per connection is in flight and responses
+go out in request order. Bytes of pipelined requests wait in the kernel's socket buffer,
+which also gives TCP back-pressure to a client that pipelines too much.
+
+The run loop is a list of small steps, as in Kafka's ``Processor.run``::
+
+    configure_new_connections   sockets handed over by the acceptor
+    enqueue_blocked_requests    retry requests refused by a full request queue
+    process_new_responses       responses queued by handlers: start writing / unmute / close
+    poll                        select(), then read and write ready sockets
+    process_completed_receives  whole frames -> Request -> request queue; mute
+    process_completed_sends     response written -> metrics; unmute
+    process_disconnected        peer closed / I/O error -> forget the connection
+    close_idle_connections      connections.max.idle.ms
+
+Thread-safety: everything except :meth:`accept`, :meth:`enqueue_response`,
+:meth:`wakeup`, :meth:`begin_shutdown` and the gauges is touched only by the processor's
+own thread. Requests refused by the full request queue are kept in ``_blocked`` (FIFO)
+and while any is kept the processor reads from no socket.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import queue
+import select
+import socket
+import threading
+import time
+from typing import Optional
+
+from kbroker.network.channel import (
+    REQUEST_HEADER_PREFIX_SIZE, Request, RequestChannel, Response,
+)
+from kbroker.network.metrics import (
+    API_BYTES_IN, API_BYTES_OUT, API_COUNT, API_HANDLE_NS, API_REQUEST_QUEUE_NS,
+    API_RESPONSE_QUEUE_NS, API_RESPONSE_SEND_NS, API_TOTAL_NS, ProcessorStats,
+)
+from kbroker.records.region import FileRegion
+
+log = logging.getLogger(__name__)
+
+EVENT_READ = select.POLLIN          # == EPOLLIN
+EVENT_WRITE = select.POLLOUT        # == EPOLLOUT
+_EVENT_FAILED = select.POLLERR | select.POLLHUP
+_MSG_MORE = getattr(socket, "MSG_MORE", 0)
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+_SENDFILE_MAX = 1 << 30       # cap per os.sendfile() call
+_POLL_TIMEOUT_S = 0.3         # Kafka's Processor poll timeout
+_monotonic_ns = time.monotonic_ns
+
+
+class _Waker:
+    """Wakes a thread blocked in select(): eventfd on Linux, a socketpair elsewhere.
+
+    ``_lock`` makes ``wake`` and ``close`` exclusive, so a late ``wake`` from a handler
+    thread never writes to a closed (and possibly reused) file descriptor.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        if hasattr(os, "eventfd"):
+            self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._r = self._w = None
+        else:  # pragma: no cover - non-Linux
+            self._efd = -1
+            self._r, self._w = socket.socketpair()
+            self._r.setblocking(False)
+            self._w.setblocking(False)
+
+    def fileno(self) -> int:
+        return self._efd if self._efd >= 0 else self._r.fileno()
+
+    def wake(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._efd >= 0:
+                    os.eventfd_write(self._efd, 1)
+                else:  # pragma: no cover
+                    self._w.send(b"\0")
+            except OSError:
+                pass  # already signalled (counter saturated / buffer full)
+
+    def drain(self) -> None:
+        try:
+            if self._efd >= 0:
+                os.eventfd_read(self._efd)
+            else:  # pragma: no cover
+                while self._r.recv(4096):
+                    pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._efd >= 0:
+                os.close(self._efd)
+            else:  # pragma: no cover
+                self._r.close()
+                self._w.close()
+
+
+class _Poller:
+    """fd -> object registry over ``epoll`` (``poll`` where there is no epoll).
+
+    Unlike ``selectors``, an fd may stay registered with an empty interest mask, so
+    muting/unmuting a connection is one ``epoll_ctl`` and no Python bookkeeping. The
+    kernel reports ERR/HUP even for an empty mask: a muted connection that is reset by
+    its peer is noticed at once.
+    """
+
+    def __init__(self) -> None:
+        if hasattr(select, "epoll"):
+            self._p = select.epoll()
+            self._scale = 1.0
+        else:  # pragma: no cover - non-Linux
+            self._p = select.poll()
+            self._scale = 1000.0
+        self._objects: dict[int, object] = {}
+
+    def register(self, fd: int, events: int, obj) -> None:
+        self._p.register(fd, events)
+        self._objects[fd] = obj
+
+    def modify(self, fd: int, events: int) -> None:
+        self._p.modify(fd, events)
+
+    def unregister(self, fd: int) -> None:
+        self._objects.pop(fd, None)
+        self._p.unregister(fd)
+
+    def poll(self, timeout_s: float) -> list:
+        try:
+            ready = self._p.poll(timeout_s * self._scale)
+        except InterruptedError:
+            return []
+        objects = self._objects
+        return [(objects[fd], mask) for fd, mask in ready if fd in objects]
+
+    def close(self) -> None:
+        if self._scale == 1.0:
+            self._p.close()
+        self._objects.clear()
+
+
+class _Connection:
+    """One client connection; owned by its processor's thread.
+
+    Read state: ``size_read`` bytes of the size prefix are in ``size_buf``; once it is
+    complete, ``payload`` is a ``bytearray(size)`` of which ``payload_read`` bytes are
+    filled. Write state: ``send_parts[send_index:]`` remain, the first of them from
+    ``send_offset`` on. ``inflight`` is the request being handled (the connection is
+    muted while it is set). ``events`` is the interest currently registered (0 = none).
+    """
+
+    __slots__ = ("sock", "fd", "connection_id", "client_address", "size_buf", "size_view",
+                 "size_read", "payload", "payload_view", "payload_read", "inflight",
+                 "response", "send_parts", "send_sizes", "send_index", "send_offset",
+                 "events", "read_paused", "last_active_ns", "closed")
+
+    def __init__(self, sock: socket.socket, connection_id: str, client_address: tuple,
+                 now_ns: int) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.connection_id = connection_id
+        self.client_address = client_address
+        self.size_buf = bytearray(4)
+        self.size_view = memoryview(self.size_buf)
+        self.size_read = 0
+        self.payload: Optional[bytearray] = None
+        self.payload_view: Optional[memoryview] = None
+        self.payload_read = 0
+        self.inflight: Optional[Request] = None
+        self.response: Optional[Response] = None
+        self.send_parts: Optional[list] = None
+        self.send_sizes: Optional[list] = None
+        self.send_index = 0
+        self.send_offset = 0
+        self.events = 0
+        self.read_paused = False
+        self.last_active_ns = now_ns
+        self.closed = False
+
+
+class InvalidReceive(Exception):
+    """A frame that cannot be a request (Kafka's ``InvalidReceiveException``)."""
+
+
+class Processor(threading.Thread):
+    """Network thread: reads request frames, writes response frames, for its connections."""
+
+    def __init__(self, processor_id: int, channel: RequestChannel, listener_name: str,
+                 stats: ProcessorStats, quotas, *, max_request_size: int = 104857600,
+                 connections_max_idle_ms: int = 600000,
+                 connection_queue_size: int = 20) -> None:
+        super().__init__(name=f"kbroker-network-thread-{listener_name}-{processor_id}",
+                         daemon=True)
+        self.processor_id = processor_id
+        self.listener_name = listener_name
+        self._channel = channel
+        self._stats = stats
+        self._quotas = quotas
+        self._max_request_size = max_request_size
+        # connections.max.idle.ms < 0 disables the idle reaper (as Kafka's Selector).
+        self._max_idle_ns = connections_max_idle_ms * 1_000_000
+        self._idle_check_interval_ns = (
+            max(min(self._max_idle_ns // 10, 1_000_000_000), 1_000_000)
+            if connections_max_idle_ms >= 0 else 3600 * 10**9)
+
+        self._poller = _Poller()
+        self._waker = _Waker()
+        self._poller.register(self._waker.fileno(), EVENT_READ, None)
+        self._connections: dict[str, _Connection] = {}
+        self._connection_index = 0
+        self._new_connections: queue.Queue = queue.Queue(connection_queue_size)
+        self._responses: collections.deque = collections.deque()
+        self._selecting = False
+        self._blocked: collections.deque = collections.deque()   # (conn, Request)
+        self._paused: list[_Connection] = []
+        self._completed_receives: list = []      # (conn, payload)
+        self._completed_sends: list[_Connection] = []
+        self._disconnected: list[tuple[_Connection, str]] = []
+        self._now_ns = _monotonic_ns()
+        self._next_idle_check_ns = self._now_ns + self._idle_check_interval_ns
+        self._running = True
+        self._accepting = True
+        self._drain_deadline_ns = 0
+
+    # -- called from other threads ---------------------------------------------------------
+    def accept(self, sock: socket.socket, addr, timeout_s: float = 0.0) -> bool:
+        """Take ownership of an accepted socket (acceptor thread).
+
+        The hand-over queue holds ``connection_queue_size`` sockets (Kafka: 20); when it is
+        full, wait up to ``timeout_s``. ``False``: not taken (full, or shutting down).
+        """
+        if not self._accepting:
+            return False
+        try:
+            self._new_connections.put((sock, addr), block=timeout_s > 0, timeout=timeout_s or None)
+        except queue.Full:
+            return False
+        self._waker.wake()
+        return True
+
+    def enqueue_response(self, response: Response) -> None:
+        """Queue a response (any thread). Wakes the selector only if it is blocked."""
+        self._responses.append(response)
+        if self._selecting:
+            self._waker.wake()
+
+    def wakeup(self) -> None:
+        self._waker.wake()
+
+    def response_queue_size(self) -> int:
+        return len(self._responses)
+
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    @property
+    def backpressured(self) -> bool:
+        """True while requests are held back because the request queue is full."""
+        return bool(self._blocked)
+
+    def begin_shutdown(self, drain_timeout_s: float = 0.0) -> None:
+        """Stop reading requests; keep writing responses to in-flight requests for up to
+        ``drain_timeout_s``; then close every connection and exit."""
+        self._accepting = False
+        self._drain_deadline_ns = _monotonic_ns() + int(drain_timeout_s * 1e9)
+        self._running = False
+        self._waker.wake()
+
+    def shutdown(self, drain_timeout_s: float = 0.0) -> None:
+        self.begin_shutdown(drain_timeout_s)
+        if self.is_alive():
+            self.join()
+
+    # -- the loop ---------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while self._running:
+                self._step()
+            self._drain()
+        except Exception:
+            log.exception("processor %d died", self.processor_id)
+        finally:
+            self._close_all()
+
+    def _step(self) -> None:
+        try:
+            self._configure_new_connections()
+            self._enqueue_blocked_requests()
+            self._process_new_responses()
+            self._poll()
+            self._process_completed_receives()
+            self._process_completed_sends()
+            self._process_disconnected()
+            self._close_idle_connections()
+        except Exception:
+            # Per-connection errors are handled where they happen; anything here is a bug,
+            # but one bad connection must not stop the others from being served.
+            log.exception("processor %d: unexpected error in loop", self.processor_id)
+
+    def _drain(self) -> None:
+        """Shutdown: no more reads; finish in-flight requests until the deadline."""
+        for conn in list(self._connections.values()):
+            conn.read_paused = True
+            self._update_interest(conn)
+        while _monotonic_ns() < self._drain_deadline_ns:
+            if not any(c.inflight is not None for c in self._connections.values()):
+                break
+            try:
+                self._enqueue_blocked_requests()
+                self._process_new_responses()
+                self._poll(max_timeout_s=0.05)
+                self._completed_receives.clear()
+                self._process_completed_sends()
+                self._process_disconnected()
+            except Exception:
+                log.exception("processor %d: error while draining", self.processor_id)
+                break
+
+    # -- steps ----------------------------------------------------------------------------
+    def _configure_new_connections(self) -> None:
+        new = self._new_connections
+        while True:
+            try:
+                sock, addr = new.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                local_host, local_port = sock.getsockname()[:2]
+            except OSError as e:   # already reset by the peer
+                log.debug("processor %d: dropping new connection from %s: %s",
+                          self.processor_id, addr, e)
+                sock.close()
+                self._quotas.dec(addr[0])
+                continue
+            remote_host, remote_port = addr[:2]
+            index = self._connection_index
+            self._connection_index = (index + 1) & 0x7FFFFFFF
+            connection_id = f"{local_host}:{local_port}-{remote_host}:{remote_port}-{index}"
+            conn = _Connection(sock, connection_id, (remote_host, remote_port), self._now_ns)
+            self._connections[connection_id] = conn
+            self._stats.connections_created += 1
+            try:
+                self._poller.register(conn.fd, EVENT_READ, conn)
+                conn.events = EVENT_READ
+            except (OSError, ValueError) as e:
+                self._close(conn, f"could not register with the selector: {e}")
+                continue
+            log.debug("processor %d listening to new connection %s",
+                      self.processor_id, connection_id)
+
+    def _enqueue_blocked_requests(self) -> None:
+        blocked = self._blocked
+        if not blocked:
+            return
+        while blocked:
+            conn, request = blocked[0]
+            if conn.closed or conn.inflight is not request:
+                blocked.popleft()
+                continue
+            if not self._channel.try_send_request(request, self):
+                return
+            blocked.popleft()
+        # Back-pressure over: resume reading on the connections paused meanwhile.
+        paused, self._paused = self._paused, []
+        for conn in paused:
+            if not conn.closed:
+                conn.read_paused = False
+                self._update_interest(conn)
+
+    def _process_new_responses(self) -> None:
+        responses = self._responses
+        while responses:
+            response = responses.popleft()
+            request = response.request
+            request.response_dequeued_ns = _monotonic_ns()
+            conn = self._connections.get(request.connection_id)
+            if conn is None or conn.inflight is not request or conn.response is not None:
+                # Kafka: "Attempting to send response via channel for which there is no
+                # open connection" - the client went away (or the idle reaper closed it).
+                # Also a second response to a request already being answered.
+                self._stats.responses_dropped += 1
+                log.debug("processor %d: dropping %r, connection gone",
+                          self.processor_id, response)
+                continue
+            kind = response.kind
+            try:
+                if kind == Response.SEND:
+                    self._start_send(conn, response)
+                elif kind == Response.NO_OP:
+                    self._stats.responses_no_op += 1
+                    request.send_complete_ns = request.response_dequeued_ns
+                    self._update_request_metrics(request, 0)
+                    conn.inflight = None
+                    self._update_interest(conn)
+                elif kind == Response.CLOSE:
+                    self._close(conn, "handler asked to close the connection")
+                else:
+                    raise ValueError(f"unknown response kind {kind}")
+            except Exception as e:
+                log.exception("processor %d: error processing response for %s",
+                              self.processor_id, conn.connection_id)
+                self._close(conn, f"error processing response: {e!r}")
+
+    def _start_send(self, conn: _Connection, response: Response) -> None:
+        """Begin writing a response frame. Its parts must start with the 4-byte size
+        prefix, which must equal the bytes that follow (checked: a wrong size would
+        desynchronise the client's stream)."""
+        parts = []
+        sizes = []
+        total = 0
+        for part in response.parts:
+            if isinstance(part, FileRegion):
+                n = part.size
+                if n < 0 or part.position < 0:
+                    raise ValueError(f"bad FileRegion {part!r}")
+            elif type(part) is bytes or type(part) is bytearray:
+                n = len(part)
+            else:
+                part = memoryview(part)        # TypeError for non-buffers: caller closes
+                if part.format != "B" or part.ndim != 1:
+                    part = part.cast("B")
+                n = part.nbytes
+            if n == 0:
+                continue
+            parts.append(part)
+            sizes.append(n)
+            total += n
+        if not parts or isinstance(parts[0], FileRegion) or sizes[0] < 4:
+            raise ValueError("a response frame must start with its 4-byte size prefix")
+        declared = int.from_bytes(parts[0][:4], "big", signed=True)
+        if declared != total - 4:
+            raise ValueError(f"response size prefix {declared} != {total - 4} bytes that follow")
+        conn.response = response
+        conn.send_parts = parts
+        conn.send_sizes = sizes
+        conn.send_index = 0
+        conn.send_offset = 0
+        # Write right away: the socket buffer is usually empty, which saves a poll round.
+        if self._write(conn):
+            self._completed_sends.append(conn)
+        elif not conn.closed:
+            self._update_interest(conn)
+
+    def _poll(self, max_timeout_s: float = _POLL_TIMEOUT_S) -> None:
+        stats = self._stats
+        self._selecting = True
+        if (self._responses or self._new_connections.qsize() or self._completed_sends
+                or self._disconnected):
+            timeout = 0
+        else:
+            timeout = min(max_timeout_s,
+                          max(0, (self._next_idle_check_ns - self._now_ns) / 1e9))
+        t0 = _monotonic_ns()
+        stats.blocked_since_ns = t0
+        try:
+            ready = self._poller.poll(timeout)
+        finally:
+            self._selecting = False
+            now = self._now_ns = _monotonic_ns()
+            stats.blocked_since_ns = 0
+            stats.idle_ns += now - t0
+        for conn, mask in ready:
+            if conn is None:
+                self._waker.drain()
+                continue
+            if conn.closed:
+                continue
+            if mask & _EVENT_FAILED:
+                # Reset by the peer (also seen while muted); a response could not arrive.
+                self._disconnected.append((conn, "connection reset by peer"))
+                continue
+            if mask & EVENT_WRITE and conn.send_parts is not None:
+                conn.last_active_ns = now
+                if self._write(conn):
+                    self._completed_sends.append(conn)
+                elif not conn.closed:
+                    self._update_interest(conn)
+            if mask & EVENT_READ and conn.inflight is None and not conn.read_paused:
+                if self._blocked or not self._running:
+                    # Request queue full (or shutting down): stop reading this socket.
+                    conn.read_paused = True
+                    self._paused.append(conn)
+                    self._update_interest(conn)
+                    continue
+                conn.last_active_ns = now
+                self._read(conn)
+
+    def _process_completed_receives(self) -> None:
+        receives = self._completed_receives
+        if not receives:
+            return
+        self._completed_receives = []
+        stats = self._stats
+        for conn, payload in receives:
+            if conn.closed:
+                continue
+            now = _monotonic_ns()
+            request = Request(self.processor_id, conn.connection_id, self.listener_name,
+                              conn.client_address, memoryview(payload), now)
+            stats.requests_received += 1
+            conn.inflight = request          # mute: one request in flight per connection
+            self._update_interest(conn)
+            if self._blocked or not self._channel.try_send_request(request, self):
+                self._blocked.append((conn, request))
+
+    def _process_completed_sends(self) -> None:
+        sends = self._completed_sends
+        if not sends:
+            return
+        self._completed_sends = []
+        stats = self._stats
+        now = _monotonic_ns()
+        for conn in sends:
+            response = conn.response
+            sizes = conn.send_sizes
+            conn.response = None
+            conn.send_parts = None
+            conn.send_sizes = None
+            if response is None:
+                continue
+            request = response.request
+            request.send_complete_ns = now
+            stats.responses_sent += 1
+            self._update_request_metrics(request, sum(sizes))
+            if conn.closed:
+                continue
+            if conn.inflight is request:
+                conn.inflight = None            # unmute
+            self._update_interest(conn)
+
+    def _process_disconnected(self) -> None:
+        disconnected = self._disconnected
+        while disconnected:
+            conn, reason = disconnected.pop()
+            self._close(conn, reason)
+
+    def _close_idle_connections(self) -> None:
+        now = self._now_ns
+        if now < self._next_idle_check_ns:
+            return
+        if self._max_idle_ns < 0:
+            self._next_idle_check_ns = now + self._idle_check_interval_ns
+            return
+        self._next_idle_check_ns = now + self._idle_check_interval_ns
+        limit = now - self._max_idle_ns
+        idle = [c for c in self._connections.values() if c.last_active_ns < limit]
+        for conn in idle:
+            self._stats.idle_closed += 1
+            self._close(conn, f"idle for more than connections.max.idle.ms="
+                              f"{self._max_idle_ns // 1_000_000}")
+
+    # -- I/O ----------------------------------------------------------------------------
+    def _read(self, conn: _Connection) -> None:
+        """Read at most one frame; a complete frame goes to ``_completed_receives``."""
+        sock = conn.sock
+        try:
+            if conn.payload is None:
+                n = sock.recv_into(conn.size_view[conn.size_read:])
+                if n == 0:
+                    self._disconnected.append((conn, "peer closed the connection"))
+                    return
+                self._stats.bytes_in += n
+                read = conn.size_read = conn.size_read + n
+                if read < 4:
+                    return
+                size = int.from_bytes(conn.size_buf, "big", signed=True)
+                if size < REQUEST_HEADER_PREFIX_SIZE or size > self._max_request_size:
+                    raise InvalidReceive(
+                        f"Invalid receive (size = {size}"
+                        + (f" larger than {self._max_request_size})"
+                           if size > self._max_request_size else
+                           f", a request frame has at least {REQUEST_HEADER_PREFIX_SIZE} bytes)"))
+                buf = conn.payload = bytearray(size)
+                conn.payload_view = memoryview(buf)
+                conn.payload_read = 0
+            # Usually the payload arrived with its size: read on without another select.
+            n = sock.recv_into(conn.payload_view[conn.payload_read:])
+            if n == 0:
+                self._disconnected.append((conn, "peer closed the connection mid-frame"))
+                return
+            self._stats.bytes_in += n
+            conn.payload_read += n
+            if conn.payload_read == len(conn.payload):
+                self._completed_receives.append((conn, conn.payload))
+                conn.payload = None
+                conn.payload_view = None
+                conn.size_read = 0
+        except (BlockingIOError, InterruptedError):
+            return
+        except InvalidReceive as e:
+            self._stats.invalid_receives += 1
+            log.warning("processor %d: closing connection %s from %s: %s", self.processor_id,
+                        conn.connection_id, conn.client_address, e)
+            self._disconnected.append((conn, str(e)))
+        except OSError as e:
+            self._disconnected.append((conn, f"read failed: {e}"))
+
+    def _write(self, conn: _Connection) -> bool:
+        """Write as much of the pending response as the socket takes. True when complete."""
+        parts = conn.send_parts
+        sizes = conn.send_sizes
+        i = conn.send_index
+        off = conn.send_offset
+        nparts = len(parts)
+        sock = conn.sock
+        out = 0
+        try:
+            while i < nparts:
+                part = parts[i]
+                if isinstance(part, FileRegion):
+                    remaining = sizes[i] - off
+                    n = os.sendfile(conn.fd, part.file.fileno(), part.position + off,
+                                    min(remaining, _SENDFILE_MAX))
+                    if n == 0:
+                        raise EOFError(f"file region {part!r} is beyond the end of its file")
+                    out += n
+                    off += n
+                    if off < sizes[i]:
+                        if n < min(remaining, _SENDFILE_MAX):
+                            return False   # socket buffer full: wait for EVENT_WRITE
+                        continue
+                    i += 1
+                    off = 0
+                    continue
+                # Gather consecutive bytes-like parts into one sendmsg (no joining).
+                j = i + 1
+                while j < nparts and j - i < _IOV_MAX and not isinstance(parts[j], FileRegion):
+                    j += 1
+                if off:
+                    bufs = [memoryview(part)[off:], *parts[i + 1:j]]
+                else:
+                    bufs = parts[i:j]
+                flags = _MSG_MORE if j < nparts else 0
+                n = sock.sendmsg(bufs, (), flags)
+                out += n
+                while n > 0:
+                    left = sizes[i] - off
+                    if n >= left:
+                        n -= left
+                        i += 1
+                        off = 0
+                    else:
+                        off += n
+                        n = 0
+                if i < j:
+                    return False
+            return True
+        except (BlockingIOError, InterruptedError):
+            return False
+        except (OSError, EOFError, ValueError, TypeError) as e:
+            # ValueError/TypeError: a closed file behind a FileRegion, or a bad part.
+            self._disconnected.append((conn, f"write failed: {e!r}"))
+            return False
+        finally:
+            conn.send_index = i
+            conn.send_offset = off
+            if out:
+                self._stats.bytes_out += out
+
+    # -- helpers --------------------------------------------------------------------------
+    def _update_interest(self, conn: _Connection) -> None:
+        events = 0
+        if conn.send_parts is not None:
+            events = EVENT_WRITE
+        elif conn.inflight is None and not conn.read_paused:
+            events = EVENT_READ
+        self._set_events(conn, events)
+
+    def _set_events(self, conn: _Connection, events: int) -> None:
+        if events != conn.events:
+            self._poller.modify(conn.fd, events)
+            conn.events = events
+
+    def _update_request_metrics(self, request: Request, bytes_out: int) -> None:
+        s = self._stats.api.get(request.api_key)
+        if s is None:
+            s = self._stats.api_stats(request.api_key)
+        s[API_COUNT] += 1
+        s[API_BYTES_IN] += request.payload.nbytes + 4
+        s[API_BYTES_OUT] += bytes_out
+        end = request.send_complete_ns
+        s[API_TOTAL_NS] += end - request.received_ns
+        if request.dequeued_ns:
+            s[API_REQUEST_QUEUE_NS] += request.dequeued_ns - request.received_ns
+            if request.response_queued_ns:
+                s[API_HANDLE_NS] += request.response_queued_ns - request.dequeued_ns
+        if request.response_queued_ns:
+            s[API_RESPONSE_QUEUE_NS] += request.response_dequeued_ns - request.response_queued_ns
+        s[API_RESPONSE_SEND_NS] += end - request.response_dequeued_ns
+
+    def _close(self, conn: _Connection, reason: str) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        log.debug("processor %d: closing %s: %s", self.processor_id, conn.connection_id, reason)
+        try:
+            self._poller.unregister(conn.fd)
+        except (KeyError, ValueError, OSError):
+            pass
+        conn.events = 0
+        try:
+            conn.sock.close()
+        except OSError:
+            pass
+        if self._connections.get(conn.connection_id) is conn:
+            del self._connections[conn.connection_id]
+        conn.inflight = None
+        conn.response = None
+        conn.send_parts = None
+        self._stats.connections_closed += 1
+        self._quotas.dec(conn.client_address[0])
+
+    def _close_all(self) -> None:
+        for conn in list(self._connections.values()):
+            self._close(conn, "processor shutting down")
+        while True:
+            try:
+                sock, addr = self._new_connections.get_nowait()
+            except queue.Empty:
+                break
+            sock.close()
+            self._quotas.dec(addr[0])
+        self._responses.clear()
+        self._blocked.clear()
+        self._poller.close()
+        self._waker.close()
