@@ -11,6 +11,7 @@ RULES = {
     "protocol": ("kbroker.network", "kbroker.server", "kbroker.log", "kbroker.client", "socket", "selectors"),
     "network": ("kbroker.server", "kbroker.log", "kbroker.client"),
     "records": ("kbroker.server", "kbroker.network", "kbroker.log"),
+    "analysis": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client"),
 }
 
 

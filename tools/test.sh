@@ -15,6 +15,6 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+python3 -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 # Editable installs build the kernels in place; fail loudly if one is missing.
 KBROKER_REQUIRE_EXTENSIONS=1 python3 -m pytest "$@"
