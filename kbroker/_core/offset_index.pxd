@@ -1,0 +1,34 @@
+# Memory-mapped index files: the shared base (MmapIndex) and the offset index.
+# time_index.pyx subclasses MmapIndex via this declaration.
+from libc.stdint cimport int32_t, int64_t
+
+
+cdef Py_ssize_t largest_lower_bound_slot(const unsigned char* m, Py_ssize_t entries,
+                                         Py_ssize_t entry_size, Py_ssize_t key_pos,
+                                         bint key64, int64_t target) noexcept nogil
+
+
+cdef class MmapIndex:
+    cdef object _path
+    cdef readonly int64_t base_offset
+    cdef readonly Py_ssize_t max_index_size
+    cdef readonly bint writable
+    cdef unsigned char* _map
+    cdef Py_ssize_t _length
+    cdef Py_ssize_t _entries
+    cdef Py_ssize_t _max_entries
+    cdef Py_ssize_t _entry_size
+    cdef bint _loaded
+    cdef bint _closed
+
+    cdef int _ensure(self) except -1
+    cdef int _remap(self, Py_ssize_t new_length) except -1
+    cdef void _unmap(self) noexcept
+    cdef int _after_load(self) except -1
+    cdef int _check_capacity(self, bint skip_full_check) except -1
+
+
+cdef class OffsetIndex(MmapIndex):
+    cdef int64_t _last_offset
+
+    cdef int _append(self, int64_t offset, int64_t position) except -1

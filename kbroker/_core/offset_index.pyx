@@ -1,0 +1,439 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Memory-mapped sparse offset index (Kafka's ``OffsetIndex`` / ``AbstractIndex``).
+
+File format (``<base_offset:020d>.index``), big-endian, 8 bytes per entry::
+
+    +-----------------------+------------------------+
+    | relative_offset int32 | physical_position int32|
+    +-----------------------+------------------------+
+
+``relative_offset = offset - base_offset``; ``physical_position`` is the byte
+position in the segment's ``.log`` of a batch whose *last* offset is
+``offset``. Entries are strictly increasing in both fields. The index is
+sparse: the segment adds an entry each ``index.interval.bytes`` of log.
+
+A writable index is pre-allocated to ``max_index_size`` rounded down to the
+entry size (the tail is zeros); ``entries`` is the number of valid slots.
+``trim_to_valid_size`` shrinks the file to the valid entries when the
+segment rolls or the log closes, so a reopened index has
+``entries == file_size / entry_size``.
+
+Lazy: nothing is opened or mapped until the first call that needs the data
+(Kafka's LazyIndex), so thousands of idle segments cost no fds and no
+address space. The file descriptor is closed right after mmap(): a mapped
+index holds no fd at all.
+
+Not thread-safe: the owning segment's caller holds the log lock.
+"""
+import os
+
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport memcpy
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED, MS_SYNC
+
+from kbroker._core.hton cimport load_i32, load_i64, store_i32
+from kbroker._core.index_errors import CorruptIndexError, InvalidOffsetError, IndexFullError
+
+cdef enum:
+    ENTRY_SIZE = 8
+    # Kafka's warm section: the last 8 KiB of entries (one or two pages) are
+    # what appends and follower/consumer lookups at the tail touch. Searching
+    # them first keeps lookups on pages that are surely resident instead of
+    # walking a binary search through cold pages of a 10 MiB index.
+    WARM_BYTES = 8192
+
+
+cdef Py_ssize_t largest_lower_bound_slot(const unsigned char* m, Py_ssize_t entries,
+                                         Py_ssize_t entry_size, Py_ssize_t key_pos,
+                                         bint key64, int64_t target) noexcept nogil:
+    """Slot of the largest entry whose key <= target, or -1 (Kafka's
+    largestLowerBoundSlotFor). Keys are strictly increasing."""
+    cdef Py_ssize_t lo, hi, mid, first_hot
+    cdef int64_t k
+    if entries == 0:
+        return -1
+    first_hot = entries - 1 - WARM_BYTES // entry_size
+    if first_hot < 0:
+        first_hot = 0
+    if key64:
+        k = load_i64(m + first_hot * entry_size + key_pos)
+    else:
+        k = load_i32(m + first_hot * entry_size + key_pos)
+    if k < target:
+        lo = first_hot
+        hi = entries - 1
+    else:
+        if key64:
+            k = load_i64(m + key_pos)
+        else:
+            k = load_i32(m + key_pos)
+        if k > target:
+            return -1
+        lo = 0
+        hi = first_hot
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if key64:
+            k = load_i64(m + mid * entry_size + key_pos)
+        else:
+            k = load_i32(m + mid * entry_size + key_pos)
+        if k > target:
+            hi = mid - 1
+        elif k < target:
+            lo = mid
+        else:
+            return mid
+    return lo
+
+
+cdef inline Py_ssize_t round_down(Py_ssize_t n, Py_ssize_t m) noexcept:
+    return n - n % m
+
+
+cdef class MmapIndex:
+    """Base of the offset and time index: owns the mapping, the entry count
+    and the file. See the module docstring for the laziness and locking rules."""
+
+    def __cinit__(self):
+        self._map = NULL
+        self._length = 0
+        self._entries = 0
+        self._max_entries = 0
+        self._loaded = False
+        self._closed = False
+
+    def __init__(self, path, int64_t base_offset, Py_ssize_t max_index_size=-1, bint writable=True):
+        self._path = os.fspath(path)
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self.writable = writable
+
+    def __dealloc__(self):
+        self._unmap()
+
+    # -- mapping -----------------------------------------------------------
+    cdef int _ensure(self) except -1:
+        if self._loaded:
+            return 0
+        if self._closed:
+            raise ValueError(f"index {self._path} is closed")
+        cdef bint created = False
+        cdef Py_ssize_t length
+        if not os.path.exists(self._path):
+            if not self.writable:
+                raise FileNotFoundError(self._path)
+            if self.max_index_size < self._entry_size:
+                raise ValueError(f"invalid max index size {self.max_index_size}")
+            created = True
+            length = round_down(self.max_index_size, self._entry_size)
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, length)
+            finally:
+                os.close(fd)
+        else:
+            length = os.stat(self._path).st_size
+        self._remap(length)
+        self._entries = 0 if created else self._length // self._entry_size
+        self._loaded = True
+        self._after_load()
+        return 0
+
+    cdef int _remap(self, Py_ssize_t new_length) except -1:
+        """Set the file length to ``new_length`` (writable only) and map it."""
+        cdef void* p
+        cdef int fd
+        self._unmap()
+        flags = os.O_RDWR if self.writable else os.O_RDONLY
+        fd = os.open(self._path, flags)
+        try:
+            if self.writable and os.fstat(fd).st_size != new_length:
+                os.ftruncate(fd, new_length)
+            if new_length > 0:
+                with nogil:
+                    p = mmap(NULL, <size_t>new_length,
+                             PROT_READ | PROT_WRITE if self.writable else PROT_READ,
+                             MAP_SHARED, fd, 0)
+                if p == MAP_FAILED:
+                    raise OSError(f"mmap of {self._path} ({new_length} bytes) failed")
+                self._map = <unsigned char*>p
+        finally:
+            os.close(fd)
+        self._length = new_length
+        self._max_entries = new_length // self._entry_size
+        if self._entries > self._max_entries:
+            self._entries = self._max_entries
+        return 0
+
+    cdef void _unmap(self) noexcept:
+        if self._map != NULL:
+            munmap(self._map, <size_t>self._length)
+            self._map = NULL
+
+    cdef int _after_load(self) except -1:
+        return 0
+
+    cdef int _check_capacity(self, bint skip_full_check) except -1:
+        if not self.writable:
+            raise ValueError(f"index {self._path} is read-only")
+        if self._entries >= self._max_entries:
+            raise IndexFullError(f"attempt to append to a full index (size = {self._entries}) {self._path}")
+        return 0
+
+    # -- properties --------------------------------------------------------
+    @property
+    def path(self):
+        return self._path
+
+    @property
+    def entry_size(self):
+        return self._entry_size
+
+    @property
+    def is_loaded(self):
+        return self._loaded
+
+    @property
+    def entries(self):
+        self._ensure()
+        return self._entries
+
+    @property
+    def max_entries(self):
+        self._ensure()
+        return self._max_entries
+
+    @property
+    def length(self):
+        """Current file (and mapping) length in bytes, including pre-allocated slots."""
+        self._ensure()
+        return self._length
+
+    @property
+    def size_in_bytes(self):
+        """Bytes of valid entries."""
+        self._ensure()
+        return self._entries * self._entry_size
+
+    @property
+    def is_full(self):
+        self._ensure()
+        return self._entries >= self._max_entries
+
+    # -- maintenance ---------------------------------------------------------
+    def resize(self, Py_ssize_t new_size):
+        """Set the file length to ``new_size`` rounded down to the entry size,
+        keeping valid entries that still fit. Returns True if the length changed."""
+        self._ensure()
+        cdef Py_ssize_t rounded = round_down(new_size, self._entry_size)
+        if rounded == self._length:
+            return False
+        self._remap(rounded)
+        return True
+
+    def trim_to_valid_size(self):
+        """Shrink the file to exactly the valid entries (segment roll / close)."""
+        if not self._loaded:
+            return False  # never mapped: the file already has its trimmed size
+        return self.resize(self._entries * self._entry_size)
+
+    def truncate(self):
+        """Drop all entries (length unchanged)."""
+        self._ensure()
+        self._entries = 0
+        self._after_load()
+
+    def reset(self):
+        """Drop all entries and re-extend the file to ``max_index_size``."""
+        self.truncate()
+        self.resize(self.max_index_size)
+
+    def flush(self):
+        """msync the valid part of the mapping to disk."""
+        if self._loaded and self._map != NULL and self.writable:
+            with nogil:
+                msync(self._map, <size_t>self._length, MS_SYNC)
+
+    def close(self):
+        """Trim (if writable and loaded) and unmap. Idempotent."""
+        if self._loaded and self.writable and os.path.exists(self._path):
+            self.trim_to_valid_size()
+        self.close_handler()
+
+    def close_handler(self):
+        """Unmap without trimming; the object cannot be used again."""
+        self._unmap()
+        self._loaded = False
+        self._closed = True
+
+    def rename_to(self, new_path):
+        """Rename the file (the mapping stays valid)."""
+        new_path = os.fspath(new_path)
+        if os.path.exists(self._path):
+            os.replace(self._path, new_path)
+        self._path = new_path
+
+    def delete_if_exists(self):
+        """Unmap and unlink the file. Returns True if a file was deleted."""
+        self.close_handler()
+        try:
+            os.unlink(self._path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def raw_entries(self):
+        """A copy of the valid entries in on-disk format."""
+        self._ensure()
+        if self._entries == 0:
+            return b""
+        return (<char*>self._map)[:self._entries * self._entry_size]
+
+
+cdef class OffsetIndex(MmapIndex):
+    """Sparse offset → position index of one segment (see module docstring).
+
+    Invariants: entries strictly increasing in offset; every relative offset
+    fits in int32 and is >= 0; ``last_offset`` is ``base_offset`` when empty.
+    """
+
+    def __init__(self, path, int64_t base_offset, Py_ssize_t max_index_size=-1, bint writable=True):
+        self._entry_size = ENTRY_SIZE
+        MmapIndex.__init__(self, path, base_offset, max_index_size, writable)
+        self._last_offset = base_offset
+
+    cdef int _after_load(self) except -1:
+        if self._entries == 0:
+            self._last_offset = self.base_offset
+        else:
+            self._last_offset = self.base_offset + load_i32(self._map + (self._entries - 1) * ENTRY_SIZE)
+        return 0
+
+    @property
+    def last_offset(self):
+        self._ensure()
+        return self._last_offset
+
+    def sanity_check(self):
+        """Raise CorruptIndexError if the file cannot be a valid offset index."""
+        self._ensure()
+        if self._length % ENTRY_SIZE != 0:
+            raise CorruptIndexError(
+                f"Index file {self._path} is corrupt, found {self._length} bytes which is "
+                f"neither positive nor a multiple of {ENTRY_SIZE}.")
+        if self._entries != 0 and self._last_offset < self.base_offset:
+            raise CorruptIndexError(
+                f"Corrupt index found, index file ({self._path}) has non-zero size but the last "
+                f"offset is {self._last_offset} which is less than the base offset {self.base_offset}.")
+
+    def lookup(self, int64_t target_offset):
+        """(offset, position) of the largest entry with offset <= target_offset,
+        or (base_offset, 0) if there is none."""
+        self._ensure()
+        cdef int64_t rel = target_offset - self.base_offset
+        cdef Py_ssize_t slot
+        if rel < 0:
+            return (self.base_offset, 0)
+        if rel > 0x7FFFFFFF:
+            rel = 0x7FFFFFFF
+        slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 0, False, rel)
+        if slot < 0:
+            return (self.base_offset, 0)
+        cdef const unsigned char* p = self._map + slot * ENTRY_SIZE
+        return (self.base_offset + load_i32(p), load_i32(p + 4))
+
+    def entry(self, Py_ssize_t n):
+        """(offset, position) of slot n."""
+        self._ensure()
+        if n < 0 or n >= self._entries:
+            raise IndexError(f"attempt to fetch the {n}th entry from index {self._path}, "
+                             f"which has size {self._entries}")
+        cdef const unsigned char* p = self._map + n * ENTRY_SIZE
+        return (self.base_offset + load_i32(p), load_i32(p + 4))
+
+    cdef int _append(self, int64_t offset, int64_t position) except -1:
+        cdef int64_t rel = offset - self.base_offset
+        if self._entries != 0 and offset <= self._last_offset:
+            raise InvalidOffsetError(
+                f"Attempt to append an offset ({offset}) to position {self._entries} no larger "
+                f"than the last offset appended ({self._last_offset}) to {self._path}.")
+        if rel < 0 or rel > 0x7FFFFFFF:
+            raise InvalidOffsetError(f"offset {offset} does not fit in index {self._path} "
+                                     f"with base offset {self.base_offset}")
+        if position < 0 or position > 0x7FFFFFFF:
+            raise InvalidOffsetError(f"position {position} out of int32 range")
+        cdef unsigned char* p = self._map + self._entries * ENTRY_SIZE
+        store_i32(p, <int32_t>rel)
+        store_i32(p + 4, <int32_t>position)
+        self._entries += 1
+        self._last_offset = offset
+        return 0
+
+    def append(self, int64_t offset, int64_t position):
+        """Add (offset, position); offset must exceed the last entry's."""
+        self._ensure()
+        self._check_capacity(False)
+        self._append(offset, position)
+
+    def append_raw(self, data):
+        """Append entries given in on-disk format (from the log_scan kernel),
+        checking capacity and strictly increasing offsets and positions."""
+        self._ensure()
+        cdef Py_buffer view
+        cdef Py_ssize_t i, n
+        cdef const unsigned char* p
+        cdef int64_t prev_rel, prev_pos, rel, pos
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            if view.len % ENTRY_SIZE != 0:
+                raise InvalidOffsetError("raw index data is not a whole number of entries")
+            n = view.len // ENTRY_SIZE
+            if n == 0:
+                return
+            if not self.writable:
+                raise ValueError(f"index {self._path} is read-only")
+            if self._entries + n > self._max_entries:
+                raise IndexFullError(f"{n} entries do not fit in index {self._path}")
+            p = <const unsigned char*>view.buf
+            if self._entries == 0:
+                prev_rel = -1
+                prev_pos = -1
+            else:
+                prev_rel = self._last_offset - self.base_offset
+                prev_pos = load_i32(self._map + (self._entries - 1) * ENTRY_SIZE + 4)
+            for i in range(n):
+                rel = load_i32(p + i * ENTRY_SIZE)
+                pos = load_i32(p + i * ENTRY_SIZE + 4)
+                if rel <= prev_rel or pos <= prev_pos:
+                    raise InvalidOffsetError(f"raw index entry {i} is not increasing")
+                prev_rel = rel
+                prev_pos = pos
+            memcpy(self._map + self._entries * ENTRY_SIZE, p, n * ENTRY_SIZE)
+            self._entries += n
+            self._last_offset = self.base_offset + prev_rel
+        finally:
+            PyBuffer_Release(&view)
+
+    def truncate_to(self, int64_t offset):
+        """Remove every entry with offset >= ``offset``."""
+        self._ensure()
+        cdef int64_t rel = offset - self.base_offset
+        cdef Py_ssize_t slot, new_entries
+        if rel < 0:
+            new_entries = 0
+        else:
+            if rel > 0x7FFFFFFF:
+                rel = 0x7FFFFFFF
+            slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 0, False, rel)
+            if slot < 0:
+                new_entries = 0
+            elif load_i32(self._map + slot * ENTRY_SIZE) == rel:
+                new_entries = slot
+            else:
+                new_entries = slot + 1
+        self._entries = new_entries
+        self._after_load()
+
+    def __repr__(self):
+        return f"OffsetIndex({self._path!r}, base_offset={self.base_offset})"

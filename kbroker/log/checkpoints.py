@@ -1,0 +1,268 @@
+"""Kafka's small text files in a log directory, written atomically.
+
+Formats (byte for byte as Kafka writes them; every line ends with ``\\n``):
+
+``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+``replication-offset-checkpoint`` (Kafka's ``OffsetCheckpointFile``)::
+
+    0                       <- version
+    2                       <- number of entries
+    my-topic 0 1234         <- "topic partition offset"
+    my-topic 1 99
+
+``<topic>-<partition>/leader-epoch-checkpoint`` (``LeaderEpochCheckpointFile``)::
+
+    0
+    2
+    0 0                     <- "epoch start_offset"
+    3 1500
+
+``<topic>-<partition>/partition.metadata`` (``PartitionMetadataFile``)::
+
+    version: 0
+    topic_id: <22-char URL-safe base64 UUID, no padding>
+
+``meta.properties`` (KRaft, ``MetaProperties`` version 1): a Java
+properties file; Kafka writes a ``#`` comment header then ``key=value``.
+
+``.kafka_cleanshutdown`` (``CleanShutdownFileHandler``): JSON
+``{"version":0,"brokerEpoch":N}``; its presence means the previous run
+closed every log cleanly.
+
+Atomic write (Kafka's ``CheckpointFile`` + ``Utils.atomicMoveWithFallback``):
+write ``<name>.tmp``, flush, fsync, rename over ``<name>``, fsync the
+directory. A crash leaves either the old or the new file, never a mix.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import uuid
+from typing import Iterable, Mapping
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+META_PROPERTIES = "meta.properties"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+
+class CheckpointError(IOError):
+    """A checkpoint file that cannot be parsed (Kafka: 'Malformed line in checkpoint file')."""
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so a rename/create in it is durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
+    """Write ``data`` to ``path`` via ``path.tmp`` + fsync + rename (+ dir fsync)."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def _lines(path: str) -> list[str]:
+    with open(path, "r", encoding="utf-8") as f:
+        return f.read().split("\n")
+
+
+def _read_versioned(path: str, parse_entry) -> list:
+    """Parse version line, count line and ``count`` entry lines (version 0 only)."""
+    lines = _lines(path)
+    try:
+        version = int(lines[0])
+    except (ValueError, IndexError):
+        raise CheckpointError(f"Malformed version line in checkpoint file {path}") from None
+    if version != 0:
+        raise CheckpointError(f"Unrecognized version of the checkpoint file ({path}): {version}")
+    try:
+        count = int(lines[1])
+    except (ValueError, IndexError):
+        raise CheckpointError(f"Malformed count line in checkpoint file {path}") from None
+    if count < 0 or len(lines) < 2 + count:
+        raise CheckpointError(f"Expected {count} entries in checkpoint file ({path}), found fewer")
+    out = []
+    for line in lines[2: 2 + count]:
+        try:
+            out.append(parse_entry(line))
+        except (ValueError, IndexError):
+            raise CheckpointError(f"Malformed line in checkpoint file ({path}): {line!r}") from None
+    if any(l.strip() for l in lines[2 + count:]):
+        raise CheckpointError(f"Expected {count} entries in checkpoint file ({path}), but found more")
+    return out
+
+
+class OffsetCheckpointFile:
+    """``topic partition offset`` checkpoint (recovery point / log start / high watermark).
+
+    Thread-safety: callers serialise writes per file (the LogManager does).
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @staticmethod
+    def encode(offsets: Mapping[tuple[str, int], int]) -> bytes:
+        lines = ["0", str(len(offsets))]
+        lines += [f"{t} {p} {o}" for (t, p), o in offsets.items()]
+        return ("\n".join(lines) + "\n").encode()
+
+    def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        atomic_write(self.path, self.encode(offsets))
+
+    def read(self) -> dict[tuple[str, int], int]:
+        """The checkpointed offsets; {} if the file does not exist."""
+        if not os.path.exists(self.path):
+            return {}
+
+        def entry(line: str):
+            topic, partition, offset = line.split(" ")
+            return (topic, int(partition)), int(offset)
+
+        return dict(_read_versioned(self.path, entry))
+
+
+class LeaderEpochCheckpointFile:
+    """Per-partition ``epoch start_offset`` checkpoint."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @staticmethod
+    def encode(entries: Iterable[tuple[int, int]]) -> bytes:
+        entries = list(entries)
+        lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
+        return ("\n".join(lines) + "\n").encode()
+
+    def write(self, entries: Iterable[tuple[int, int]], *, sync: bool = True) -> None:
+        atomic_write(self.path, self.encode(entries), sync=sync)
+
+    def read(self) -> list[tuple[int, int]]:
+        if not os.path.exists(self.path):
+            return []
+
+        def entry(line: str):
+            epoch, offset = line.split(" ")
+            return int(epoch), int(offset)
+
+        return _read_versioned(self.path, entry)
+
+
+def topic_id_to_str(topic_id: uuid.UUID | bytes) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, no padding."""
+    raw = topic_id.bytes if isinstance(topic_id, uuid.UUID) else bytes(topic_id)
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def topic_id_from_str(s: str) -> uuid.UUID:
+    raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"invalid topic id {s!r}")
+    return uuid.UUID(bytes=raw)
+
+
+class PartitionMetadataFile:
+    """``partition.metadata``: the topic id of a partition directory."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @staticmethod
+    def encode(topic_id: uuid.UUID) -> bytes:
+        return f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}".encode()
+
+    def write(self, topic_id: uuid.UUID) -> None:
+        atomic_write(self.path, self.encode(topic_id))
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def read(self) -> uuid.UUID:
+        lines = [l for l in _lines(self.path) if l.strip()]
+        try:
+            k0, v0 = [x.strip() for x in lines[0].split(":", 1)]
+            k1, v1 = [x.strip() for x in lines[1].split(":", 1)]
+        except (ValueError, IndexError):
+            raise CheckpointError(f"Malformed partition metadata file {self.path}") from None
+        if k0 != "version" or v0 != "0":
+            raise CheckpointError(f"Unrecognized version of partition metadata file {self.path}: {v0}")
+        if k1 != "topic_id":
+            raise CheckpointError(f"Malformed partition metadata file {self.path}")
+        try:
+            return topic_id_from_str(v1)
+        except ValueError:
+            raise CheckpointError(f"Invalid topic id in {self.path}: {v1!r}") from None
+
+
+def _java_date(now: float) -> str:
+    # java.util.Date.toString(): "EEE MMM dd HH:mm:ss zzz yyyy"
+    return time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(now))
+
+
+def write_meta_properties(path: str, *, node_id: int, cluster_id: str,
+                          directory_id: uuid.UUID | str | None = None, now: float | None = None) -> None:
+    """Write a KRaft (version 1) ``meta.properties`` as Kafka does."""
+    props = {"node.id": str(node_id), "directory.id": None, "version": "1", "cluster.id": cluster_id}
+    if directory_id is None:
+        props.pop("directory.id")
+    else:
+        props["directory.id"] = directory_id if isinstance(directory_id, str) else topic_id_to_str(directory_id)
+    body = "#\n#" + _java_date(time.time() if now is None else now) + "\n"
+    body += "".join(f"{k}={v}\n" for k, v in props.items())
+    atomic_write(path, body.encode())
+
+
+def read_meta_properties(path: str) -> dict[str, str]:
+    """Parse a Java properties file (the subset Kafka writes: comments, key=value)."""
+    props = {}
+    with open(path, "r", encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            for sep in ("=", ":"):
+                if sep in line:
+                    k, v = line.split(sep, 1)
+                    props[k.strip()] = v.strip()
+                    break
+    if "version" not in props:
+        raise CheckpointError(f"meta.properties {path} has no version")
+    return props
+
+
+def write_clean_shutdown(log_dir: str, broker_epoch: int = -1) -> None:
+    atomic_write(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE),
+                 json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":")).encode())
+
+
+def has_clean_shutdown(log_dir: str) -> bool:
+    return os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+
+
+def remove_clean_shutdown(log_dir: str) -> None:
+    try:
+        os.unlink(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+        fsync_dir(log_dir)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,365 @@
+"""Topic-level log configuration with Kafka's names, defaults and validation.
+
+Model: Kafka's ``LogConfig`` (storage/.../log/LogConfig.java) and the
+``log.*`` broker properties in ``ServerLogConfigs``. A ``LogConfig`` is
+immutable; ``LogConfig.from_broker(props)`` builds the broker-wide default
+from broker property names, ``config.with_overrides(topic_props)`` applies a
+topic's overrides on top. Attribute names are the topic-level names in
+snake_case (``segment.bytes`` -> ``segment_bytes``).
+
+Values may be given as Python values or as the strings CreateTopics /
+AlterConfigs carry; they are parsed and validated, and a bad one raises
+``ConfigError`` naming the key.
+
+Besides Kafka's names there is one kbroker broker option:
+``kbroker.log.fsync.every.append`` (topic-level ``kbroker.fsync.every.append``)
+— fsync the segment before an append returns. See kbroker/log/README.md for
+the durability each flush mode gives.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from kbroker.log.errors import ConfigError
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+#: RecordBatch v2 header + one record of the default 1 MiB (Kafka's message.max.bytes default).
+DEFAULT_MAX_MESSAGE_BYTES = 1048588
+
+
+def _at_least(lo):
+    def check(key, v):
+        if v < lo:
+            raise ConfigError(key, v, f"Value must be at least {lo}")
+    return check
+
+
+def _between(lo, hi):
+    def check(key, v):
+        if not lo <= v <= hi:
+            raise ConfigError(key, v, f"Value must be between {lo} and {hi}")
+    return check
+
+
+def _one_of(*allowed, case_sensitive=True):
+    def check(key, v):
+        vals = v if isinstance(v, list) else [v]
+        for item in vals:
+            ok = item in allowed if case_sensitive else item.lower() in [a.lower() for a in allowed]
+            if not ok:
+                raise ConfigError(key, v, f"String must be one of: {', '.join(allowed)}")
+    return check
+
+
+def _non_empty_list(key, v):
+    if not v:
+        raise ConfigError(key, v, "Empty list not allowed")
+
+
+def _chain(*checks):
+    def check(key, v):
+        for c in checks:
+            c(key, v)
+    return check
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One topic-level config: its type, default, validator and broker-level name."""
+
+    name: str
+    type: str                      # "long" | "int" | "double" | "boolean" | "string" | "list"
+    default: Any
+    validator: Callable[[str, Any], None] | None
+    broker_name: str | None
+    doc: str = ""
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace(".", "_")
+
+
+def _defs() -> dict[str, ConfigDef]:
+    d = [
+        ConfigDef("cleanup.policy", "list", ["delete"],
+                  _chain(_non_empty_list, _one_of("compact", "delete")), "log.cleanup.policy",
+                  "delete: drop old segments by retention; compact: keep the last value per key"),
+        ConfigDef("compression.type", "string", "producer",
+                  _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer", case_sensitive=False),
+                  "compression.type"),
+        ConfigDef("compression.gzip.level", "int", -1, _between(-1, 9), "compression.gzip.level"),
+        ConfigDef("compression.lz4.level", "int", 9, _between(1, 17), "compression.lz4.level"),
+        ConfigDef("compression.zstd.level", "int", 3, _between(-131072, 22), "compression.zstd.level"),
+        ConfigDef("delete.retention.ms", "long", 86400000, _at_least(0), "log.cleaner.delete.retention.ms"),
+        ConfigDef("file.delete.delay.ms", "long", 60000, _at_least(0), "log.segment.delete.delay.ms",
+                  "time between renaming a deleted segment to .deleted and removing it"),
+        ConfigDef("flush.messages", "long", LONG_MAX, _at_least(1), "log.flush.interval.messages",
+                  "fsync after this many unflushed messages (default: never, rely on replication)"),
+        ConfigDef("flush.ms", "long", LONG_MAX, _at_least(0), "log.flush.interval.ms",
+                  "fsync when the oldest unflushed data is older than this"),
+        ConfigDef("follower.replication.throttled.replicas", "list", [], None,
+                  "follower.replication.throttled.replicas"),
+        ConfigDef("index.interval.bytes", "int", 4096, _at_least(0), "log.index.interval.bytes",
+                  "bytes of log between two offset-index entries"),
+        ConfigDef("leader.replication.throttled.replicas", "list", [], None,
+                  "leader.replication.throttled.replicas"),
+        ConfigDef("local.retention.bytes", "long", -2, _at_least(-2), "log.local.retention.bytes"),
+        ConfigDef("local.retention.ms", "long", -2, _at_least(-2), "log.local.retention.ms"),
+        ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, _at_least(1), "log.cleaner.max.compaction.lag.ms"),
+        ConfigDef("max.message.bytes", "int", DEFAULT_MAX_MESSAGE_BYTES, _at_least(0), "message.max.bytes",
+                  "largest record batch size allowed"),
+        ConfigDef("message.downconversion.enable", "boolean", True, None, "log.message.downconversion.enable"),
+        ConfigDef("message.timestamp.after.max.ms", "long", LONG_MAX, _at_least(0),
+                  "log.message.timestamp.after.max.ms"),
+        ConfigDef("message.timestamp.before.max.ms", "long", LONG_MAX, _at_least(0),
+                  "log.message.timestamp.before.max.ms"),
+        ConfigDef("message.timestamp.difference.max.ms", "long", LONG_MAX, _at_least(0),
+                  "log.message.timestamp.difference.max.ms"),
+        ConfigDef("message.timestamp.type", "string", "CreateTime", _one_of("CreateTime", "LogAppendTime"),
+                  "log.message.timestamp.type"),
+        ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, _between(0, 1), "log.cleaner.min.cleanable.ratio"),
+        ConfigDef("min.compaction.lag.ms", "long", 0, _at_least(0), "log.cleaner.min.compaction.lag.ms"),
+        ConfigDef("min.insync.replicas", "int", 1, _at_least(1), "min.insync.replicas"),
+        ConfigDef("preallocate", "boolean", False, None, "log.preallocate"),
+        ConfigDef("remote.storage.enable", "boolean", False, None, None),
+        ConfigDef("retention.bytes", "long", -1, None, "log.retention.bytes",
+                  "delete old segments while the log is larger than this (-1: no limit)"),
+        ConfigDef("retention.ms", "long", 604800000, _at_least(-1), "log.retention.ms",
+                  "delete segments whose largest timestamp is older than this (-1: no limit)"),
+        ConfigDef("segment.bytes", "int", 1073741824, _at_least(14), "log.segment.bytes",
+                  "roll a new segment before the active one exceeds this size"),
+        ConfigDef("segment.index.bytes", "int", 10485760, _at_least(4), "log.index.size.max.bytes",
+                  "pre-allocated size of each offset/time index"),
+        ConfigDef("segment.jitter.ms", "long", 0, _at_least(0), "log.roll.jitter.ms"),
+        ConfigDef("segment.ms", "long", 604800000, _at_least(1), "log.roll.ms",
+                  "roll a new segment when the active one's first batch is this old"),
+        ConfigDef("unclean.leader.election.enable", "boolean", False, None, "unclean.leader.election.enable"),
+        ConfigDef("kbroker.fsync.every.append", "boolean", False, None, "kbroker.log.fsync.every.append",
+                  "fdatasync the segment before append returns (durable acks on a single replica)"),
+    ]
+    return {c.name: c for c in d}
+
+
+CONFIG_DEFS: dict[str, ConfigDef] = _defs()
+#: broker property name -> topic-level name
+BROKER_TO_TOPIC: dict[str, str] = {c.broker_name: c.name for c in CONFIG_DEFS.values() if c.broker_name}
+
+# Broker-level names with an alternative unit: (name, topic key, multiplier to ms), lowest precedence first.
+_BROKER_TIME_SYNONYMS = [
+    ("log.retention.hours", "retention.ms", 3600000),
+    ("log.retention.minutes", "retention.ms", 60000),
+    ("log.retention.ms", "retention.ms", 1),
+    ("log.roll.hours", "segment.ms", 3600000),
+    ("log.roll.ms", "segment.ms", 1),
+    ("log.roll.jitter.hours", "segment.jitter.ms", 3600000),
+    ("log.roll.jitter.ms", "segment.jitter.ms", 1),
+]
+
+
+def parse_value(cdef: ConfigDef, value: Any) -> Any:
+    """Parse a (possibly string) value into the config's type; ConfigError on failure."""
+    key, t = cdef.name, cdef.type
+    if value is None:
+        raise ConfigError(key, value, "value must not be null")
+    try:
+        if t in ("long", "int"):
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, str):
+                value = int(value.strip())
+            elif isinstance(value, float):
+                if not value.is_integer():
+                    raise ValueError
+                value = int(value)
+            elif not isinstance(value, int):
+                raise ValueError
+            lo, hi = (-(1 << 63), LONG_MAX) if t == "long" else (-(1 << 31), INT_MAX)
+            if not lo <= value <= hi:
+                raise ConfigError(key, value, f"Not a number of type {t.upper()}")
+            return value
+        if t == "double":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value.strip()) if isinstance(value, str) else float(value)
+        if t == "boolean":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                return value.strip().lower() == "true"
+            raise ValueError
+        if t == "string":
+            if not isinstance(value, str):
+                raise ValueError
+            return value.strip()
+        if t == "list":
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(value, (list, tuple)):
+                return [str(v).strip() for v in value]
+            raise ValueError
+    except ConfigError:
+        raise
+    except (ValueError, TypeError):
+        raise ConfigError(key, value, f"Expected value to be a {t}") from None
+    raise AssertionError(t)
+
+
+class LogConfig:
+    """Effective configuration of one log (broker defaults + topic overrides).
+
+    Immutable and thread-safe to share. ``originals`` are the topic-level
+    overrides given (parsed); attributes hold every effective value.
+    """
+
+    __slots__ = ("_values", "originals", "__dict__")
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None, *,
+                 defaults: Mapping[str, Any] | None = None, strict: bool = True):
+        values = {name: c.default for name, c in CONFIG_DEFS.items()}
+        if defaults:
+            values.update(defaults)
+        originals: dict[str, Any] = {}
+        for key, raw in (overrides or {}).items():
+            cdef = CONFIG_DEFS.get(key)
+            if cdef is None:
+                if strict:
+                    raise ConfigError(key, raw, "Unknown topic config name")
+                continue
+            originals[key] = parse_value(cdef, raw)
+        values.update(originals)
+        for key, v in values.items():
+            cdef = CONFIG_DEFS[key]
+            if cdef.validator is not None:
+                cdef.validator(key, v)
+        self._values = values
+        self.originals = originals
+        for key, v in values.items():
+            self.__dict__[CONFIG_DEFS[key].attr] = v
+
+    def __setattr__(self, name, value):
+        if name in ("_values", "originals"):
+            object.__setattr__(self, name, value)
+        else:
+            raise AttributeError("LogConfig is immutable")
+
+    # -- construction -----------------------------------------------------------
+    @classmethod
+    def from_broker(cls, props: Mapping[str, Any] | None = None) -> "LogConfig":
+        """Broker-wide default LogConfig from broker property names (``log.*`` ...).
+
+        Unknown broker properties are ignored (they belong to other parts of
+        the broker). ``log.retention.ms`` beats ``.minutes`` beats ``.hours``
+        (Kafka's precedence); ``log.roll.ms`` beats ``log.roll.hours``.
+        """
+        props = dict(props or {})
+        defaults: dict[str, Any] = {}
+        for bname, tname in BROKER_TO_TOPIC.items():
+            if bname in props and bname not in ("log.retention.ms", "log.roll.ms", "log.roll.jitter.ms"):
+                defaults[tname] = parse_value(CONFIG_DEFS[tname], props[bname])
+        for bname, tname, mult in _BROKER_TIME_SYNONYMS:
+            if bname in props and props[bname] is not None:
+                v = parse_value(ConfigDef(bname, "long", None, None, None), props[bname])
+                defaults[tname] = v if v < 0 else v * mult
+        # Kafka: a negative retention is "unlimited" (-1).
+        if defaults.get("retention.ms", 0) < 0:
+            defaults["retention.ms"] = -1
+        for tname, v in defaults.items():
+            cdef = CONFIG_DEFS[tname]
+            if cdef.validator is not None:
+                try:
+                    cdef.validator(tname, v)
+                except ConfigError as e:
+                    raise ConfigError(cdef.broker_name or tname, v, str(e).split(": ", 1)[-1]) from None
+        return cls(defaults=defaults)
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None) -> "LogConfig":
+        """A new config: this one's values as defaults, plus topic overrides."""
+        return LogConfig(overrides, defaults=self._values)
+
+    @staticmethod
+    def validate(props: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate topic-level overrides (CreateTopics / AlterConfigs); returns parsed values."""
+        return dict(LogConfig(props).originals)
+
+    @staticmethod
+    def config_names() -> Iterable[str]:
+        return CONFIG_DEFS.keys()
+
+    # -- access -------------------------------------------------------------------
+    def get(self, name: str) -> Any:
+        return self._values[name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def string_value(self, name: str) -> str:
+        """Value as DescribeConfigs reports it."""
+        v = self._values[name]
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return ",".join(v)
+        return str(v)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self._values["cleanup.policy"]
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self._values["cleanup.policy"]
+
+    @property
+    def max_index_size(self) -> int:
+        return self._values["segment.index.bytes"]
+
+    def __eq__(self, other):
+        return isinstance(other, LogConfig) and other._values == self._values
+
+    def __repr__(self):
+        return f"LogConfig({self.originals!r})"
+
+
+@dataclass(frozen=True)
+class LogManagerConfig:
+    """Broker-level settings of the LogManager itself (not per topic)."""
+
+    log_dirs: tuple[str, ...] = ("/tmp/kafka-logs",)
+    retention_check_interval_ms: int = 300000      # log.retention.check.interval.ms
+    flush_check_interval_ms: int = LONG_MAX          # log.flush.scheduler.interval.ms
+    flush_recovery_offset_checkpoint_interval_ms: int = 60000   # log.flush.offset.checkpoint.interval.ms
+    flush_start_offset_checkpoint_interval_ms: int = 60000      # log.flush.start.offset.checkpoint.interval.ms
+    recovery_threads_per_data_dir: int = 1          # num.recovery.threads.per.data.dir
+    fsync_every_append: bool = False                 # kbroker.log.fsync.every.append
+
+    @classmethod
+    def from_broker(cls, props: Mapping[str, Any] | None = None) -> "LogManagerConfig":
+        props = dict(props or {})
+        dirs = props.get("log.dirs") or props.get("log.dir") or "/tmp/kafka-logs"
+        if isinstance(dirs, str):
+            dirs = [d.strip() for d in dirs.split(",") if d.strip()]
+        if not dirs:
+            raise ConfigError("log.dirs", dirs, "at least one log directory is required")
+
+        def long_(name, default, lo=1):
+            if name not in props:
+                return default
+            v = parse_value(ConfigDef(name, "long", None, None, None), props[name])
+            if v < lo:
+                raise ConfigError(name, v, f"Value must be at least {lo}")
+            return v
+
+        fsync = props.get("kbroker.log.fsync.every.append", False)
+        fsync = parse_value(ConfigDef("kbroker.log.fsync.every.append", "boolean", False, None, None), fsync)
+        return cls(
+            log_dirs=tuple(dirs),
+            retention_check_interval_ms=long_("log.retention.check.interval.ms", 300000),
+            flush_check_interval_ms=long_("log.flush.scheduler.interval.ms", LONG_MAX),
+            flush_recovery_offset_checkpoint_interval_ms=long_("log.flush.offset.checkpoint.interval.ms", 60000, 0),
+            flush_start_offset_checkpoint_interval_ms=long_("log.flush.start.offset.checkpoint.interval.ms", 60000, 0),
+            recovery_threads_per_data_dir=long_("num.recovery.threads.per.data.dir", 1),
+            fsync_every_append=fsync,
+        )

@@ -1,0 +1,669 @@
+"""Log: the segments of one partition and its offsets (Kafka's ``UnifiedLog`` + ``LocalLog``).
+
+Offsets (all "next offset" style except the high watermark, which is one too):
+
+* ``log_start_offset`` — first offset a client may read. Moved forward only
+  by: ``delete_records`` (DeleteRecords, bounded by the high watermark),
+  retention deleting whole segments (to the new first segment's base
+  offset), ``truncate_fully_and_start_at``; moved back only by
+  ``truncate_to`` below it.
+* ``high_watermark`` — offsets below it are committed and visible to
+  consumers. Single replica today: the broker (ReplicaManager) calls
+  ``update_high_watermark`` after an append; ``append`` never moves it.
+  Always within ``[log_start_offset, log_end_offset]``.
+* ``recovery_point`` — every offset below it is fsynced; start-up after a
+  crash scans only from the segment holding it.
+* ``log_end_offset`` — the offset the next appended record gets.
+
+Locking: one ``threading.Lock`` per log (the "append lock") serialises
+append, read, roll, truncation, retention and start-offset changes. fsyncs
+for flush run outside it. Segments are never mutated by anyone else.
+
+Deletion of segments is two-phase, as Kafka: the files are renamed to
+``*.deleted`` at once (so a restart drops them) and closed/unlinked after
+``file.delete.delay.ms`` by ``delete_pending_segments`` (the LogManager's
+background task calls it), so FileRegions of in-flight fetches stay readable.
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import random
+import shutil
+import threading
+import time
+from typing import Callable
+
+from kbroker.kernels import log_scan as _scan
+from kbroker.log.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_dir,
+)
+from kbroker.log.config import LONG_MAX, LogConfig
+from kbroker.log.errors import (
+    KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
+    UnexpectedAppendOffsetError,
+)
+from kbroker.log.info import (
+    EMPTY_RECORDS, FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset,
+)
+from kbroker.log.leader_epoch import LeaderEpochFileCache
+from kbroker.log.recovery import load_log
+from kbroker.log.segment import DELETED_SUFFIX, LogSegment
+
+log = logging.getLogger(__name__)
+
+# ListOffsets special timestamps (ListOffsetsRequest)
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def parse_topic_partition_name(name: str) -> tuple[str, int]:
+    """``my-topic-3`` -> ("my-topic", 3); ValueError if not a partition directory."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        raise ValueError(f"Found directory {name}, '{name}' is not in the form of topic-partition")
+    return topic, int(part)
+
+
+class Log:
+    """The log of one partition. See the module docstring for offsets and locking."""
+
+    def __init__(self, dir: str, topic: str, partition: int, config: LogConfig, loaded, *,
+                 time_ms: Callable[[], int], leader_epoch_cache: LeaderEpochFileCache,
+                 fsync_every_append: bool, topic_id=None, scheduler=None):
+        self.dir = dir
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.topic_id = topic_id
+        self.leader_epoch_cache = leader_epoch_cache
+        self._time_ms = time_ms
+        self._lock = threading.Lock()
+        self._segments: list[LogSegment] = list(loaded.segments)
+        self._bases: list[int] = [s.base_offset for s in self._segments]
+        self._leo: int = loaded.next_offset
+        self._log_start_offset: int = loaded.log_start_offset
+        self._recovery_point: int = loaded.recovery_point
+        self._high_watermark: int = loaded.log_start_offset
+        self._hw_meta: LogOffsetMetadata | None = None
+        self._last_flush_ms: int = time_ms()
+        self._fsync_every_append = fsync_every_append
+        self._scheduler = scheduler
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+        self.truncated_bytes_on_load = loaded.truncated_bytes
+        self.recovered_segments_on_load = loaded.recovered_segments
+        self._segments[-1].roll_jitter_ms = self._jitter()
+
+    # -- construction ----------------------------------------------------------------
+    @classmethod
+    def open(cls, dir: str, config: LogConfig | None = None, *, log_start_offset: int = 0,
+             recovery_point: int = 0, high_watermark: int | None = None, had_clean_shutdown: bool = False,
+             time_ms: Callable[[], int] | None = None, topic_id=None, fsync_every_append: bool | None = None,
+             scheduler=None) -> "Log":
+        """Open (creating if needed) the partition directory ``dir`` = ``<log.dir>/<topic>-<partition>``.
+
+        ``log_start_offset`` / ``recovery_point`` / ``high_watermark`` come from the
+        log dir's checkpoints; ``had_clean_shutdown`` skips recovery (see recovery.py).
+        ``scheduler(fn) -> bool`` queues fn for a background thread (roll flushes);
+        if it returns False or is None, the flush runs inline after the lock is released.
+        """
+        config = config or LogConfig()
+        time_ms = time_ms or _now_ms
+        topic, partition = parse_topic_partition_name(os.path.basename(os.path.normpath(dir)))
+        os.makedirs(dir, exist_ok=True)
+        if fsync_every_append is None:
+            fsync_every_append = config.kbroker_fsync_every_append
+        cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(os.path.join(dir, LEADER_EPOCH_CHECKPOINT)),
+                                     sync=True)
+        loaded = load_log(dir, config, log_start_offset=log_start_offset, recovery_point=recovery_point,
+                          had_clean_shutdown=had_clean_shutdown, time_ms=time_ms, leader_epoch_cache=cache,
+                          fsync_every_append=fsync_every_append)
+        meta = PartitionMetadataFile(os.path.join(dir, PARTITION_METADATA))
+        if topic_id is not None:
+            if not meta.exists() or meta.read() != topic_id:
+                meta.write(topic_id)
+        elif meta.exists():
+            try:
+                topic_id = meta.read()
+            except Exception:  # a damaged partition.metadata is rewritten by the broker later
+                topic_id = None
+        lg = cls(dir, topic, partition, config, loaded, time_ms=time_ms, leader_epoch_cache=cache,
+                 fsync_every_append=fsync_every_append, topic_id=topic_id, scheduler=scheduler)
+        if high_watermark is not None:
+            lg.update_high_watermark(high_watermark)
+        return lg
+
+    def _jitter(self) -> int:
+        j = self.config.segment_jitter_ms
+        return random.randrange(min(j, self.config.segment_ms)) if j > 0 else 0
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        seg = LogSegment(self.dir, base_offset, self.config, self._time_ms, create=True,
+                         roll_jitter_ms=self._jitter(), fsync_every_append=self._fsync_every_append)
+        if self._fsync_every_append:
+            fsync_dir(self.dir)   # the new file's directory entry must be durable too
+        return seg
+
+    def set_topic_id(self, topic_id) -> None:
+        """Record the topic id in ``partition.metadata``."""
+        PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA)).write(topic_id)
+        self.topic_id = topic_id
+
+    # -- properties -------------------------------------------------------------------
+    @property
+    def topic_partition(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def last_flush_time_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the segment list, oldest first."""
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._leo - self._recovery_point
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        seg = self._segments[-1]
+        return LogOffsetMetadata(self._leo, seg.base_offset, seg.size)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    # -- append -------------------------------------------------------------------------
+    def append(self, buf, infos=None, *, leader_epoch: int = -1, assign_offsets: bool = True) -> LogAppendInfo:
+        """Append whole v2 record batches (already validated, e.g. by
+        ``kernels.records.validate_batches``; ``infos`` is accepted for that
+        API and not needed: the framing is re-walked in C).
+
+        ``assign_offsets``: leader append — base offsets are rewritten in
+        place so the batches get offsets ``log_end_offset ..`` without gaps.
+        Otherwise (replica append) their offsets must start at or above
+        ``log_end_offset``. ``leader_epoch >= 0`` is stamped into each batch
+        and recorded in the leader-epoch cache. ``buf`` must be writable
+        (bytearray / writable memoryview) when anything is rewritten; bytes
+        are copied. Returns a LogAppendInfo; raises CorruptRecordError on bad
+        framing, RecordBatchTooLargeError if the append exceeds segment.bytes,
+        RecordTooLargeError for a batch above max.message.bytes,
+        KafkaStorageError on I/O failure.
+        """
+        if isinstance(buf, bytes) and (assign_offsets or leader_epoch >= 0):
+            buf = bytearray(buf)
+        n = buf.nbytes if isinstance(buf, memoryview) else len(buf)
+        config = self.config
+        if n > config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"Message batch size is {n} bytes in append to partition {self.name} which exceeds "
+                f"the maximum configured segment size of {config.segment_bytes}.")
+        with self._lock:
+            if self._closed:
+                raise KafkaStorageError(f"log {self.name} is closed")
+            seg = self._segments[-1]
+            prep = self._prepare(buf, seg, leader_epoch, assign_offsets)
+            first, next_offset, count, max_ts, off_max, first_ts, bsince, entries = prep
+            if n > config.max_message_bytes:
+                sizes = [i.size_in_bytes for i in infos] if infos is not None else ([n] if count == 1 else [])
+                for size in sizes:
+                    if size > config.max_message_bytes:
+                        raise RecordTooLargeError(
+                            f"The record batch size in the append to {self.name} is {size} bytes which "
+                            f"exceeds the maximum configured value of {config.max_message_bytes}.")
+            if seg.should_roll(n, max_ts, next_offset - 1, self._time_ms(), config.segment_bytes,
+                               config.segment_ms):
+                seg = self._roll_locked(first if not assign_offsets else None)
+                prep = self._prepare(buf, seg, leader_epoch, assign_offsets)
+                first, next_offset, count, max_ts, off_max, first_ts, bsince, entries = prep
+            seg.append(buf, max_ts, off_max, bsince, entries)
+            self._leo = next_offset
+            if self._high_watermark == next_offset:
+                self._hw_meta = None
+            if leader_epoch >= 0:
+                cache = self.leader_epoch_cache
+                if cache.latest_epoch != leader_epoch:
+                    cache.assign(leader_epoch, first)
+            log_start = self._log_start_offset
+            need_flush = next_offset - self._recovery_point >= config.flush_messages
+        if self._pending_roll_flush is not None:
+            self._run_pending_roll_flush()
+        if need_flush:
+            self.flush()
+        return LogAppendInfo(first, next_offset - 1, max_ts, off_max, -1, log_start, count, n)
+
+    def _prepare(self, buf, seg: LogSegment, leader_epoch: int, assign_offsets: bool):
+        try:
+            return _scan.prepare_append(buf, self._leo, leader_epoch, seg.base_offset, seg.size,
+                                        seg.bytes_since_last_index_entry, seg.index_interval_bytes,
+                                        -1, -1, assign_offsets)
+        except ValueError as e:
+            if assign_offsets or type(e) is not ValueError:
+                raise
+            raise UnexpectedAppendOffsetError(str(e)) from None
+
+    def append_as_leader(self, buf, *, leader_epoch: int = -1) -> LogAppendInfo:
+        """Validate with ``kernels.records.validate_batches`` (CRC, record
+        framing), then append with offsets assigned."""
+        from kbroker.kernels import records
+        infos = records.validate_batches(buf)
+        return self.append(buf, infos, leader_epoch=leader_epoch)
+
+    # -- read ---------------------------------------------------------------------------
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchDataInfo:
+        """Batches from the one containing ``fetch_offset``.
+
+        ``max_offset`` is an exclusive upper bound (e.g. the high watermark for
+        consumers; None = log end). At most ``max_bytes`` bytes unless the
+        first batch alone is larger and ``min_one_message``. Raises
+        OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+        """
+        with self._lock:
+            leo = self._leo
+            if fetch_offset < self._log_start_offset or fetch_offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"Received request for offset {fetch_offset} for partition {self.name}, but we only "
+                    f"have log segments in the range {self._log_start_offset} to {leo}.", fetch_offset)
+            if max_offset is None or max_offset >= leo:
+                max_meta = self.log_end_offset_metadata
+            elif max_offset == self._high_watermark:
+                max_meta = self._high_watermark_metadata()
+            else:
+                max_meta = self._offset_metadata(max_offset)
+            if fetch_offset == max_meta.message_offset:
+                return FetchDataInfo(max_meta, EMPTY_RECORDS)
+            if fetch_offset > max_meta.message_offset:
+                return FetchDataInfo(self._offset_metadata(fetch_offset), EMPTY_RECORDS)
+            i = bisect.bisect_right(self._bases, fetch_offset) - 1
+            if i < 0:
+                i = 0
+            segs = self._segments
+            while i < len(segs):
+                seg = segs[i]
+                max_pos = (max_meta.relative_position_in_segment
+                           if max_meta.segment_base_offset == seg.base_offset else seg.size)
+                info = seg.read(fetch_offset, max_bytes, max_pos, min_one_message)
+                if info is not None:
+                    return info
+                i += 1
+            return FetchDataInfo(self.log_end_offset_metadata, EMPTY_RECORDS)
+
+    def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Where ``offset`` lives (the start of the batch holding it). Lock held."""
+        if offset >= self._leo:
+            return self.log_end_offset_metadata
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for seg in self._segments[i:]:
+            m = seg.translate_offset(offset)
+            if m is not None:
+                return LogOffsetMetadata(offset, seg.base_offset, m[2])
+        return self.log_end_offset_metadata
+
+    def _high_watermark_metadata(self) -> LogOffsetMetadata:
+        m = self._hw_meta
+        if m is None or m.message_offset != self._high_watermark:
+            m = self._hw_meta = self._offset_metadata(self._high_watermark)
+        return m
+
+    def convert_to_offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        with self._lock:
+            if offset < self._log_start_offset or offset > self._leo:
+                raise OffsetOutOfRangeError(f"offset {offset} out of range for {self.name}", offset)
+            return self._offset_metadata(offset)
+
+    # -- offsets ---------------------------------------------------------------------------
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset]; returns it."""
+        with self._lock:
+            hw = min(max(offset, self._log_start_offset), self._leo)
+            if hw != self._high_watermark:
+                self._high_watermark = hw
+                self._hw_meta = None
+            return hw
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move log_start_offset to ``offset`` (<= high watermark).
+        Segments wholly below it go at the next retention pass. Returns the
+        new log start offset."""
+        with self._lock:
+            if offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"Cannot increment the log start offset to {offset} of partition {self.name} since it "
+                    f"is larger than the high watermark {self._high_watermark}", offset)
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self.leader_epoch_cache.truncate_from_start(offset)
+            return self._log_start_offset
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets: the first record with timestamp >= ``timestamp`` (None if
+        none), or the special -1 latest / -2 earliest / -3 max-timestamp /
+        -4 earliest-local / -5 latest-tiered answers (Kafka's fetchOffsetByTimestamp)."""
+        with self._lock:
+            cache = self.leader_epoch_cache
+            if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                so = self._log_start_offset
+                return TimestampAndOffset(-1, so, _epoch_or(cache.epoch_for_offset(so)))
+            if timestamp == LATEST_TIMESTAMP:
+                return TimestampAndOffset(-1, self._leo, _epoch_or(cache.latest_epoch))
+            if timestamp == LATEST_TIERED_TIMESTAMP:
+                return TimestampAndOffset(-1, -1, -1)
+            if timestamp == MAX_TIMESTAMP:
+                best = None
+                for seg in self._segments:
+                    if seg.max_timestamp_so_far >= 0 and (best is None or
+                                                          seg.max_timestamp_so_far > best.max_timestamp_so_far):
+                        best = seg
+                if best is None:
+                    return TimestampAndOffset(-1, -1, -1)
+                return best.offset_of_max_timestamp_record()
+            if timestamp < 0:
+                raise ValueError(f"invalid ListOffsets timestamp {timestamp}")
+            for seg in self._segments:
+                if seg.largest_timestamp >= timestamp:
+                    found = seg.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                    if found is not None:
+                        return found
+            return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset) — see LeaderEpochFileCache.end_offset_for."""
+        with self._lock:
+            return self.leader_epoch_cache.end_offset_for(epoch, self._leo)
+
+    # -- roll / flush -------------------------------------------------------------------------
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at log_end_offset (if the active one is non-empty)."""
+        with self._lock:
+            seg = self._roll_locked(expected_next_offset)
+        self._run_pending_roll_flush()
+        return seg
+
+    def _roll_locked(self, expected_next_offset: int | None) -> LogSegment:
+        new_offset = max(expected_next_offset or 0, self._leo)
+        active = self._segments[-1]
+        if active.base_offset == new_offset and active.size == 0:
+            return active  # Kafka would replace an empty active segment by an identical one
+        if new_offset <= active.base_offset:
+            raise KafkaStorageError(
+                f"Trying to roll a new log segment for {self.name} with start offset {new_offset} "
+                f"<= the active segment's base offset {active.base_offset}")
+        active.on_become_inactive()
+        seg = self._new_segment(new_offset)
+        self._segments = self._segments + [seg]
+        self._bases = self._bases + [new_offset]
+        # Kafka flushes the rolled segment asynchronously and then moves the
+        # recovery point to the new segment's base offset.
+        if self._scheduler is None or not self._scheduler(lambda: self.flush(new_offset, including_offset=False)):
+            self._pending_roll_flush = new_offset   # run inline once the lock is released
+        return seg
+
+    _pending_roll_flush: int | None = None
+
+    def flush(self, offset: int | None = None, *, including_offset: bool = True) -> None:
+        """fsync every segment holding offsets in [recovery_point, offset) and
+        move the recovery point to ``offset`` (default: log end). The fsyncs
+        run without the log lock."""
+        with self._lock:
+            if offset is None:
+                offset = self._leo
+            target = offset + 1 if including_offset and offset < self._leo else offset
+            target = min(target, self._leo)
+            if target <= self._recovery_point:
+                return
+            rp = self._recovery_point
+            segs = [s for i, s in enumerate(self._segments)
+                    if s.base_offset < target and (i + 1 == len(self._segments)
+                                                   or self._segments[i + 1].base_offset > rp)]
+        try:
+            for s in segs:
+                try:
+                    s.flush()
+                except (ValueError, OSError) as e:
+                    if s.has_open_file() and os.path.exists(s.log_path):
+                        raise
+                    log.debug("skipping flush of deleted segment %s: %s", s.log_path, e)
+        except OSError as e:
+            raise KafkaStorageError(f"error while flushing {self.name}: {e}") from e
+        with self._lock:
+            if target > self._recovery_point:
+                self._recovery_point = min(target, self._leo)
+            self._last_flush_ms = self._time_ms()
+
+    def _run_pending_roll_flush(self) -> None:
+        """Without a scheduler, a roll's flush runs inline, after the lock is released."""
+        off = self._pending_roll_flush
+        if off is not None:
+            self._pending_roll_flush = None
+            self.flush(off, including_offset=False)
+
+    # -- truncation ------------------------------------------------------------------------------
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every offset >= target_offset (whole batches: the batch
+        holding target_offset goes too). Returns True if anything was removed."""
+        if target_offset < 0:
+            raise ValueError(f"Cannot truncate partition {self.name} to a negative offset ({target_offset}).")
+        with self._lock:
+            if target_offset >= self._leo:
+                return False
+            if target_offset < self._segments[0].base_offset:
+                self._truncate_fully_locked(target_offset)
+                return True
+            i = bisect.bisect_right(self._bases, target_offset) - 1
+            doomed = self._segments[i + 1:]
+            seg = self._segments[i]
+            mapping = seg.translate_offset(target_offset)
+            seg.truncate_to(target_offset)
+            self._segments = self._segments[: i + 1]
+            self._bases = self._bases[: i + 1]
+            self._schedule_delete(doomed)
+            new_leo = mapping[0] if mapping is not None and mapping[0] < target_offset else target_offset
+            if seg.size == 0:
+                new_leo = max(seg.base_offset, min(new_leo, target_offset))
+            self._leo = new_leo
+            self._after_truncation()
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and restart the log, empty, at ``new_offset``."""
+        with self._lock:
+            self._truncate_fully_locked(new_offset)
+
+    def _truncate_fully_locked(self, new_offset: int) -> None:
+        doomed = self._segments
+        self._schedule_delete(doomed)
+        seg = self._new_segment(new_offset)
+        self._segments = [seg]
+        self._bases = [new_offset]
+        self._leo = new_offset
+        self._log_start_offset = new_offset
+        self.leader_epoch_cache.clear()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        leo = self._leo
+        self._log_start_offset = min(self._log_start_offset, leo)
+        self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
+        self._hw_meta = None
+        self._recovery_point = min(self._recovery_point, leo)
+        self.leader_epoch_cache.truncate_from_end(leo)
+
+    # -- retention ----------------------------------------------------------------------------------
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """One retention pass (Kafka's deleteOldSegments): segments below the
+        log start offset always; with cleanup.policy containing delete, also
+        by retention.ms (segment's largest timestamp) and retention.bytes.
+        Only segments wholly below the high watermark go; if every segment
+        qualifies, the log rolls first so the active segment is never deleted.
+        Returns the number of segments deleted."""
+        now = self._time_ms() if now_ms is None else now_ms
+        deleted = self._delete_by(lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset,
+                                  "log start offset breach")
+        if self.config.delete:
+            rb = self.config.retention_bytes
+            if rb >= 0:
+                with self._lock:
+                    diff = [self.size_in_bytes - rb]
+
+                def size_breach(seg, nxt):
+                    if diff[0] - seg.size >= 0:
+                        diff[0] -= seg.size
+                        return True
+                    return False
+                if diff[0] > 0:
+                    deleted += self._delete_by(size_breach, "retention size breach")
+            rms = self.config.retention_ms
+            if rms >= 0:
+                deleted += self._delete_by(lambda seg, nxt: now - seg.largest_timestamp > rms,
+                                           "retention time breach")
+        return deleted
+
+    def _delete_by(self, predicate, reason: str) -> int:
+        with self._lock:
+            segs = self._segments
+            hw = self._high_watermark
+            deletable = []
+            for i, seg in enumerate(segs):
+                nxt = segs[i + 1] if i + 1 < len(segs) else None
+                if nxt is None and seg.size == 0:
+                    break
+                upper = nxt.base_offset if nxt is not None else self._leo
+                if predicate(seg, nxt) and hw >= upper:
+                    deletable.append(seg)
+                else:
+                    break
+            if not deletable:
+                return 0
+            if len(deletable) == len(self._segments):
+                self._roll_locked(None)
+            n = len(deletable)
+            self._segments = self._segments[n:]
+            self._bases = self._bases[n:]
+            new_start = self._segments[0].base_offset
+            if new_start > self._log_start_offset:
+                self._log_start_offset = new_start
+                self.leader_epoch_cache.truncate_from_start(new_start)
+            self._schedule_delete(deletable)
+            log.info("Deleting %d segment(s) of %s due to %s", n, self.name, reason)
+        self._run_pending_roll_flush()
+        return n
+
+    def _schedule_delete(self, segments) -> None:
+        """Rename to .deleted now; close + unlink after file.delete.delay.ms. Lock held."""
+        if not segments:
+            return
+        due = self._time_ms() + self.config.file_delete_delay_ms
+        for seg in segments:
+            try:
+                seg.change_file_suffixes("", DELETED_SUFFIX)
+            except OSError as e:
+                raise KafkaStorageError(f"error renaming {seg.log_path}: {e}") from e
+            if self.config.file_delete_delay_ms == 0:
+                seg.delete_if_exists()
+            else:
+                self._pending_deletes.append((due, seg))
+
+    def delete_pending_segments(self, now_ms: int | None = None, force: bool = False) -> int:
+        """Unlink ``.deleted`` segments whose delay has passed (all if force)."""
+        now = self._time_ms() if now_ms is None else now_ms
+        with self._lock:
+            ready = [s for due, s in self._pending_deletes if force or due <= now]
+            self._pending_deletes = [(d, s) for d, s in self._pending_deletes if not (force or d <= now)]
+        for s in ready:
+            s.delete_if_exists()
+        return len(ready)
+
+    @property
+    def pending_deletes(self) -> int:
+        return len(self._pending_deletes)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Clean close: trim the active segment's indexes, close every fd and map.
+        Pending deletions are completed (their files are already ``.deleted``)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            segs = self._segments
+        self.delete_pending_segments(force=True)
+        for s in segs:
+            s.close()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            self._closed = True
+            segs = self._segments
+        self.delete_pending_segments(force=True)
+        for s in segs:
+            s.close_handlers()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def rename_dir(self, new_dir: str) -> None:
+        """Move the partition directory (e.g. to ``...-delete``). Segments keep their fds."""
+        with self._lock:
+            os.replace(self.dir, new_dir)
+            old = self.dir
+            self.dir = new_dir
+            for s in self._segments + [s for _, s in self._pending_deletes]:
+                s.moved_dir(old, new_dir)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return (f"Log({self.name}, log_start_offset={self._log_start_offset}, "
+                f"log_end_offset={self._leo}, high_watermark={self._high_watermark}, "
+                f"segments={len(self._segments)})")
+
+
+def _epoch_or(e: int | None) -> int:
+    return -1 if e is None else e

@@ -1,0 +1,426 @@
+"""LogManager: the log directories, the logs in them, and their background tasks.
+
+Model: Kafka's ``LogManager`` (core/.../log/LogManager.scala).
+
+Each log dir holds ``<topic>-<partition>/`` directories plus Kafka's
+checkpoint files (checkpoints.py): ``recovery-point-offset-checkpoint``,
+``log-start-offset-checkpoint``, ``replication-offset-checkpoint`` (high
+watermarks), ``meta.properties`` and, after a clean shutdown,
+``.kafka_cleanshutdown``.
+
+Start-up (``startup`` / ``load_logs``): for each dir, read the checkpoints,
+open every partition directory (recovery.py decides what to scan: nothing
+after a clean shutdown), drop ``*-delete`` directories, then remove the
+clean-shutdown marker so a later crash is not mistaken for a clean stop.
+
+Background tasks (one daemon thread; all are also callable directly, with an
+injected clock, for tests): retention every ``log.retention.check.interval.ms``,
+flush of logs older than their ``flush.ms`` every
+``log.flush.scheduler.interval.ms``, recovery-point and log-start
+checkpoints every ``log.flush.offset.checkpoint.interval.ms`` /
+``log.flush.start.offset.checkpoint.interval.ms``, completion of delayed
+segment deletions, and one-off roll flushes handed over by the logs.
+
+Shutdown (``shutdown``): stop the thread, flush and close every log, write
+all checkpoints with recovery point = log end offset, then write the
+clean-shutdown marker in each dir.
+
+Compaction is not implemented yet: ``cleaner`` is the seam — an object
+with ``maybe_clean(log)`` called for every log whose cleanup.policy
+includes ``compact`` during the retention pass.
+
+Thread-safety: the logs map is guarded by ``_lock``; each Log guards itself.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from typing import Callable, Iterable, Mapping
+
+from kbroker.log.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT, META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointError, OffsetCheckpointFile, has_clean_shutdown, read_meta_properties, remove_clean_shutdown,
+    write_clean_shutdown, write_meta_properties,
+)
+from kbroker.log.config import LONG_MAX, LogConfig, LogManagerConfig
+from kbroker.log.errors import KafkaStorageError
+from kbroker.log.log import Log, parse_topic_partition_name
+
+log = logging.getLogger(__name__)
+
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+
+TopicPartition = tuple  # (topic: str, partition: int)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Scheduler:
+    """A tiny single-thread scheduler: periodic tasks plus one-off jobs."""
+
+    def __init__(self, name: str, time_ms: Callable[[], int]):
+        self._name = name
+        self._time_ms = time_ms
+        self._cv = threading.Condition()
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def schedule(self, fn: Callable[[], None], delay_ms: int = 0, period_ms: int | None = None) -> None:
+        with self._cv:
+            if self._stopped:
+                return
+            heapq.heappush(self._heap, (self._time_ms() + delay_ms, next(self._seq), fn, period_ms))
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped:
+                    now = self._time_ms()
+                    if self._heap and self._heap[0][0] <= now:
+                        break
+                    wait = (self._heap[0][0] - now) / 1000 if self._heap else None
+                    self._cv.wait(min(wait, 1.0) if wait is not None else 1.0)
+                if self._stopped:
+                    return
+                due, _, fn, period = heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:  # a failing task must not kill the scheduler
+                log.exception("background task %r failed", fn)
+            if period is not None and period < LONG_MAX:
+                self.schedule(fn, period, period)
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._heap.clear()
+            self._cv.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+class LogManager:
+    """All logs of this broker (see module docstring)."""
+
+    def __init__(self, log_dirs: Iterable[str] | None = None, default_config: LogConfig | None = None, *,
+                 manager_config: LogManagerConfig | None = None, time_ms: Callable[[], int] | None = None,
+                 topic_overrides: Callable[[str], Mapping] | None = None, broker_epoch: int = -1,
+                 background: bool = True):
+        self.manager_config = manager_config or LogManagerConfig(
+            log_dirs=tuple(log_dirs) if log_dirs is not None else LogManagerConfig().log_dirs)
+        if log_dirs is not None:
+            self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        else:
+            self.log_dirs = [os.path.abspath(d) for d in self.manager_config.log_dirs]
+        self.default_config = default_config or LogConfig()
+        self._time_ms = time_ms or _now_ms
+        self._topic_overrides = topic_overrides
+        self._broker_epoch = broker_epoch
+        self._background = background
+        self._lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._logs: dict[TopicPartition, Log] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._logs_to_delete: list[tuple[int, Log]] = []
+        self._scheduler = _Scheduler("kbroker-log-manager", self._time_ms)
+        self.cleaner = None  # LogCleaner seam: object with maybe_clean(log)
+        self._started = False
+        self._shut_down = False
+        self.load_stats: dict[str, float] = {}
+
+    # -- configuration ---------------------------------------------------------------
+    @classmethod
+    def from_broker_config(cls, props: Mapping, **kw) -> "LogManager":
+        mc = LogManagerConfig.from_broker(props)
+        return cls(mc.log_dirs, LogConfig.from_broker(props), manager_config=mc, **kw)
+
+    def config_for(self, topic: str) -> LogConfig:
+        cfg = self._topic_configs.get(topic)
+        if cfg is None:
+            overrides = self._topic_overrides(topic) if self._topic_overrides else None
+            cfg = self.default_config.with_overrides(overrides) if overrides else self.default_config
+        return cfg
+
+    def update_topic_config(self, topic: str, overrides: Mapping | None) -> LogConfig:
+        """Apply new topic-level overrides to the topic's logs (AlterConfigs).
+        Segment-shape settings take effect for new segments."""
+        cfg = self.default_config.with_overrides(overrides or {})
+        with self._lock:
+            self._topic_configs[topic] = cfg
+            logs = [lg for (t, _), lg in self._logs.items() if t == topic]
+        for lg in logs:
+            lg.config = cfg
+        return cfg
+
+    def _fsync_mode(self, cfg: LogConfig) -> bool:
+        return self.manager_config.fsync_every_append or cfg.kbroker_fsync_every_append
+
+    # -- start-up -----------------------------------------------------------------------
+    def ensure_meta_properties(self, node_id: int, cluster_id: str) -> None:
+        """Write a KRaft meta.properties in each dir that lacks one; check the
+        cluster id of those that have one."""
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            path = os.path.join(d, META_PROPERTIES)
+            if os.path.exists(path):
+                props = read_meta_properties(path)
+                if props.get("cluster.id") != cluster_id:
+                    raise KafkaStorageError(
+                        f"The cluster id {cluster_id} doesn't match stored cluster id "
+                        f"{props.get('cluster.id')} in {path}")
+                if props.get("node.id") not in (None, str(node_id)):
+                    raise KafkaStorageError(
+                        f"Stored node id {props.get('node.id')} doesn't match node.id {node_id} in {path}")
+            else:
+                write_meta_properties(path, node_id=node_id, cluster_id=cluster_id, directory_id=uuid.uuid4())
+
+    def startup(self) -> None:
+        """Load every log, then start the background tasks."""
+        self.load_logs()
+        if self._background:
+            self._start_background()
+        self._started = True
+
+    def load_logs(self) -> None:
+        t0 = time.perf_counter()
+        clean_dirs = 0
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            clean = has_clean_shutdown(d)
+            clean_dirs += clean
+            recovery_points = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
+            log_starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
+            hws = self._read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT)
+            for name in sorted(os.listdir(d)):
+                path = os.path.join(d, name)
+                if not os.path.isdir(path):
+                    continue
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
+                    continue
+                try:
+                    tp = parse_topic_partition_name(name)
+                except ValueError:
+                    continue
+                cfg = self.config_for(tp[0])
+                lg = Log.open(path, cfg, log_start_offset=log_starts.get(tp, 0),
+                              recovery_point=recovery_points.get(tp, 0), high_watermark=hws.get(tp),
+                              had_clean_shutdown=clean, time_ms=self._time_ms,
+                              fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job)
+                with self._lock:
+                    if tp in self._logs:
+                        raise KafkaStorageError(f"Duplicate log directories for {tp} found: "
+                                                f"{self._logs[tp].dir}, {path}")
+                    self._logs[tp] = lg
+            # Kafka deletes the marker once every log of the dir is loaded.
+            remove_clean_shutdown(d)
+        self.load_stats = {"seconds": time.perf_counter() - t0, "logs": len(self._logs),
+                           "clean_dirs": clean_dirs}
+
+    @staticmethod
+    def _read_checkpoint(d: str, name: str) -> dict:
+        try:
+            return OffsetCheckpointFile(os.path.join(d, name)).read()
+        except (CheckpointError, OSError) as e:
+            log.warning("Error reading %s in %s (%s); ignoring it", name, d, e)
+            return {}
+
+    def _start_background(self) -> None:
+        mc = self.manager_config
+        s = self._scheduler
+        s.start()
+        s.schedule(self._safe(self.cleanup_logs), 30000, mc.retention_check_interval_ms)
+        if mc.flush_check_interval_ms < LONG_MAX:
+            s.schedule(self._safe(self.flush_dirty_logs), 30000, mc.flush_check_interval_ms)
+        s.schedule(self._safe(self.checkpoint_recovery_offsets), 30000,
+                   max(mc.flush_recovery_offset_checkpoint_interval_ms, 1))
+        s.schedule(self._safe(self.checkpoint_log_start_offsets), 30000,
+                   max(mc.flush_start_offset_checkpoint_interval_ms, 1))
+        s.schedule(self._safe(self.delete_pending), 1000, 1000)
+
+    @staticmethod
+    def _safe(fn):
+        def run():
+            try:
+                fn()
+            except Exception:
+                log.exception("log manager task %s failed", fn.__name__)
+        run.__name__ = fn.__name__
+        return run
+
+    def _schedule_job(self, fn: Callable[[], None]) -> bool:
+        """Given to each Log: queue a roll flush for the background thread.
+        False (the log then runs it itself, outside its lock) without one."""
+        if self._background and self._started and not self._shut_down:
+            self._scheduler.schedule(self._safe(fn))
+            return True
+        return False
+
+    # -- logs -------------------------------------------------------------------------------
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tuple(tp))
+
+    @property
+    def logs(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def all_logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def _next_log_dir(self) -> str:
+        counts = {d: 0 for d in self.log_dirs}
+        for lg in self._logs.values():
+            parent = os.path.dirname(lg.dir)
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+
+    def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None, *, topic_id=None) -> Log:
+        """The log of ``tp``, created (in the dir with the fewest logs) if absent."""
+        tp = (tp[0], int(tp[1]))
+        with self._lock:
+            lg = self._logs.get(tp)
+            if lg is not None:
+                if topic_id is not None and lg.topic_id is None:
+                    lg.set_topic_id(topic_id)
+                return lg
+            if not tp[0] or "/" in tp[0] or tp[0] in (".", ".."):
+                raise ValueError(f"invalid topic name {tp[0]!r}")
+            cfg = config or self.config_for(tp[0])
+            path = os.path.join(self._next_log_dir(), f"{tp[0]}-{tp[1]}")
+            lg = Log.open(path, cfg, had_clean_shutdown=True, time_ms=self._time_ms, topic_id=topic_id,
+                          fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job)
+            self._logs[tp] = lg
+            return lg
+
+    create_log = get_or_create_log
+
+    def delete_log(self, tp: TopicPartition) -> Log | None:
+        """Remove ``tp``: its directory is renamed ``<topic>-<p>.<uuid>-delete``
+        at once and removed after file.delete.delay.ms (or at next start-up)."""
+        tp = (tp[0], int(tp[1]))
+        with self._lock:
+            lg = self._logs.pop(tp, None)
+        if lg is None:
+            return None
+        new_dir = os.path.join(os.path.dirname(lg.dir),
+                               f"{tp[0]}-{tp[1]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        lg.rename_dir(new_dir)
+        due = self._time_ms() + lg.config.file_delete_delay_ms
+        with self._lock:
+            self._logs_to_delete.append((due, lg))
+        if lg.config.file_delete_delay_ms == 0:
+            self.delete_pending()
+        return lg
+
+    # -- background tasks (callable synchronously) --------------------------------------------
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """One retention pass over every log; returns segments deleted."""
+        total = 0
+        for lg in self.all_logs():
+            if lg.closed:
+                continue
+            if lg.config.compact and self.cleaner is not None:
+                self.cleaner.maybe_clean(lg)
+            total += lg.delete_old_segments(now_ms)
+        return total
+
+    def flush_dirty_logs(self, now_ms: int | None = None) -> int:
+        """Flush every log whose last flush is at least its flush.ms ago."""
+        now = self._time_ms() if now_ms is None else now_ms
+        n = 0
+        for lg in self.all_logs():
+            if lg.closed:
+                continue
+            if now - lg.last_flush_time_ms >= lg.config.flush_ms and lg.unflushed_messages > 0:
+                lg.flush()
+                n += 1
+        return n
+
+    def delete_pending(self, now_ms: int | None = None) -> int:
+        """Complete delayed deletions of segments and of deleted logs."""
+        now = self._time_ms() if now_ms is None else now_ms
+        n = 0
+        for lg in self.all_logs():
+            n += lg.delete_pending_segments(now)
+        with self._lock:
+            ready = [lg for due, lg in self._logs_to_delete if due <= now]
+            self._logs_to_delete = [(d, lg) for d, lg in self._logs_to_delete if d > now]
+        for lg in ready:
+            lg.delete()
+            n += 1
+        return n
+
+    def _offsets_by_dir(self, fn) -> dict[str, dict]:
+        out: dict[str, dict] = {d: {} for d in self.log_dirs}
+        for tp, lg in self.logs.items():
+            parent = os.path.dirname(lg.dir)
+            if parent in out:
+                out[parent][tp] = fn(lg)
+        return out
+
+    def _write_checkpoints(self, name: str, fn) -> None:
+        with self._checkpoint_lock:
+            for d, offsets in self._offsets_by_dir(fn).items():
+                OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
+
+    def checkpoint_recovery_offsets(self) -> None:
+        self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        # Kafka writes only logs whose start offset is above their first segment's base.
+        self._write_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """replication-offset-checkpoint (Kafka: ReplicaManager's HW checkpoint)."""
+        self._write_checkpoints(REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark)
+
+    # -- shutdown ------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Clean shutdown (see module docstring). Idempotent."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self._scheduler.shutdown()
+        logs = self.all_logs()
+        errors = []
+        for lg in logs:
+            try:
+                lg.flush()
+            except Exception as e:  # keep closing the others
+                errors.append(e)
+        self.checkpoint_recovery_offsets()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        for lg in logs:
+            try:
+                lg.close()
+            except Exception as e:
+                errors.append(e)
+        self.delete_pending(now_ms=LONG_MAX)
+        if errors:
+            log.error("errors during log shutdown: %s; not writing the clean shutdown marker", errors)
+            return
+        for d in self.log_dirs:
+            write_clean_shutdown(d, self._broker_epoch)

@@ -1,0 +1,519 @@
+"""LogSegment: one ``.log`` file plus its ``.index`` and ``.timeindex``.
+
+Model: Kafka's ``LogSegment`` (storage/.../log/LogSegment.java).
+
+Files, in ``<log.dir>/<topic>-<partition>/``, named by the 20-digit
+zero-padded base offset (the first offset the segment may hold)::
+
+    00000000000000001234.log        record batches exactly as on the wire
+    00000000000000001234.index      sparse offset -> position (8-byte entries)
+    00000000000000001234.timeindex  sparse timestamp -> offset (12-byte entries)
+
+Every offset in the segment is in ``[base_offset, base_offset + 2**31 - 1]``
+so that the indexes can store 32-bit relative offsets.
+
+Index rule (Kafka's, per batch): before appending a batch, if more than
+``index.interval.bytes`` have been appended since the last index entry,
+add ``(batch last offset, batch position)`` to the offset index and the
+running ``(max timestamp, its offset)`` to the time index.
+
+This class is not thread-safe: the owning ``Log`` holds its lock around
+every call. The ``.log`` file descriptor is opened lazily on first use
+and stays open until the segment is closed or its deletion completes, so
+a FileRegion handed out by ``read`` stays valid while a fetch is in flight.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from typing import Callable
+
+from kbroker.kernels import log_scan as _scan
+from kbroker.kernels import offset_index as _offset_index
+from kbroker.kernels import time_index as _time_index
+from kbroker.log.config import LogConfig
+from kbroker.log.errors import CorruptIndexError, KafkaStorageError
+from kbroker.log.info import EMPTY_RECORDS, FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
+from kbroker.records.region import FileRegion
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+INT32_MAX = 0x7FFFFFFF
+_MAX_TS = struct.Struct(">q")
+
+
+def filename_prefix(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def offset_from_filename(name: str) -> int:
+    return int(name.split(".", 1)[0])
+
+
+class SegmentFile:
+    """The open ``.log`` of a segment: what ``FileRegion.file`` refers to.
+
+    Owns one fd; ``close`` is idempotent. Only the segment closes it.
+    """
+
+    __slots__ = ("fd", "path", "closed")
+
+    def __init__(self, path: str, create: bool):
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+        self.path = path
+        self.closed = False
+
+    def fileno(self) -> int:
+        if self.closed:
+            raise ValueError(f"segment file {self.path} is closed")
+        return self.fd
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+    def __repr__(self) -> str:
+        return f"SegmentFile({self.path!r}, fd={self.fd}{', closed' if self.closed else ''})"
+
+
+class LogSegment:
+    """One segment of a log (see module docstring). Not thread-safe."""
+
+    def __init__(self, dir: str, base_offset: int, config: LogConfig, time_ms: Callable[[], int], *,
+                 create: bool = False, file_suffix: str = "", roll_jitter_ms: int = 0,
+                 fsync_every_append: bool = False):
+        self.dir = dir
+        self.base_offset = base_offset
+        prefix = os.path.join(dir, filename_prefix(base_offset))
+        self.log_path = prefix + LOG_SUFFIX + file_suffix
+        self.offset_index = _offset_index.OffsetIndex(prefix + INDEX_SUFFIX + file_suffix, base_offset,
+                                                      config.segment_index_bytes)
+        self.time_index = _time_index.TimeIndex(prefix + TIME_INDEX_SUFFIX + file_suffix, base_offset,
+                                                config.segment_index_bytes)
+        self.index_interval_bytes = config.index_interval_bytes
+        self.max_index_size = config.segment_index_bytes
+        self.roll_jitter_ms = roll_jitter_ms
+        self.fsync_every_append = fsync_every_append
+        self._time_ms = time_ms
+        self.created_ms = time_ms()
+        self.bytes_since_last_index_entry = 0
+        self._file: SegmentFile | None = None
+        self._indexes_checked = create
+        self._writable_indexes = False
+        if create:
+            self._file = SegmentFile(self.log_path, create=True)
+            os.ftruncate(self._file.fd, 0)
+            self.size = 0
+            self._max_ts, self._offset_of_max_ts = -1, -1
+            self._max_ts_loaded = True
+            self._rolling_ts: int | None = None
+            self._rolling_ts_loaded = True
+        else:
+            self.size = os.stat(self.log_path).st_size
+            self._max_ts, self._offset_of_max_ts = -1, -1
+            self._max_ts_loaded = False
+            self._rolling_ts = None
+            self._rolling_ts_loaded = False
+
+    # -- files -------------------------------------------------------------------
+    @property
+    def file(self) -> SegmentFile:
+        f = self._file
+        if f is None:
+            f = self._file = SegmentFile(self.log_path, create=False)
+        return f
+
+    @property
+    def fd(self) -> int:
+        f = self._file
+        if f is None:
+            f = self.file
+        return f.fd
+
+    def has_open_file(self) -> bool:
+        return self._file is not None and not self._file.closed
+
+    def _check_indexes(self) -> None:
+        """Sanity-check both indexes on first use; rebuild them if corrupt."""
+        if self._indexes_checked:
+            return
+        self._indexes_checked = True
+        try:
+            self.offset_index.sanity_check()
+            self.time_index.sanity_check()
+        except (CorruptIndexError, OSError):
+            self.rebuild_indexes()
+
+    def index_files_exist(self) -> bool:
+        return os.path.exists(self.offset_index.path) and os.path.exists(self.time_index.path)
+
+    # -- append ------------------------------------------------------------------
+    def prepare_writable(self) -> None:
+        """Make this the active segment: indexes checked and re-extended to max size."""
+        if not self._writable_indexes:
+            self._check_indexes()
+            self.offset_index.resize(self.max_index_size)
+            self.time_index.resize(self.max_index_size)
+            self._writable_indexes = True
+
+    def append(self, buf, max_timestamp: int, offset_of_max_timestamp: int, bytes_since: int,
+               entries) -> None:
+        """Write prepared batches (see ``log_scan.prepare_append``, called with
+        this segment's size and ``bytes_since_last_index_entry`` and a -1
+        running maximum) at the end of the ``.log`` and add their index entries."""
+        if not self._writable_indexes:
+            self.prepare_writable()
+        pos = self.size
+        fd = self.fd
+        n = len(buf) if not isinstance(buf, memoryview) else buf.nbytes
+        try:
+            written = os.pwrite(fd, buf, pos)
+            if written != n:
+                view = memoryview(buf).cast("B")
+                while written < n:
+                    written += os.pwrite(fd, view[written:], pos + written)
+            if self.fsync_every_append:
+                os.fdatasync(fd)
+        except OSError as e:
+            try:
+                os.ftruncate(fd, pos)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"error while appending to {self.log_path}: {e}") from e
+        if pos == 0:
+            self._rolling_ts = max_timestamp
+            self._rolling_ts_loaded = True
+        self.size = pos + n
+        if not self._max_ts_loaded:
+            self._load_largest_timestamp()
+        seg_max, seg_off = self._max_ts, self._offset_of_max_ts
+        if max_timestamp > seg_max:
+            self._max_ts, self._offset_of_max_ts = max_timestamp, offset_of_max_timestamp
+        if entries is not None:
+            oi, ti = self.offset_index, self.time_index
+            for offset, position, ts, ts_offset in entries:
+                oi.append(offset, position)
+                # Entries carry the running max within this append; the
+                # segment's running max is the larger of that and seg_max.
+                if ts <= seg_max:
+                    ts, ts_offset = seg_max, seg_off
+                if ts >= 0:
+                    ti.maybe_append(ts, ts_offset)
+        self.bytes_since_last_index_entry = bytes_since
+
+    # -- reads -------------------------------------------------------------------
+    def translate_offset(self, offset: int, starting_position: int = 0):
+        """(base_offset, last_offset, position, size) of the first batch whose
+        last offset is >= ``offset``, or None if there is none."""
+        self._check_indexes()
+        pos = self.offset_index.lookup(offset)[1]
+        if pos < starting_position:
+            pos = starting_position
+        return _scan.search_offset(self.fd, pos, self.size, offset)
+
+    def read(self, start_offset: int, max_size: int, max_position: int | None = None,
+             min_one_message: bool = False) -> FetchDataInfo | None:
+        """Batches from the one containing ``start_offset``, at most
+        ``max_size`` bytes (or the whole first batch if min_one_message) and
+        not past ``max_position``; None if start_offset is beyond this segment."""
+        if max_size < 0:
+            raise ValueError(f"Invalid max size {max_size} for log read from segment {self.log_path}")
+        if max_position is None:
+            max_position = self.size
+        mapping = self.translate_offset(start_offset)
+        if mapping is None:
+            return None
+        _, _, start_pos, batch_size = mapping
+        meta = LogOffsetMetadata(start_offset, self.base_offset, start_pos)
+        adjusted = max(max_size, batch_size) if min_one_message else max_size
+        if adjusted == 0:
+            return FetchDataInfo(meta, EMPTY_RECORDS)
+        fetch_size = min(max_position - start_pos, adjusted)
+        if fetch_size <= 0:
+            return FetchDataInfo(meta, EMPTY_RECORDS)
+        if adjusted < batch_size:
+            return FetchDataInfo(meta, EMPTY_RECORDS, True)
+        return FetchDataInfo(meta, FileRegion(self.file, start_pos, fetch_size), False)
+
+    def read_next_offset(self) -> int:
+        """Offset after the last batch (base_offset if empty): scans headers
+        from the last offset-index entry."""
+        self._check_indexes()
+        oi = self.offset_index
+        n = oi.entries
+        pos = oi.entry(n - 1)[1] if n else 0
+        if pos > self.size:
+            pos = 0
+        nxt = _scan.scan_headers(self.fd, pos, self.size)[0]
+        return self.base_offset if nxt < 0 else nxt
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
+        """First record with timestamp >= ``timestamp`` and offset >= starting_offset."""
+        self._check_indexes()
+        ts_off = self.time_index.lookup(timestamp)[1]
+        pos = self.offset_index.lookup(max(ts_off, starting_offset))[1]
+        while True:
+            hit = _scan.search_timestamp(self.fd, pos, self.size, timestamp, starting_offset)
+            if hit is None:
+                return None
+            bo, last, bpos, bsize, _ = hit
+            found = self._record_at_or_after(bpos, bsize, timestamp, starting_offset)
+            if found is not None:
+                return found
+            pos = bpos + bsize
+
+    def _record_at_or_after(self, position: int, size: int, timestamp: int, starting_offset: int):
+        from kbroker.kernels import records
+        data = os.pread(self.fd, size, position)
+        batch = records.decode_batch(data, check_crc=False)
+        epoch = batch.partition_leader_epoch
+        for r in batch.records:
+            if r.timestamp >= timestamp and r.offset >= starting_offset:
+                return TimestampAndOffset(r.timestamp, r.offset, epoch)
+        return None
+
+    def offset_of_max_timestamp_record(self) -> TimestampAndOffset | None:
+        """Offset of the first record carrying this segment's max timestamp (ListOffsets MAX_TIMESTAMP)."""
+        ts = self.max_timestamp_so_far
+        if ts < 0:
+            return None
+        return self.find_offset_by_timestamp(ts, self.base_offset)
+
+    # -- timestamps ------------------------------------------------------------
+    def _load_largest_timestamp(self) -> None:
+        """Kafka's loadLargestTimestamp: last time-index entry, then a header
+        scan from the offset-index position of that entry's offset."""
+        self._check_indexes()
+        ts, off = self.time_index.last_entry
+        pos = self.offset_index.lookup(off)[1]
+        if pos > self.size:
+            pos = 0
+        _, _, mts, moff, _, _ = _scan.scan_headers(self.fd, pos, self.size)
+        if mts > ts:
+            ts, off = mts, moff
+        self._max_ts, self._offset_of_max_ts = ts, (off if ts >= 0 else -1)
+        self._max_ts_loaded = True
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        if not self._max_ts_loaded:
+            self._load_largest_timestamp()
+        return self._max_ts
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        if not self._max_ts_loaded:
+            self._load_largest_timestamp()
+        return self._offset_of_max_ts
+
+    @property
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp, or the file's mtime if no batch has one (Kafka)."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.last_modified_ms
+
+    @property
+    def rolling_based_timestamp(self) -> int | None:
+        if not self._rolling_ts_loaded:
+            self._rolling_ts_loaded = True
+            if self.size >= 61:
+                h = os.pread(self.fd, 61, 0)
+                if len(h) == 61:
+                    self._rolling_ts = _MAX_TS.unpack_from(h, 35)[0]
+        return self._rolling_ts
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        t = self.rolling_based_timestamp
+        if t is not None and t >= 0:
+            return message_timestamp - t
+        return now_ms - self.created_ms
+
+    def should_roll(self, messages_size: int, max_timestamp: int, max_offset: int, now_ms: int,
+                    segment_bytes: int, segment_ms: int) -> bool:
+        """Kafka's shouldRoll: size, age (segment.ms minus this segment's
+        jitter), a full index, or an offset that would not fit in 32 bits."""
+        size = self.size
+        if size > segment_bytes - messages_size:
+            return True
+        if size > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > segment_ms - self.roll_jitter_ms:
+            return True
+        if max_offset - self.base_offset > INT32_MAX or max_offset < self.base_offset:
+            return True
+        if not self._writable_indexes:
+            self.prepare_writable()
+        return self.offset_index.is_full or self.time_index.is_full
+
+    # -- recovery / truncation ---------------------------------------------------
+    def _scan_file(self, verify_crc: bool, expected_next_offset: int = -1, max_batch_size: int = INT32_MAX):
+        size = self.size
+        if size == 0:
+            return _scan.scan(b"", self.base_offset, self.index_interval_bytes, verify_crc,
+                              expected_next_offset=expected_next_offset)
+        with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as m:
+            try:
+                m.madvise(mmap.MADV_SEQUENTIAL)
+            except (AttributeError, OSError):
+                pass
+            return _scan.scan(m, self.base_offset, self.index_interval_bytes, verify_crc, 0, size,
+                              max_batch_size, expected_next_offset)
+
+    def recover(self, leader_epoch_cache=None, max_batch_size: int = INT32_MAX):
+        """Kafka's LogSegment.recover: CRC-scan the whole ``.log``, truncate at
+        the first invalid byte, rebuild both indexes. Returns (bytes truncated, ScanResult)."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._indexes_checked = True
+        self.size = os.fstat(self.fd).st_size
+        r = self._scan_file(True, max_batch_size=max_batch_size)
+        self._apply_scan(r)
+        if leader_epoch_cache is not None:
+            for epoch, offset in r.epochs:
+                latest = leader_epoch_cache.latest_epoch
+                if latest is None or epoch > latest:
+                    leader_epoch_cache.assign(epoch, offset)
+        truncated = self.size - r.valid_bytes
+        if truncated > 0:
+            os.ftruncate(self.fd, r.valid_bytes)
+            self.size = r.valid_bytes
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self._writable_indexes = False
+        self.bytes_since_last_index_entry = 0
+        self._rolling_ts = r.first_batch_max_timestamp if r.batch_count else None
+        self._rolling_ts_loaded = True
+        return truncated, r
+
+    def _apply_scan(self, r) -> None:
+        self.offset_index.append_raw(r.offset_index_entries)
+        self.time_index.append_raw(r.time_index_entries)
+        if r.max_timestamp >= 0:
+            self.time_index.maybe_append(r.max_timestamp, r.offset_of_max_timestamp, True)
+        self._max_ts, self._offset_of_max_ts = r.max_timestamp, r.offset_of_max_timestamp
+        self._max_ts_loaded = True
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the ``.log`` without touching it (corrupt
+        or missing index found after start-up)."""
+        # Recreate from scratch: a broken file may not even map.
+        for idx in (self.offset_index, self.time_index):
+            idx.delete_if_exists()
+        prefix = os.path.join(self.dir, filename_prefix(self.base_offset))
+        suffix = self.log_path[len(prefix) + len(LOG_SUFFIX):]
+        self.offset_index = _offset_index.OffsetIndex(prefix + INDEX_SUFFIX + suffix, self.base_offset,
+                                                      self.max_index_size)
+        self.time_index = _time_index.TimeIndex(prefix + TIME_INDEX_SUFFIX + suffix, self.base_offset,
+                                                self.max_index_size)
+        self._indexes_checked = True
+        r = self._scan_file(False)
+        self._apply_scan(r)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self._writable_indexes = False
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch from the one containing ``offset`` on (Kafka's
+        truncateTo); returns the bytes removed. The segment becomes writable."""
+        mapping = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
+        self._writable_indexes = True
+        if mapping is None:
+            truncated = 0
+        else:
+            pos = mapping[2]
+            truncated = self.size - pos
+            os.ftruncate(self.fd, pos)
+            self.size = pos
+        if self.size == 0:
+            self.created_ms = self._time_ms()
+            self._rolling_ts, self._rolling_ts_loaded = None, True
+        self.bytes_since_last_index_entry = 0
+        self._max_ts_loaded = False
+        return truncated
+
+    def on_become_inactive(self) -> None:
+        """Roll: final time-index entry for the max timestamp, trim both indexes."""
+        if self._max_ts_loaded or self.time_index.is_loaded:
+            ts = self.max_timestamp_so_far
+            if ts >= 0:
+                self.time_index.maybe_append(ts, self._offset_of_max_ts, True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self._writable_indexes = False
+
+    # -- durability / lifecycle ----------------------------------------------------
+    def flush(self) -> None:
+        """fsync the ``.log`` and msync both indexes (Kafka's LogSegment.flush)."""
+        if self._file is not None and not self._file.closed:
+            os.fsync(self._file.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the files (e.g. '' -> '.deleted'); open fds and maps stay valid."""
+        def renamed(path: str) -> str:
+            base = path[: len(path) - len(old_suffix)] if old_suffix and path.endswith(old_suffix) else path
+            return base + new_suffix
+        new_log = renamed(self.log_path)
+        if os.path.exists(self.log_path):
+            os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        if self._file is not None:
+            self._file.path = new_log
+        self.offset_index.rename_to(renamed(self.offset_index.path))
+        self.time_index.rename_to(renamed(self.time_index.path))
+
+    def moved_dir(self, old_dir: str, new_dir: str) -> None:
+        """The partition directory was renamed: update paths (fds/maps stay valid)."""
+        self.dir = new_dir
+        self.log_path = new_dir + self.log_path[len(old_dir):]
+        if self._file is not None:
+            self._file.path = self.log_path
+        self.offset_index.rename_to(new_dir + self.offset_index.path[len(old_dir):])
+        self.time_index.rename_to(new_dir + self.time_index.path[len(old_dir):])
+
+    def close(self) -> None:
+        """Clean close: trim indexes, unmap, close the fd."""
+        if self._writable_indexes:
+            self.on_become_inactive()
+        self.offset_index.close()
+        self.time_index.close()
+        if self._file is not None:
+            self._file.close()
+
+    def close_handlers(self) -> None:
+        self.offset_index.close_handler()
+        self.time_index.close_handler()
+        if self._file is not None:
+            self._file.close()
+
+    def delete_if_exists(self) -> None:
+        """Close everything and unlink the files."""
+        self.close_handlers()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log_path!r})"

@@ -1,0 +1,184 @@
+"""Offset and time index kernels: compiled and pure-Python twins, same tests."""
+import os
+import struct
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import kbroker._core.offset_index as c_oi
+import kbroker._core.time_index as c_ti
+import kbroker._core.ref.offset_index as r_oi
+import kbroker._core.ref.time_index as r_ti
+from kbroker._core.index_errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+
+IMPLS = [pytest.param((c_oi, c_ti), id="cython"), pytest.param((r_oi, r_ti), id="python")]
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request):
+    return request.param
+
+
+def test_offset_index_file_bytes_and_lookup(tmp_path, impl):
+    oi_mod, _ = impl
+    p = tmp_path / "00000000000000000100.index"
+    idx = oi_mod.OffsetIndex(str(p), 100, 80)
+    assert not idx.is_loaded and not p.exists()      # lazy: nothing opened yet
+    assert idx.entries == 0 and idx.max_entries == 10
+    assert p.stat().st_size == 80                      # pre-allocated
+    idx.append(105, 0)
+    idx.append(110, 4096)
+    idx.append(200, 9000)
+    assert idx.last_offset == 200
+    assert idx.lookup(99) == (100, 0)
+    assert idx.lookup(104) == (100, 0)
+    assert idx.lookup(105) == (105, 0)
+    assert idx.lookup(150) == (110, 4096)
+    assert idx.lookup(10**12) == (200, 9000)
+    assert idx.entry(1) == (110, 4096)
+    with pytest.raises(IndexError):
+        idx.entry(3)
+    idx.close()
+    # trimmed on close; big-endian (int32 relative offset, int32 position)
+    assert p.read_bytes() == struct.pack(">ii", 5, 0) + struct.pack(">ii", 10, 4096) + struct.pack(">ii", 100, 9000)
+    again = oi_mod.OffsetIndex(str(p), 100, 80)
+    assert again.entries == 3 and again.last_offset == 200
+    again.sanity_check()
+    again.close_handler()
+
+
+def test_offset_index_rejects_non_increasing_and_full(tmp_path, impl):
+    oi_mod, _ = impl
+    idx = oi_mod.OffsetIndex(str(tmp_path / "0.index"), 0, 16)
+    idx.append(5, 10)
+    with pytest.raises(InvalidOffsetError):
+        idx.append(5, 20)
+    with pytest.raises(InvalidOffsetError):
+        idx.append(4, 20)
+    idx.append(6, 20)
+    assert idx.is_full
+    with pytest.raises(IndexFullError):
+        idx.append(7, 30)
+    big = oi_mod.OffsetIndex(str(tmp_path / "1.index"), 0, 64)
+    with pytest.raises(InvalidOffsetError):
+        big.append(1 << 31, 0)   # relative offset must fit in int32
+    idx.close(); big.close()
+
+
+def test_offset_index_truncate_resize(tmp_path, impl):
+    oi_mod, _ = impl
+    idx = oi_mod.OffsetIndex(str(tmp_path / "0.index"), 1000, 8000)
+    for i in range(1, 101):
+        idx.append(1000 + i * 10, i * 100)
+    idx.truncate_to(1500)           # removes entries with offset >= 1500
+    assert idx.entries == 49 and idx.last_offset == 1490
+    idx.truncate_to(1455)
+    assert idx.entries == 45 and idx.last_offset == 1450
+    idx.trim_to_valid_size()
+    assert os.path.getsize(idx.path) == 45 * 8 and idx.is_full
+    idx.resize(8000)
+    assert idx.max_entries == 1000 and idx.entries == 45
+    idx.append(1451, 99999)
+    idx.truncate_to(0)
+    assert idx.entries == 0 and idx.last_offset == 1000
+    idx.reset()
+    idx.close()
+
+
+def test_offset_index_sanity(tmp_path, impl):
+    oi_mod, _ = impl
+    p = tmp_path / "00000000000000000050.index"
+    p.write_bytes(b"\x00" * 12)     # not a multiple of 8
+    with pytest.raises(CorruptIndexError):
+        oi_mod.OffsetIndex(str(p), 50, 1024).sanity_check()
+    p.write_bytes(struct.pack(">ii", -3, 0))   # last offset below base
+    with pytest.raises(CorruptIndexError):
+        oi_mod.OffsetIndex(str(p), 50, 1024).sanity_check()
+
+
+def test_append_raw(tmp_path, impl):
+    oi_mod, ti_mod = impl
+    idx = oi_mod.OffsetIndex(str(tmp_path / "0.index"), 0, 80)
+    idx.append_raw(struct.pack(">iiii", 1, 0, 5, 100))
+    assert idx.entries == 2 and idx.last_offset == 5
+    with pytest.raises(InvalidOffsetError):
+        idx.append_raw(struct.pack(">ii", 5, 200))
+    tix = ti_mod.TimeIndex(str(tmp_path / "0.timeindex"), 0, 120)
+    tix.append_raw(struct.pack(">qiqi", 10, 1, 20, 5))
+    assert tix.last_entry == (20, 5)
+    with pytest.raises(InvalidOffsetError):
+        tix.append_raw(struct.pack(">qi", 20, 6))
+    idx.close(); tix.close()
+
+
+def test_time_index_rules(tmp_path, impl):
+    _, ti_mod = impl
+    p = tmp_path / "00000000000000000010.timeindex"
+    tix = ti_mod.TimeIndex(str(p), 10, 12 * 4)
+    assert tix.last_entry == (-1, 10)
+    assert tix.lookup(5) == (-1, 10)
+    assert tix.maybe_append(100, 12)
+    assert not tix.maybe_append(100, 13)      # same timestamp: no entry
+    assert tix.maybe_append(200, 20)
+    with pytest.raises(InvalidOffsetError):
+        tix.maybe_append(300, 19)
+    with pytest.raises(ValueError):
+        tix.maybe_append(150, 25)
+    assert tix.maybe_append(300, 30)
+    assert tix.is_full                         # one slot stays free for the roll entry
+    with pytest.raises(IndexFullError):
+        tix.maybe_append(400, 40)
+    assert tix.maybe_append(400, 40, skip_full_check=True)
+    assert tix.lookup(99) == (-1, 10)
+    assert tix.lookup(250) == (200, 20)
+    assert tix.lookup(10**15) == (400, 40)
+    tix.truncate_to(30)
+    assert tix.entries == 2 and tix.last_entry == (200, 20)
+    tix.close()
+    assert p.read_bytes() == struct.pack(">qi", 100, 2) + struct.pack(">qi", 200, 10)
+
+
+def test_time_index_sanity(tmp_path, impl):
+    _, ti_mod = impl
+    p = tmp_path / "0.timeindex"
+    p.write_bytes(struct.pack(">qiqi", 500, 1, 100, 2))     # timestamps going down
+    with pytest.raises(CorruptIndexError):
+        ti_mod.TimeIndex(str(p), 0, 1200).sanity_check()
+    p.write_bytes(b"\x00" * 13)
+    with pytest.raises(CorruptIndexError):
+        ti_mod.TimeIndex(str(p), 0, 1200).sanity_check()
+
+
+def test_lazy_rename_delete(tmp_path, impl):
+    oi_mod, _ = impl
+    p = tmp_path / "0.index"
+    idx = oi_mod.OffsetIndex(str(p), 0, 800)
+    idx.append(3, 7)
+    idx.rename_to(str(p) + ".deleted")
+    assert os.path.exists(str(p) + ".deleted") and idx.lookup(3) == (3, 7)
+    assert idx.delete_if_exists()
+    assert not os.path.exists(str(p) + ".deleted")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 1000), st.integers(1, 5000)), min_size=0, max_size=300),
+       st.lists(st.integers(-10, 600_000), min_size=1, max_size=30))
+def test_twins_agree_with_model(tmp_path_factory, steps, targets):
+    d = tmp_path_factory.mktemp("idx")
+    base = 1000
+    idxs = [m.OffsetIndex(str(d / f"{i}.index"), base, 8 * 400) for i, m in enumerate((c_oi, r_oi))]
+    model = []
+    off, pos = base, 0
+    for doff, dpos in steps:
+        off += doff
+        pos += dpos
+        model.append((off, pos))
+        for idx in idxs:
+            idx.append(off, pos)
+    for t in targets:
+        t = base + t
+        expect = max([e for e in model if e[0] <= t], default=(base, 0))
+        assert [idx.lookup(t) for idx in idxs] == [expect, expect]
+    assert idxs[0].raw_entries() == idxs[1].raw_entries()
+    for idx in idxs:
+        idx.close()
