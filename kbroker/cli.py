@@ -1,8 +1,11 @@
-"""The ``kbroker`` command line."""
+"""The ``kbroker`` command line: ``kbroker serve`` runs a broker."""
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
+import threading
 
 from kbroker import __version__
 
@@ -11,16 +14,75 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbroker", description="Apache Kafka-compatible broker")
     p.add_argument("--version", action="version", version=f"kbroker {__version__}")
     sub = p.add_subparsers(dest="command")
+    s = sub.add_parser("serve", help="run a broker (defaults: 127.0.0.1:9092, ./kbroker-data, node.id 1)",
+                       description="Run a broker. Configuration uses Apache Kafka's broker property names.")
+    s.add_argument("--config", metavar="server.properties", help="a Kafka server.properties file")
+    s.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                   help="set one property (repeatable; wins over --config)")
+    s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub.add_parser("kernels", help="show which hot-path kernels are compiled")
+    sub.add_parser("topics", help="create/list/describe/alter/delete topics (like kafka-topics.sh)", add_help=False)
+    sub.add_parser("dump-log", help="print segments and indexes (like kafka-dump-log.sh)", add_help=False)
     return p
 
 
+def _fail(message: str) -> int:
+    print(f"kbroker: error: {message}", file=sys.stderr)
+    return 2
+
+
+def serve(args) -> int:
+    from kbroker.config_def import ConfigError
+    from kbroker.log.errors import ConfigError as LogConfigError, KafkaStorageError
+    from kbroker.server.config import KafkaConfig
+
+    try:
+        config = KafkaConfig.from_sources(args.config, args.override)
+    except ConfigError as e:
+        return _fail(str(e))
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
+    from kbroker.server.broker import KafkaBroker
+
+    broker = KafkaBroker(config)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        broker.startup()
+    except (LogConfigError, ConfigError) as e:
+        broker.shutdown()
+        return _fail(str(e).replace("\n", " "))
+    except (KafkaStorageError, OSError) as e:
+        broker.shutdown()
+        return _fail(f"cannot start: {e}".replace("\n", " "))
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        broker.shutdown()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("topics", "dump-log"):
+        # these tools parse their own arguments
+        from kbroker.tools import dump_log, topics
+
+        return (topics if argv[0] == "topics" else dump_log).main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
     if args.command == "kernels":
         from kbroker import kernels
 
-        for name in ("crc32c", "varint", "murmur2", "records"):
+        for name in ("crc32c", "varint", "murmur2", "records", "offset_index", "time_index", "log_scan",
+                     "timing_wheel"):
             try:
                 kernels.load(name)
             except ImportError as e:

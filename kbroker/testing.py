@@ -116,7 +116,14 @@ class KBrokerProcess(_Process):
         argv = [sys.executable, "-m", "kbroker", "serve"]
         for k, v in props.items():
             argv += ["--override", f"{k}={v}"]
-        self._spawn(argv, dict(os.environ), self.log_path, timeout_s)
+        # run the same kbroker this module belongs to, whatever the cwd
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        try:
+            self._spawn(argv, env, self.log_path, timeout_s)
+        except Exception as e:
+            raise RuntimeError(f"{e}; broker log tail:\n{self.read_log()[-3000:]}") from None
         return self
 
     def read_log(self) -> str:

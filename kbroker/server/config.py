@@ -8,10 +8,9 @@ naming the key. Keys prefixed ``kbroker.`` are ours (no Kafka equivalent).
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any, Mapping
 
+from kbroker.network.socket_server import Listener
 from kbroker.config_def import (
     INT_MAX,
     LONG_MAX,
@@ -131,24 +130,15 @@ BROKER_CONFIG = (
 )
 
 
-_LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
-
-
-@dataclass(frozen=True)
-class Listener:
-    name: str
-    host: str
-    port: int
-
-    @classmethod
-    def parse(cls, key: str, text: str) -> "Listener":
-        m = _LISTENER_RE.match(text.strip())
-        if not m:
-            raise ConfigError(key, f"invalid listener {text!r}: expected NAME://host:port")
-        port = int(m["port"])
-        if port > 65535:
-            raise ConfigError(key, f"invalid port in {text!r}")
-        return cls(m["name"].upper(), m["host"].strip("[]"), port)
+def parse_listener(key: str, text: str) -> Listener:
+    """One ``NAME://host:port`` entry of ``key``; ConfigError naming ``key`` if malformed."""
+    try:
+        listener = Listener.parse(text)
+    except ValueError as e:
+        raise ConfigError(key, f"invalid listener {text!r}: {e}") from None
+    if not 0 <= listener.port <= 65535:
+        raise ConfigError(key, f"invalid port in {text!r}")
+    return listener
 
 
 class KafkaConfig:
@@ -162,7 +152,7 @@ class KafkaConfig:
             raise ConfigError("broker.id", "must equal node.id when both are set")
         if v["broker.id"] != -1 and "node.id" not in self.originals:
             v["node.id"] = v["broker.id"]
-        self.listeners = [Listener.parse("listeners", s) for s in v["listeners"]]
+        self.listeners = [parse_listener("listeners", s) for s in v["listeners"]]
         if not self.listeners:
             raise ConfigError("listeners", "at least one listener is required")
         names = [l.name for l in self.listeners]
@@ -180,7 +170,7 @@ class KafkaConfig:
                 raise ConfigError("listener.security.protocol.map", f"no security protocol for listener {l.name}")
         adv = v["advertised.listeners"]
         self.advertised_listeners = (
-            [Listener.parse("advertised.listeners", s) for s in adv] if adv else
+            [parse_listener("advertised.listeners", s) for s in adv] if adv else
             [Listener(l.name, l.host or "127.0.0.1", l.port) for l in self.listeners
              if l.name not in [n.upper() for n in v["controller.listener.names"]]]
         )

@@ -1,4 +1,5 @@
 """Malformed frames close only the offending connection; the broker keeps serving."""
+import os
 import random
 import socket
 import struct
@@ -6,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.broker.test_clients_confluent import consume_assigned, create_topic, produce
 
@@ -107,8 +110,9 @@ def test_bad_config_stops_startup_naming_the_key(tmp_path):
     for args, key in [(["--override", "no.such.key=1"], "no.such.key"),
                       (["--override", "num.io.threads=zero"], "num.io.threads"),
                       (["--config", str(tmp_path / "missing.properties")], "--config")]:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
         r = subprocess.run([sys.executable, "-m", "kbroker", "serve", *args], capture_output=True,
-                           timeout=60, text=True, cwd=tmp_path)
+                           timeout=60, text=True, cwd=tmp_path, env=env)
         assert r.returncode != 0
         lines = [l for l in r.stderr.strip().splitlines() if l]
         assert len(lines) == 1, r.stderr

@@ -1,0 +1,78 @@
+"""Produce: acks 0/1/all, per-partition errors, answered now or from the produce purgatory.
+
+Only record batch v2 is stored, so Produce v3+ is implemented (Kafka 4.0 also
+dropped v0-v2, KIP-896). With acks=0 there is no response; an error then closes
+the connection so the client notices (Kafka's behaviour).
+"""
+from __future__ import annotations
+
+import logging
+
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.produce import (
+    BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+)
+from kbroker.server.apis import ApiHandler
+
+log = logging.getLogger(__name__)
+
+
+def handle_produce(broker, ctx, req) -> None:
+    v = ctx.api_version
+    acks = req.acks
+    if acks not in (-1, 0, 1):
+        results = {(t.name, p.index): ErrorCode.INVALID_REQUIRED_ACKS
+                   for t in req.topic_data for p in t.partition_data}
+        _respond_errors(ctx, req, results)
+        return
+    if req.transactional_id is not None and v >= 3:
+        # transactions are not implemented yet (no coordinator can have begun one)
+        results = {(t.name, p.index): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                   for t in req.topic_data for p in t.partition_data}
+        _respond_errors(ctx, req, results)
+        return
+    entries = {}
+    for t in req.topic_data:
+        for p in t.partition_data:
+            entries[(t.name, p.index)] = p.records
+    order = [(t.name, p.index) for t in req.topic_data for p in t.partition_data]
+
+    def respond(results) -> None:
+        if acks == 0:
+            if any(r.error != ErrorCode.NONE for r in results.values()):
+                bad = {f"{tp[0]}-{tp[1]}": ErrorCode(r.error).name for tp, r in results.items()
+                       if r.error != ErrorCode.NONE}
+                log.info("closing connection %s after acks=0 produce errors: %s", ctx.connection_id, bad)
+                ctx.close_connection()
+            else:
+                ctx.respond_no_op()
+            return
+        topics: dict[str, list] = {}
+        for tp in order:
+            r = results[tp]
+            pr = PartitionProduceResponse(index=tp[1], error_code=r.error, base_offset=r.base_offset,
+                                          log_append_time_ms=r.log_append_time_ms,
+                                          log_start_offset=r.log_start_offset)
+            if v >= 8:
+                pr.record_errors = [BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                                    for i, m in r.record_errors]
+                pr.error_message = r.error_message if r.error != ErrorCode.NONE else None
+            topics.setdefault(tp[0], []).append(pr)
+        ctx.respond(ProduceResponse(
+            responses=[TopicProduceResponse(name=n, partition_responses=ps) for n, ps in topics.items()],
+            throttle_time_ms=0))
+
+    broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v)
+
+
+def _respond_errors(ctx, req, codes) -> None:
+    if req.acks == 0:
+        ctx.close_connection()
+        return
+    ctx.respond(ProduceResponse(responses=[
+        TopicProduceResponse(name=t.name, partition_responses=[
+            PartitionProduceResponse(index=p.index, error_code=codes[(t.name, p.index)])
+            for p in t.partition_data]) for t in req.topic_data], throttle_time_ms=0))
+
+
+HANDLERS = {ApiKey.PRODUCE: ApiHandler(3, 11, handle_produce)}

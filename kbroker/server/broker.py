@@ -1,0 +1,164 @@
+"""KafkaBroker: builds the broker's parts, starts them in order, stops them in reverse.
+
+Kafka: ``core/.../server/BrokerServer.scala`` (startup/shutdown ordering).
+Start-up: meta.properties → LogManager (load + recovery) → MetadataStore →
+ReplicaManager (host every partition) → purgatories → coordinators →
+KafkaApis + handler pool → SocketServer (listeners last, so nothing is
+accepted before the broker can answer). Shutdown reverses it: stop accepting,
+drain in-flight requests, stop handlers, close purgatories, flush and close
+logs, write the clean-shutdown marker (LogManager.shutdown).
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+import uuid
+
+from kbroker.log.checkpoints import META_PROPERTIES, read_meta_properties
+from kbroker.log.manager import LogManager
+from kbroker.network.socket_server import SocketServer, SocketServerConfig
+from kbroker.server.config import KafkaConfig
+from kbroker.server.fetch_session import FetchSessionCache
+from kbroker.server.kafka_apis import KafkaApis
+from kbroker.server.metadata import MetadataStore
+from kbroker.server.purgatory import DelayedOperationPurgatory
+from kbroker.server.replica_manager import ReplicaManager
+from kbroker.server.request_handler import KafkaRequestHandlerPool
+from kbroker.server.topics import TopicManager
+
+log = logging.getLogger(__name__)
+
+
+def new_cluster_id() -> str:
+    """Kafka's Uuid.randomUuid().toString(): url-safe base64 of 16 random bytes, no padding."""
+    while True:
+        s = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not s.startswith("-"):
+            return s
+
+
+class KafkaBroker:
+    def __init__(self, config: KafkaConfig):
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id: str | None = None
+        self._stopped = threading.Event()
+        self._started = False
+        self.topic_deletion_hooks: list = []
+        self.group_coordinator = None
+        self.metrics_server = None
+
+    # -- what handlers use ---------------------------------------------------------------
+    @property
+    def advertised_endpoint(self) -> tuple[str, int]:
+        adv = self.config.advertised_listeners[0]
+        port = adv.port
+        if port == 0:  # advertise the port actually bound
+            port = self.socket_server.bound_port(adv.name)
+        return (adv.host or "127.0.0.1", port)
+
+    @property
+    def node(self) -> tuple[int, str, int]:
+        host, port = self.advertised_endpoint
+        return (self.node_id, host, port)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _load_cluster_id(self) -> str:
+        configured = self.config["cluster.id"]
+        for d in self.config.log_dirs:
+            path = os.path.join(d, META_PROPERTIES)
+            if os.path.exists(path):
+                stored = read_meta_properties(path).get("cluster.id")
+                if stored:
+                    return stored
+        return configured or new_cluster_id()
+
+    def startup(self) -> None:
+        c = self.config
+        for d in c.log_dirs:
+            os.makedirs(d, exist_ok=True)
+        self.cluster_id = self._load_cluster_id()
+        props = {k: v for k, v in c.originals.items()}
+        props["log.dirs"] = ",".join(c.log_dirs)
+        self.log_manager = LogManager.from_broker_config(props, topic_overrides=self._topic_overrides)
+        self.log_manager.ensure_meta_properties(self.node_id, self.cluster_id)
+        self.metadata = MetadataStore(os.path.abspath(c.log_dirs[0]))
+        for t in self.metadata.image.topics.values():
+            if t.configs:
+                self.log_manager.update_topic_config(t.name, t.configs)
+        self.log_manager.startup()
+        self.produce_purgatory = DelayedOperationPurgatory(
+            "Produce", broker_id=self.node_id, purge_interval=c["producer.purgatory.purge.interval.requests"])
+        self.fetch_purgatory = DelayedOperationPurgatory(
+            "Fetch", broker_id=self.node_id, purge_interval=c["fetch.purgatory.purge.interval.requests"])
+        self.replica_manager = ReplicaManager(c, self.log_manager, self.node_id,
+                                              self.produce_purgatory, self.fetch_purgatory)
+        for t in self.metadata.image.topics.values():
+            self.replica_manager.apply_topic(t)
+        hosted = {tp for tp in self.replica_manager.partitions}
+        for tp in list(self.log_manager.logs):
+            if tp not in hosted:
+                log.warning("log %s-%d is on disk but its topic is not in the metadata; not served",
+                            tp[0], tp[1])
+        self.topic_manager = TopicManager(self)
+        self.fetch_sessions = FetchSessionCache()
+        self._start_coordinators()
+        self.socket_server = SocketServer(SocketServerConfig(
+            listeners=c.listeners,
+            num_network_threads=c["num.network.threads"],
+            queued_max_requests=c["queued.max.requests"],
+            socket_request_max_bytes=c["socket.request.max.bytes"],
+            socket_send_buffer_bytes=c["socket.send.buffer.bytes"],
+            socket_receive_buffer_bytes=c["socket.receive.buffer.bytes"],
+            socket_listen_backlog_size=c["socket.listen.backlog.size"],
+            connections_max_idle_ms=c["connections.max.idle.ms"],
+            max_connections=c["max.connections"],
+        ))
+        self.apis = KafkaApis(self, self.socket_server.channel)
+        self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,
+                                                    c["num.io.threads"], self.socket_server.metrics)
+        self._started = True
+        self.handler_pool.start()
+        if c["kbroker.metrics.port"] >= 0:
+            from kbroker.server.metrics import start_metrics_server
+
+            self.metrics_server = start_metrics_server(self, c["kbroker.metrics.port"])
+        self.socket_server.start()
+        host, port = self.advertised_endpoint
+        log.info("kbroker node %d of cluster %s listening on %s (advertised %s:%d), %d partitions",
+                 self.node_id, self.cluster_id,
+                 ", ".join(f"{l.name}://{l.host}:{self.socket_server.bound_port(l.name)}" for l in c.listeners),
+                 host, port, len(self.replica_manager.partitions))
+
+    def _topic_overrides(self, topic: str):
+        t = self.metadata.image.topics.get(topic) if hasattr(self, "metadata") else None
+        return dict(t.configs) if t is not None else None
+
+    def _start_coordinators(self) -> None:
+        try:
+            from kbroker.coordinator.group.coordinator import build_group_coordinator
+        except ImportError:
+            return
+        self.group_coordinator = build_group_coordinator(self)
+
+    def shutdown(self) -> None:
+        """Stop whatever was started, in reverse order (also after a failed start-up)."""
+        if self._stopped.is_set():
+            return
+        log.info("kbroker node %d shutting down", self.node_id)
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+        for name, stop in (("socket_server", "stop"), ("handler_pool", "shutdown"),
+                           ("group_coordinator", "shutdown"), ("produce_purgatory", "shutdown"),
+                           ("fetch_purgatory", "shutdown"), ("log_manager", "shutdown")):
+            part = getattr(self, name, None)
+            if part is not None:
+                getattr(part, stop)()
+        self._started = False
+        self._stopped.set()
+        log.info("kbroker node %d shut down cleanly", self.node_id)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._stopped.wait(timeout_s)

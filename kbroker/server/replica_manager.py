@@ -1,0 +1,304 @@
+"""ReplicaManager and Partition: the broker's view of the partitions it hosts.
+
+Kafka: ``core/.../server/ReplicaManager.scala``, ``core/.../cluster/Partition.scala``.
+
+Single broker today: every partition has one replica, this node, which is the
+leader and the whole ISR. The high watermark is the minimum log end offset over
+the ISR, so here it follows the leader's log end offset right after each append
+(and, in fsync mode, after the fsync the log does before returning). The seams
+for replication: ``Partition.isr``, ``Partition.maybe_increment_high_watermark``
+(min over ISR replicas' LEO) and the produce purgatory, where acks=all waits for
+the high watermark to reach the last appended offset. Today that wait
+completes at once; with followers it completes when their fetches advance it.
+
+Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
+(a dict read is atomic); each Partition's log has its own append lock.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kbroker.kernels import records as _records
+from kbroker.log.errors import (
+    KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
+)
+from kbroker.protocol import ErrorCode
+from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
+from kbroker.server.metadata import TopicImage
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple  # (topic: str, partition: int)
+
+
+@dataclass
+class ProducePartitionResult:
+    """Kafka's ProduceResponse.PartitionResponse for one partition."""
+
+    error: int = ErrorCode.NONE
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    record_errors: list = field(default_factory=list)  # (batch_index, message)
+    last_offset: int = -1  # for the acks=all wait (not on the wire)
+
+
+@dataclass
+class FetchPartitionResult:
+    error: int = ErrorCode.NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: object = None  # FileRegion | bytes | None
+    fetch_offset: int = -1
+    diverging_epoch: tuple | None = None  # (epoch, end_offset)
+
+
+class Partition:
+    """One hosted partition: its log, leader epoch, ISR and high watermark."""
+
+    def __init__(self, topic: str, partition: int, topic_id, log_, node_id: int, leader_epoch: int = 0):
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.log = log_
+        self.node_id = node_id
+        self.leader_epoch = leader_epoch
+        self.isr = frozenset({node_id})
+        self.replicas = (node_id,)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """HW = min LEO over the ISR; with one replica, the log end offset."""
+        lg = self.log
+        old = lg.high_watermark
+        new = lg.update_high_watermark(lg.log_end_offset)
+        return new > old
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> int:
+        """Kafka's Partition.checkCurrentLeaderEpoch: -1 means "don't check"."""
+        if current_leader_epoch == -1 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.NONE
+        if current_leader_epoch > self.leader_epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.FENCED_LEADER_EPOCH
+
+
+class ReplicaManager:
+    def __init__(self, config, log_manager, node_id: int, produce_purgatory, fetch_purgatory,
+                 time_ms: Callable[[], int] | None = None):
+        self.config = config
+        self.log_manager = log_manager
+        self.node_id = node_id
+        self.produce_purgatory = produce_purgatory
+        self.fetch_purgatory = fetch_purgatory
+        self._time_ms = time_ms or (lambda: time.time_ns() // 1_000_000)
+        self._lock = threading.Lock()
+        self._partitions: dict[TopicPartition, Partition] = {}
+        #: hooks run after records are appended to a partition (e.g. the group coordinator)
+        self.append_listeners: list[Callable[[TopicPartition], None]] = []
+
+    # -- partitions ------------------------------------------------------------------
+    def get_partition(self, tp: TopicPartition) -> Partition | None:
+        return self._partitions.get(tp)
+
+    @property
+    def partitions(self) -> dict[TopicPartition, Partition]:
+        return self._partitions
+
+    def apply_topic(self, topic: TopicImage) -> list[Partition]:
+        """Host every partition of ``topic`` (creating logs as needed)."""
+        created = []
+        with self._lock:
+            parts = dict(self._partitions)
+            for p in range(topic.num_partitions):
+                tp = (topic.name, p)
+                if tp in parts:
+                    continue
+                lg = self.log_manager.get_or_create_log(tp, topic_id=topic.topic_id)
+                lg.update_high_watermark(lg.log_end_offset)
+                part = Partition(topic.name, p, topic.topic_id, lg, self.node_id)
+                parts[tp] = part
+                created.append(part)
+            self._partitions = parts
+        return created
+
+    def remove_topic(self, topic: str) -> None:
+        """Stop hosting ``topic`` and delete its logs (DeleteTopics)."""
+        with self._lock:
+            parts = dict(self._partitions)
+            gone = [tp for tp in parts if tp[0] == topic]
+            for tp in gone:
+                del parts[tp]
+            self._partitions = parts
+        for tp in gone:
+            self.fetch_purgatory.check_and_complete(tp)
+            self.log_manager.delete_log(tp)
+
+    # -- produce ---------------------------------------------------------------------------
+    def append_records(self, timeout_ms: int, required_acks: int,
+                       entries: dict[TopicPartition, object],
+                       respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None], *,
+                       internal_topics_allowed: bool = False, produce_version: int = 11) -> None:
+        """Validate and append ``entries`` (records buffers by partition), then call
+        ``respond`` — at once, or from the produce purgatory when acks=all has to wait."""
+        results: dict[TopicPartition, ProducePartitionResult] = {}
+        appended = []
+        for tp, buf in entries.items():
+            r = self._append_to_local_log(tp, buf, internal_topics_allowed, produce_version)
+            results[tp] = r
+            if r.error == ErrorCode.NONE and r.last_offset >= 0:
+                appended.append(tp)
+        for tp in appended:
+            self._after_append(tp)
+        if required_acks == -1 and appended:
+            op = DelayedProduce(timeout_ms, self, results, respond)
+            self.produce_purgatory.try_complete_else_watch(op, appended)
+        else:
+            respond(results)
+
+    def _after_append(self, tp: TopicPartition) -> None:
+        part = self._partitions.get(tp)
+        if part is not None and part.maybe_increment_high_watermark():
+            self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+        for listener in self.append_listeners:
+            listener(tp)
+
+    def _append_to_local_log(self, tp, buf, internal_topics_allowed: bool,
+                             produce_version: int) -> ProducePartitionResult:
+        topic = tp[0]
+        if topic.startswith("__") and topic in ("__consumer_offsets", "__transaction_state") \
+                and not internal_topics_allowed:
+            return ProducePartitionResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                          error_message=f"Cannot append to internal topic {topic}")
+        part = self._partitions.get(tp)
+        if part is None:
+            return ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        lg = part.log
+        if buf is None or len(buf) == 0:
+            return ProducePartitionResult(ErrorCode.NONE, -1, -1, lg.log_start_offset)
+        try:
+            infos = _records.validate_batches(buf)
+        except _records.UnsupportedCompressionError as e:
+            return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
+        except _records.InvalidRecordError as e:
+            return ProducePartitionResult(ErrorCode.INVALID_RECORD, error_message=str(e))
+        except _records.CorruptRecordError as e:
+            return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
+        cfg = lg.config
+        now = self._time_ms()
+        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
+        writable = None
+        for i, info in enumerate(infos):
+            if info.compression == _records.ZSTD and produce_version < 7:
+                return ProducePartitionResult(
+                    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                    error_message="Produce requests with version < 7 cannot use zstd")
+            if info.size_in_bytes > cfg.max_message_bytes:
+                return ProducePartitionResult(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    error_message=(f"The record batch size is {info.size_in_bytes} bytes which exceeds "
+                                   f"the maximum configured value of {cfg.max_message_bytes}."))
+            if cfg.compact and info.has_null_key:
+                return ProducePartitionResult(
+                    ErrorCode.INVALID_RECORD, record_errors=[(i, "Compacted topic cannot accept message without key")],
+                    error_message="Compacted topic cannot accept message without key in topic partition "
+                                  f"{topic}-{tp[1]}.")
+            if not log_append_time and info.timestamp_type == _records.TIMESTAMP_CREATE_TIME:
+                if (info.min_record_timestamp >= 0 and now - info.min_record_timestamp > cfg.message_timestamp_before_max_ms) \
+                        or info.max_record_timestamp - now > cfg.message_timestamp_after_max_ms:
+                    return ProducePartitionResult(
+                        ErrorCode.INVALID_TIMESTAMP,
+                        error_message="Timestamp of a record is out of range of the configured "
+                                      "message.timestamp.before/after.max.ms")
+            if info.is_transactional:
+                # transactions are not implemented yet: no transaction can be ongoing
+                return ProducePartitionResult(
+                    ErrorCode.INVALID_TXN_STATE,
+                    error_message="Transactional produce is not supported by this broker yet")
+        if log_append_time:
+            writable = buf if not isinstance(buf, (bytes, memoryview)) or (
+                isinstance(buf, memoryview) and not buf.readonly) else bytearray(buf)
+            for info in infos:
+                _records.set_log_append_time(writable, info.position, now)
+            buf = writable
+        try:
+            info = lg.append(buf, infos, leader_epoch=part.leader_epoch)
+        except RecordTooLargeError as e:
+            return ProducePartitionResult(ErrorCode.MESSAGE_TOO_LARGE, error_message=str(e))
+        except RecordBatchTooLargeError as e:
+            return ProducePartitionResult(ErrorCode.RECORD_LIST_TOO_LARGE, error_message=str(e))
+        except _records.CorruptRecordError as e:
+            return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
+        except KafkaStorageError as e:
+            log.error("append to %s-%d failed: %s", tp[0], tp[1], e)
+            return ProducePartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(e))
+        return ProducePartitionResult(ErrorCode.NONE, info.first_offset, now if log_append_time else -1,
+                                      info.log_start_offset, last_offset=info.last_offset)
+
+    # -- fetch -------------------------------------------------------------------------------
+    def read_from_local_log(self, fetch_infos, max_bytes: int, min_one_message: bool,
+                            isolation_level: int, replica_id: int = -1) -> dict:
+        """Read each partition; ``fetch_infos`` is a list of (tp, FetchPartitionStatus)."""
+        results = {}
+        remaining = max_bytes
+        for tp, st in fetch_infos:
+            r = self._read_partition(tp, st, remaining, min_one_message, isolation_level, replica_id)
+            results[tp] = r
+            size = _region_size(r.records)
+            if size:
+                remaining = max(0, remaining - size)
+                min_one_message = False
+        return results
+
+    def _read_partition(self, tp, st: FetchPartitionStatus, max_bytes: int, min_one_message: bool,
+                        isolation_level: int, replica_id: int) -> FetchPartitionResult:
+        part = self._partitions.get(tp)
+        if part is None:
+            return FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        lg = part.log
+        err = part.check_leader_epoch(st.current_leader_epoch)
+        hw = lg.high_watermark
+        lso = hw  # no transactions yet: the last stable offset is the high watermark
+        if err != ErrorCode.NONE:
+            return FetchPartitionResult(err, hw, lso, lg.log_start_offset)
+        upper = lg.log_end_offset if replica_id >= 0 else (lso if isolation_level == 1 else hw)
+        try:
+            data = lg.read(st.fetch_offset, min(max_bytes, st.max_bytes), upper, min_one_message)
+        except OffsetOutOfRangeError:
+            return FetchPartitionResult(ErrorCode.OFFSET_OUT_OF_RANGE, hw, lso, lg.log_start_offset)
+        except KafkaStorageError as e:
+            log.error("read of %s-%d failed: %s", tp[0], tp[1], e)
+            return FetchPartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, hw, lso, lg.log_start_offset)
+        return FetchPartitionResult(ErrorCode.NONE, hw, lso, lg.log_start_offset, data.records,
+                                    st.fetch_offset)
+
+    def fetch_messages(self, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
+                       fetch_infos: list, respond: Callable[[dict], None], replica_id: int = -1) -> None:
+        """Answer now when there is enough data, an error, or no wait; else park a
+        DelayedFetch watched on every partition fetched."""
+        results = self.read_from_local_log(fetch_infos, max_bytes, True, isolation_level, replica_id)
+        total = sum(_region_size(r.records) for r in results.values())
+        errors = any(r.error != ErrorCode.NONE for r in results.values())
+        if max_wait_ms <= 0 or not fetch_infos or total >= min_bytes or errors:
+            respond(results)
+            return
+        op = DelayedFetch(max_wait_ms, self, fetch_infos, min_bytes, max_bytes, isolation_level,
+                          replica_id, respond)
+        self.fetch_purgatory.try_complete_else_watch(op, [tp for tp, _ in fetch_infos])
+
+
+def _region_size(r) -> int:
+    if r is None:
+        return 0
+    size = getattr(r, "size", None)
+    return size if isinstance(size, int) else len(r)

@@ -1,0 +1,70 @@
+"""RequestContext: one decoded request and the way to answer it.
+
+Created by :class:`~kbroker.server.kafka_apis.KafkaApis` on a handler thread.
+A handler answers exactly once — now, or later from any thread (a delayed
+operation completing in the purgatory) — with ``respond(body)``,
+``respond_no_op()`` (produce with acks=0) or ``close_connection()``.
+Later calls are ignored (Kafka's DelayedOperation completes once; so does a
+request).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from kbroker.protocol import encode_response_parts
+from kbroker.protocol.headers import RequestHeader
+
+log = logging.getLogger(__name__)
+
+
+class RequestContext:
+    __slots__ = ("request", "header", "api_key", "api_version", "correlation_id", "client_id",
+                 "channel", "_answered", "_lock", "on_response")
+
+    def __init__(self, request, header: RequestHeader, channel, on_response=None):
+        self.request = request
+        self.header = header
+        self.api_key = header.request_api_key
+        self.api_version = header.request_api_version
+        self.correlation_id = header.correlation_id
+        self.client_id = header.client_id
+        self.channel = channel
+        self.on_response = on_response
+        self._answered = False
+        self._lock = threading.Lock()
+
+    @property
+    def connection_id(self) -> str:
+        return self.request.connection_id
+
+    @property
+    def client_host(self) -> str:
+        addr = self.request.client_address
+        return addr[0] if addr else ""
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._answered:
+                return False
+            self._answered = True
+            return True
+
+    def respond(self, body, version: int | None = None) -> None:
+        """Encode ``body`` at the request's version (or ``version``) and send it."""
+        if not self._claim():
+            log.warning("second response to %r ignored", self.request)
+            return
+        parts = encode_response_parts(self.correlation_id, self.api_key,
+                                      self.api_version if version is None else version, body)
+        self.channel.send_response(self.request, parts)
+        if self.on_response is not None:
+            self.on_response(self, body)
+
+    def respond_no_op(self) -> None:
+        if self._claim():
+            self.channel.send_no_op_response(self.request)
+
+    def close_connection(self) -> None:
+        if self._claim():
+            self.channel.close_connection(self.request)

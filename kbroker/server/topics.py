@@ -1,0 +1,160 @@
+"""TopicManager: create, delete and grow topics (the controller's part, single node).
+
+Kafka: the controller's ReplicationControlManager (KRaft) plus
+AutoTopicCreationManager. Every change is recorded in the MetadataStore first,
+then applied to the ReplicaManager (logs created or deleted), which is the
+order a broker applies metadata records in.
+"""
+from __future__ import annotations
+
+import re
+import threading
+
+from kbroker.log.config import LogConfig
+from kbroker.log.errors import ConfigError as LogConfigError
+from kbroker.protocol import ErrorCode
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+class TopicError(Exception):
+    """A topic operation failed with Kafka error ``code``."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate."""
+    if not name:
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_NAME_LENGTH:
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}")
+    if not _LEGAL.match(name):
+        raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                         f"Topic name \"{name}\" is illegal, it contains a character other than "
+                         "ASCII alphanumerics, '.', '_' and '-'")
+
+
+def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Validate topic-level overrides; None values are dropped. Raises TopicError(INVALID_CONFIG)."""
+    clean = {k: v for k, v in configs.items() if v is not None}
+    unknown = [k for k in clean if k not in set(LogConfig.config_names())]
+    if unknown:
+        raise TopicError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {unknown[0]}")
+    try:
+        LogConfig.validate(clean)
+    except (LogConfigError, ValueError) as e:
+        raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    return clean
+
+
+class TopicManager:
+    def __init__(self, broker):
+        self.broker = broker
+        self._lock = threading.Lock()  # serialises create/delete/grow (the controller's event queue)
+
+    def create(self, name: str, num_partitions: int, replication_factor: int,
+               configs: dict[str, str | None] | None = None, assignments=None,
+               validate_only: bool = False):
+        b = self.broker
+        validate_topic_name(name)
+        if assignments:
+            raise TopicError(ErrorCode.INVALID_REQUEST,
+                             "Manual replica assignment is not supported on a single-node cluster yet")
+        if num_partitions == -1:
+            num_partitions = b.config["num.partitions"]
+        if replication_factor == -1:
+            replication_factor = b.config["default.replication.factor"]
+        if num_partitions <= 0:
+            raise TopicError(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+        if replication_factor <= 0:
+            raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             "Replication factor must be larger than 0, or -1 to use the default value.")
+        if replication_factor > 1:
+            raise TopicError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"Unable to replicate the partition {replication_factor} time(s): "
+                             "The target replication factor of {0} cannot be reached because only 1 broker(s) "
+                             "are registered.".format(replication_factor))
+        clean = validate_topic_configs(configs or {})
+        with self._lock:
+            if name in b.metadata.image.topics:
+                raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            if validate_only:
+                return None
+            # Kafka also refuses names that collide once '.' and '_' are treated alike
+            norm = name.replace(".", "_")
+            for other in b.metadata.image.topics:
+                if other.replace(".", "_") == norm:
+                    raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Topic '{name}' collides with existing topic: {other}")
+            t = b.metadata.create_topic(name, num_partitions, clean)
+            b.log_manager.update_topic_config(name, clean)
+            b.replica_manager.apply_topic(t)
+            return t
+
+    def auto_create(self, name: str):
+        b = self.broker
+        try:
+            return self.create(name, b.config["num.partitions"], b.config["default.replication.factor"])
+        except TopicError as e:
+            if e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return b.metadata.image.topics.get(name)
+            raise
+
+    def create_internal(self, name: str, num_partitions: int, configs: dict[str, str]):
+        """Internal topics (__consumer_offsets): created on first use."""
+        b = self.broker
+        with self._lock:
+            t = b.metadata.image.topics.get(name)
+            if t is None:
+                t = b.metadata.create_topic(name, num_partitions, configs)
+                b.log_manager.update_topic_config(name, configs)
+                b.replica_manager.apply_topic(t)
+            return t
+
+    def delete(self, name: str):
+        b = self.broker
+        if not b.config["delete.topic.enable"]:
+            raise TopicError(ErrorCode.TOPIC_DELETION_DISABLED, "Topic deletion is disabled.")
+        with self._lock:
+            t = b.metadata.image.topics.get(name)
+            if t is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 "This server does not host this topic-partition.")
+            b.metadata.delete_topic(name)
+            b.replica_manager.remove_topic(name)
+            for hook in b.topic_deletion_hooks:
+                hook(name)
+            return t
+
+    def create_partitions(self, name: str, count: int, assignments=None, validate_only: bool = False):
+        b = self.broker
+        with self._lock:
+            t = b.metadata.image.topics.get(name)
+            if t is None:
+                raise TopicError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            if t.is_internal:
+                raise TopicError(ErrorCode.INVALID_REQUEST, f"Cannot add partitions to internal topic {name}")
+            if count < t.num_partitions:
+                raise TopicError(ErrorCode.INVALID_PARTITIONS,
+                                 f"Topic currently has {t.num_partitions} partitions, which is higher than "
+                                 f"the requested {count}.")
+            if count == t.num_partitions:
+                raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {t.num_partitions} partitions.")
+            if assignments:
+                for a in assignments:
+                    if any(bid != b.node_id for bid in a.broker_ids):
+                        raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                         "The manual partition assignment includes broker(s) that are not registered.")
+            if validate_only:
+                return t
+            t = b.metadata.create_partitions(name, count)
+            b.replica_manager.apply_topic(t)
+            return t

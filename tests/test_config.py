@@ -1,0 +1,55 @@
+"""KafkaConfig: Kafka's names and defaults; bad keys stop start-up naming the key."""
+import pytest
+
+from kbroker.config_def import ConfigError, read_properties
+from kbroker.server.config import KafkaConfig
+
+
+def test_embedded_defaults():
+    c = KafkaConfig()
+    assert [(l.name, l.host, l.port) for l in c.listeners] == [("PLAINTEXT", "127.0.0.1", 9092)]
+    assert c.node_id == 1
+    assert c.log_dirs == ["./kbroker-data"]
+    assert c["num.network.threads"] == 3 and c["num.io.threads"] == 8
+    assert c["message.max.bytes"] == 1048588
+    assert c.log_retention_ms == 168 * 3600 * 1000
+
+
+def test_retention_precedence():
+    assert KafkaConfig({"log.retention.hours": "1"}).log_retention_ms == 3_600_000
+    assert KafkaConfig({"log.retention.hours": "1", "log.retention.minutes": "2"}).log_retention_ms == 120_000
+    assert KafkaConfig({"log.retention.minutes": "2", "log.retention.ms": "5"}).log_retention_ms == 5
+    assert KafkaConfig({"log.retention.hours": "-1"}).log_retention_ms == -1
+
+
+@pytest.mark.parametrize("props,key", [
+    ({"no.such.key": "1"}, "no.such.key"),
+    ({"num.io.threads": "many"}, "num.io.threads"),
+    ({"num.io.threads": "0"}, "num.io.threads"),
+    ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
+    ({"listeners": "PLAINTEXT//nohost"}, "listeners"),
+    ({"listener.security.protocol.map": "PLAINTEXT:SSL"}, "listener.security.protocol.map"),
+    ({"log.cleanup.policy": "delete,shred"}, "log.cleanup.policy"),
+    ({"group.min.session.timeout.ms": "10", "group.max.session.timeout.ms": "5"}, "group.min.session.timeout.ms"),
+])
+def test_bad_values_name_the_key(props, key):
+    with pytest.raises(ConfigError) as e:
+        KafkaConfig(props)
+    assert e.value.key == key
+    assert str(e.value).startswith(key)
+
+
+def test_properties_file_and_overrides(tmp_path):
+    p = tmp_path / "server.properties"
+    p.write_text("# comment\n! other comment\nnode.id=7\nlisteners = PLAINTEXT://127.0.0.1:9999\n"
+                 "log.dirs: /tmp/a,/tmp/b\nnum.io.threads 4\nlog.retention.hours=\\\n  24\n")
+    assert read_properties(str(p))["log.retention.hours"] == "24"
+    c = KafkaConfig.from_sources(str(p), ["num.io.threads=2"])
+    assert c.node_id == 7
+    assert c.listeners[0].port == 9999
+    assert c.log_dirs == ["/tmp/a", "/tmp/b"]
+    assert c["num.io.threads"] == 2
+    assert c.log_retention_ms == 24 * 3_600_000
+    with pytest.raises(ConfigError) as e:
+        KafkaConfig.from_sources(None, ["novalue"])
+    assert e.value.key == "--override"
