@@ -1,0 +1,12 @@
+"""Run ``kbroker.tools.topics`` from a checkout: ``python tools/kbroker_topics.py --help``
+(installed: ``kbroker topics --help``)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kbroker.tools.topics import *  # noqa: E402,F401,F403
+from kbroker.tools.topics import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
