@@ -257,6 +257,10 @@ class LogManager:
                    max(mc.flush_start_offset_checkpoint_interval_ms, 1))
         s.schedule(self._safe(self.delete_pending), 1000, 1000)
 
+    def schedule(self, fn: Callable[[], None], delay_ms: int, period_ms: int | None = None) -> None:
+        """Run ``fn`` on the log manager's scheduler thread (errors are logged)."""
+        self._scheduler.schedule(self._safe(fn), delay_ms, period_ms)
+
     @staticmethod
     def _safe(fn):
         def run():

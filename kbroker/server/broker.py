@@ -97,6 +97,9 @@ class KafkaBroker:
                                               self.produce_purgatory, self.fetch_purgatory)
         for t in self.metadata.image.topics.values():
             self.replica_manager.apply_topic(t)
+        self.log_manager.schedule(self.log_manager.checkpoint_high_watermarks,
+                                  c["replica.high.watermark.checkpoint.interval.ms"],
+                                  c["replica.high.watermark.checkpoint.interval.ms"])
         hosted = {tp for tp in self.replica_manager.partitions}
         for tp in list(self.log_manager.logs):
             if tp not in hosted:

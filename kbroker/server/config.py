@@ -52,6 +52,7 @@ BROKER_CONFIG = (
     .define("max.connections", "int", INT_MAX, at_least(0))
     .define("message.max.bytes", "int", 1048588, at_least(0))
     .define("replica.fetch.max.bytes", "int", 1048576, at_least(0))
+    .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
     .define("fetch.max.bytes", "int", 57671680, at_least(1024))
     .define("request.timeout.ms", "int", 30000, at_least(0))
     # --- topics ---
