@@ -1,0 +1,411 @@
+"""Admin: topic, config, offset and group administration (Kafka's Admin client).
+
+Synchronous: each method sends its requests and waits (default.api.timeout.ms, or the
+``timeout`` argument in seconds). Per-item results come back as dicts; with
+``raise_on_error=True`` (the default) the first per-item error is raised as the
+KafkaError subclass named by its code (TopicAlreadyExistsError, ...).
+
+Routing as in Kafka: CreateTopics / DeleteTopics / CreatePartitions go to the
+controller (retried on NOT_CONTROLLER after a metadata refresh), DescribeConfigs /
+IncrementalAlterConfigs for a broker resource to that broker, group requests to the
+group's coordinator, ListGroups to every broker, ListOffsets to each partition's leader.
+
+Thread-safety: calls are serialized on the NetworkClient's lock; use one Admin per thread
+for concurrency.
+"""
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from kbroker.client import errors as E
+from kbroker.client.config import ADMIN, ClientConfig
+from kbroker.client.consumer.coordinator import OffsetAndMetadata, decode_assignment
+from kbroker.client.metadata import BrokerMetadata, Metadata, TopicPartition
+from kbroker.client.network_client import NetworkClient
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages import create_partitions as cp
+from kbroker.protocol.messages import create_topics as ct
+from kbroker.protocol.messages import describe_configs as dc
+from kbroker.protocol.messages import incremental_alter_configs as iac
+from kbroker.protocol.messages.delete_groups import DeleteGroupsRequest
+from kbroker.protocol.messages.delete_topics import DeleteTopicsRequest
+from kbroker.protocol.messages.describe_cluster import DescribeClusterRequest
+from kbroker.protocol.messages.describe_groups import DescribeGroupsRequest
+from kbroker.protocol.messages.find_coordinator import FindCoordinatorRequest
+from kbroker.protocol.messages.list_groups import ListGroupsRequest
+from kbroker.protocol.messages.list_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kbroker.protocol.messages.offset_fetch import OffsetFetchRequest
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+#: IncrementalAlterConfigs operations
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+class NewTopic(NamedTuple):
+    name: str
+    num_partitions: int = -1          # -1: the broker's num.partitions
+    replication_factor: int = -1      # -1: the broker's default.replication.factor
+    configs: dict = {}
+
+
+class ConfigResource(NamedTuple):
+    type: int                          # RESOURCE_TOPIC or RESOURCE_BROKER
+    name: str
+
+
+class ConfigEntry(NamedTuple):
+    name: str
+    value: str | None
+    read_only: bool
+    is_default: bool
+    source: int
+    is_sensitive: bool
+
+
+class ListOffsetsResult(NamedTuple):
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+class GroupListing(NamedTuple):
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+class MemberDescription(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: list
+
+
+class GroupDescription(NamedTuple):
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list
+
+
+class ClusterDescription(NamedTuple):
+    cluster_id: str | None
+    controller_id: int
+    brokers: list
+
+
+def _check(results: dict, raise_on_error: bool) -> dict:
+    if raise_on_error:
+        for v in results.values():
+            if isinstance(v, Exception):
+                raise v
+    return results
+
+
+class Admin:
+    def __init__(self, config: dict | None = None, **kwargs):
+        self.config = cfg = ClientConfig(ADMIN, config, **kwargs)
+        self.metadata = Metadata(cfg)
+        self.metadata.set_topics(None)
+        self.metadata.allow_auto_topic_creation = False
+        self.client = NetworkClient(cfg, self.metadata)
+        self.default_timeout_s = cfg["default.api.timeout.ms"] / 1000.0
+        self.retry_backoff_s = cfg["retry.backoff.ms"] / 1000.0
+
+    def _deadline(self, timeout):
+        return time.monotonic() + (self.default_timeout_s if timeout is None else timeout)
+
+    def _left(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise E.KafkaTimeoutError("Timed out waiting for the admin request")
+        return left
+
+    def _ensure_metadata(self, deadline):
+        if self.metadata.version == 0:
+            self.client.await_metadata(self._left(deadline), force=False)
+
+    def _any_node(self, deadline) -> int:
+        self._ensure_metadata(deadline)
+        return self.client.least_loaded_node()
+
+    def _controller(self, deadline) -> int:
+        self._ensure_metadata(deadline)
+        cid = self.metadata.cluster.controller_id
+        return cid if cid is not None and cid >= 0 else self.client.least_loaded_node()
+
+    def _to_controller(self, api_key, build, deadline):
+        """Send to the controller; on NOT_CONTROLLER in any result, refresh and resend
+        the items that failed. ``build(names)`` -> request; returns responses list."""
+        while True:
+            node = self._controller(deadline)
+            try:
+                return self.client.request(node, api_key, build(), self._left(deadline))
+            except E.KafkaConnectionError:
+                self.client.await_metadata(self._left(deadline))
+
+    # -- topics -------------------------------------------------------------------------
+    def create_topics(self, new_topics, timeout: float | None = None, validate_only: bool = False,
+                      raise_on_error: bool = True) -> dict:
+        """{name: None or KafkaError}. Waits until the new topics appear in metadata."""
+        deadline = self._deadline(timeout)
+        pending = {t.name: t for t in (NewTopic(t) if isinstance(t, str) else t for t in new_topics)}
+        results: dict = {}
+        while pending:
+            req = ct.CreateTopicsRequest(topics=[ct.CreatableTopic(
+                name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+                assignments=[], configs=[ct.CreatableTopicConfig(name=k, value=str(v)) for k, v in t.configs.items()])
+                for t in pending.values()], timeout_ms=int(self._left(deadline) * 1000), validate_only=validate_only)
+            resp = self._to_controller(ApiKey.CREATE_TOPICS, lambda: req, deadline)
+            retry = {}
+            for r in resp.topics:
+                if r.error_code == ErrorCode.NOT_CONTROLLER:
+                    retry[r.name] = pending[r.name]
+                else:
+                    results[r.name] = E.for_code(r.error_code, r.error_message or None) if r.error_code else None
+            pending = retry
+            if pending:
+                self.client.await_metadata(self._left(deadline))
+        created = [n for n, e in results.items() if e is None]
+        if created and not validate_only:
+            self._await_topics(created, deadline, present=True)
+        return _check(results, raise_on_error)
+
+    def _await_topics(self, names, deadline, present: bool) -> None:
+        while True:
+            self.client.await_metadata(self._left(deadline))
+            topics = self.metadata.cluster.topics
+            if all((n in topics and all(p.leader >= 0 for p in topics[n])) == present for n in names):
+                return
+            self.client.poll(min(self.retry_backoff_s, self._left(deadline)))
+
+    def delete_topics(self, names, timeout: float | None = None, raise_on_error: bool = True) -> dict:
+        deadline = self._deadline(timeout)
+        resp = self._to_controller(ApiKey.DELETE_TOPICS, lambda: DeleteTopicsRequest(
+            topic_names=list(names), timeout_ms=int(self._left(deadline) * 1000)), deadline)
+        results = {r.name: E.for_code(r.error_code, getattr(r, "error_message", None)) if r.error_code else None
+                   for r in resp.responses}
+        return _check(results, raise_on_error)
+
+    def create_partitions(self, new_counts: dict[str, int], timeout: float | None = None,
+                          validate_only: bool = False, raise_on_error: bool = True) -> dict:
+        """{topic: None or KafkaError}; new_counts maps topic -> new total partition count."""
+        deadline = self._deadline(timeout)
+        resp = self._to_controller(ApiKey.CREATE_PARTITIONS, lambda: cp.CreatePartitionsRequest(
+            topics=[cp.CreatePartitionsTopic(name=t, count=n, assignments=None) for t, n in new_counts.items()],
+            timeout_ms=int(self._left(deadline) * 1000), validate_only=validate_only), deadline)
+        results = {r.name: E.for_code(r.error_code, r.error_message) if r.error_code else None
+                   for r in resp.results}
+        return _check(results, raise_on_error)
+
+    def describe_topics(self, names=None, timeout: float | None = None) -> dict:
+        """{topic: [PartitionMetadata]} from a fresh metadata response; raises for a
+        topic the broker reports an error for (e.g. UnknownTopicOrPartitionError)."""
+        deadline = self._deadline(timeout)
+        self.client.await_metadata(self._left(deadline))
+        c = self.metadata.cluster
+        if names is None:
+            return dict(c.topics)
+        out = {}
+        for n in names:
+            if n in c.topics:
+                out[n] = c.topics[n]
+            else:
+                raise E.for_code(c.topic_errors.get(n, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"topic {n}")
+        return out
+
+    def list_topics(self, timeout: float | None = None) -> list[str]:
+        return sorted(self.describe_topics(None, timeout))
+
+    def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
+        deadline = self._deadline(timeout)
+        node = self._any_node(deadline)
+        if self.client.api_version(node, ApiKey.DESCRIBE_CLUSTER) is None:
+            self.client.await_ready(node, deadline)
+        if self.client.api_version(node, ApiKey.DESCRIBE_CLUSTER) is not None:
+            r = self.client.request(node, ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest(), self._left(deadline))
+            if r.error_code:
+                raise E.for_code(r.error_code, r.error_message)
+            return ClusterDescription(r.cluster_id, r.controller_id,
+                                      [BrokerMetadata(b.broker_id, b.host, b.port, b.rack) for b in r.brokers])
+        self.client.await_metadata(self._left(deadline))
+        c = self.metadata.cluster
+        return ClusterDescription(c.cluster_id, c.controller_id, list(c.brokers.values()))
+
+    # -- configs ------------------------------------------------------------------------
+    def _resource_node(self, res: ConfigResource, deadline) -> int:
+        if res.type == RESOURCE_BROKER and res.name:
+            return int(res.name)
+        return self._any_node(deadline)
+
+    def describe_configs(self, resources, timeout: float | None = None, raise_on_error: bool = True) -> dict:
+        """{ConfigResource: {name: ConfigEntry} or KafkaError}."""
+        deadline = self._deadline(timeout)
+        self._ensure_metadata(deadline)
+        results = {}
+        for res in resources:
+            res = ConfigResource(*res)
+            r = self.client.request(self._resource_node(res, deadline), ApiKey.DESCRIBE_CONFIGS,
+                                    dc.DescribeConfigsRequest(resources=[dc.DescribeConfigsResource(
+                                        resource_type=res.type, resource_name=res.name, configuration_keys=None)]),
+                                    self._left(deadline))
+            for rr in r.results:
+                if rr.error_code:
+                    results[res] = E.for_code(rr.error_code, rr.error_message)
+                else:
+                    results[res] = {c.name: ConfigEntry(c.name, c.value, c.read_only,
+                                                        getattr(c, "is_default", False),
+                                                        getattr(c, "config_source", -1), c.is_sensitive)
+                                    for c in rr.configs}
+        return _check(results, raise_on_error)
+
+    def incremental_alter_configs(self, changes: dict, timeout: float | None = None,
+                                  validate_only: bool = False, raise_on_error: bool = True) -> dict:
+        """changes: {ConfigResource: [(name, op, value)]} with op SET/DELETE/APPEND/SUBTRACT.
+        Returns {ConfigResource: None or KafkaError}."""
+        deadline = self._deadline(timeout)
+        self._ensure_metadata(deadline)
+        results = {}
+        for res, ops in changes.items():
+            res = ConfigResource(*res)
+            r = self.client.request(self._resource_node(res, deadline), ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                                    iac.IncrementalAlterConfigsRequest(resources=[iac.AlterConfigsResource(
+                                        resource_type=res.type, resource_name=res.name,
+                                        configs=[iac.AlterableConfig(name=n, config_operation=op,
+                                                                     value=None if v is None else str(v))
+                                                 for n, op, v in ops])], validate_only=validate_only),
+                                    self._left(deadline))
+            for rr in r.responses:
+                results[res] = E.for_code(rr.error_code, rr.error_message) if rr.error_code else None
+        return _check(results, raise_on_error)
+
+    # -- offsets ------------------------------------------------------------------------
+    def list_offsets(self, specs: dict, timeout: float | None = None, raise_on_error: bool = True) -> dict:
+        """specs: {TopicPartition: EARLIEST | LATEST | MAX_TIMESTAMP | timestamp_ms}.
+        Returns {tp: ListOffsetsResult or KafkaError}."""
+        deadline = self._deadline(timeout)
+        self.client.await_metadata(self._left(deadline))
+        by_node: dict[int, dict] = {}
+        results = {}
+        for tp, ts in specs.items():
+            tp = TopicPartition(*tp)
+            leader = self.metadata.cluster.leader_for(tp)
+            if leader < 0:
+                results[tp] = E.for_code(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
+                continue
+            by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(
+                ListOffsetsPartition(partition_index=tp.partition, current_leader_epoch=-1, timestamp=ts))
+        for node, topics in by_node.items():
+            r = self.client.request(node, ApiKey.LIST_OFFSETS, ListOffsetsRequest(
+                replica_id=-1, isolation_level=0,
+                topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()]), self._left(deadline))
+            for t in r.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    results[tp] = (E.for_code(p.error_code) if p.error_code else
+                                   ListOffsetsResult(p.offset, p.timestamp, p.leader_epoch))
+        return _check(results, raise_on_error)
+
+    # -- groups -------------------------------------------------------------------------
+    def _coordinator(self, group_id: str, deadline) -> int:
+        while True:
+            node = self._any_node(deadline)
+            r = self.client.request(node, ApiKey.FIND_COORDINATOR,
+                                    FindCoordinatorRequest(key=group_id, key_type=0), self._left(deadline))
+            if r.error_code == 0:
+                cid = (1 << 31) - 1 - r.node_id
+                self.metadata.extra_nodes[cid] = BrokerMetadata(cid, r.host, r.port, None)
+                return cid
+            err = E.for_code(r.error_code, r.error_message)
+            if not err.retriable:
+                raise err
+            self.client.poll(min(self.retry_backoff_s, self._left(deadline)))
+
+    def list_consumer_groups(self, timeout: float | None = None) -> list[GroupListing]:
+        deadline = self._deadline(timeout)
+        self.client.await_metadata(self._left(deadline))
+        out = []
+        for b in self.metadata.cluster.brokers.values():
+            r = self.client.request(b.node_id, ApiKey.LIST_GROUPS, ListGroupsRequest(), self._left(deadline))
+            if r.error_code:
+                raise E.for_code(r.error_code)
+            out.extend(GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+                       for g in r.groups)
+        return out
+
+    def describe_consumer_groups(self, group_ids, timeout: float | None = None,
+                                 raise_on_error: bool = True) -> dict:
+        deadline = self._deadline(timeout)
+        results = {}
+        for g in group_ids:
+            node = self._coordinator(g, deadline)
+            r = self.client.request(node, ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest(groups=[g]),
+                                    self._left(deadline))
+            for d in r.groups:
+                if d.error_code:
+                    results[d.group_id] = E.for_code(d.error_code)
+                    continue
+                members = []
+                for m in d.members:
+                    try:
+                        assignment = decode_assignment(m.member_assignment) if d.protocol_type == "consumer" else []
+                    except Exception:
+                        assignment = []
+                    members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id,
+                                                     m.client_host, assignment))
+                results[d.group_id] = GroupDescription(d.group_id, d.group_state, d.protocol_type,
+                                                       d.protocol_data, members)
+        return _check(results, raise_on_error)
+
+    def delete_consumer_groups(self, group_ids, timeout: float | None = None,
+                               raise_on_error: bool = True) -> dict:
+        deadline = self._deadline(timeout)
+        results = {}
+        for g in group_ids:
+            node = self._coordinator(g, deadline)
+            r = self.client.request(node, ApiKey.DELETE_GROUPS, DeleteGroupsRequest(groups_names=[g]),
+                                    self._left(deadline))
+            for x in r.results:
+                results[x.group_id] = E.for_code(x.error_code) if x.error_code else None
+        return _check(results, raise_on_error)
+
+    def list_consumer_group_offsets(self, group_id: str, partitions=None,
+                                    timeout: float | None = None) -> dict:
+        """{TopicPartition: OffsetAndMetadata} committed by the group: for ``partitions``,
+        or (None) for every partition it committed."""
+        from kbroker.protocol.messages.offset_fetch import OffsetFetchRequestTopic
+        deadline = self._deadline(timeout)
+        node = self._coordinator(group_id, deadline)
+        topics = None
+        if partitions is not None:
+            by_topic: dict = {}
+            for tp in partitions:
+                by_topic.setdefault(tp[0], []).append(tp[1])
+            topics = [OffsetFetchRequestTopic(name=t, partition_indexes=p) for t, p in by_topic.items()]
+        r = self.client.request(node, ApiKey.OFFSET_FETCH,
+                                OffsetFetchRequest(group_id=group_id, topics=topics), self._left(deadline))
+        if r.error_code:
+            raise E.for_code(r.error_code)
+        out = {}
+        for t in r.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    raise E.for_code(p.error_code)
+                if p.committed_offset >= 0:
+                    out[TopicPartition(t.name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset, p.metadata or "", getattr(p, "committed_leader_epoch", -1))
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,342 @@
+"""RecordAccumulator: per-partition queues of open batches (Kafka's RecordAccumulator).
+
+Each TopicPartition has a deque of ``ProducerBatch``; the application thread appends to
+the last one (a Cython ``BatchBuilder``), the sender thread ``drain``s the first one.
+A batch is *ready* to send when it is full (or a later batch exists), when linger.ms
+has passed since it was created, when a flush or close is in progress, or when
+appenders are blocked on buffer.memory. Drained batches are built (compressed) once;
+a retried batch is put back at the head of its deque with its bytes unchanged, so
+retries stay in order ahead of newer batches.
+
+buffer.memory: each open batch reserves max(batch.size, first record's size) bytes
+from a pool (Kafka's BufferPool); the reservation is returned when the batch
+completes. An append that needs a new batch while the pool is empty blocks up to
+max.block.ms, then raises BufferExhaustedError.
+
+Locking: one lock (``self._lock``) guards every deque and the pool; an append takes it
+once per record, the sender once per ready()/drain() pass. Batch completion (result
+and callbacks) happens outside the lock in the sender thread.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from kbroker.client.errors import BufferExhaustedError, KafkaTimeoutError, RecordTooLargeError
+from kbroker.client.metadata import TopicPartition
+from kbroker.client.producer.future import BatchResult, RecordFuture
+from kbroker.kernels import records
+
+CODECS = {"none": records.NO_COMPRESSION, "gzip": records.GZIP, "snappy": records.SNAPPY,
+          "lz4": records.LZ4, "zstd": records.ZSTD}
+
+#: bytes a record adds beyond key and value at most (varints, attributes, deltas)
+RECORD_OVERHEAD_MAX = 21
+
+
+class ProducerBatch:
+    """One record batch for one partition, from first append to completion.
+
+    Owned by the appending thread while open (under the accumulator lock), by the sender
+    thread once drained. ``buffer`` holds the built wire bytes after the first drain."""
+
+    __slots__ = ("tp", "builder", "result", "futures", "created", "attempts", "last_attempt",
+                 "buffer", "record_count", "reserved", "full", "drained", "producer_id",
+                 "producer_epoch", "base_sequence")
+
+    def __init__(self, tp: TopicPartition, builder, created: float, reserved: int):
+        self.tp = tp
+        self.builder = builder
+        self.result = BatchResult(tp.topic, tp.partition)
+        self.futures: list[RecordFuture] | None = None   # only futures with callbacks
+        self.created = created
+        self.attempts = 0
+        self.last_attempt = created
+        self.buffer: bytes | None = None
+        self.record_count = 0
+        self.reserved = reserved
+        self.full = False
+        self.drained = 0.0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+
+    def close(self) -> bytes:
+        if self.buffer is None:
+            self.buffer = self.builder.build()
+            self.builder = None
+        return self.buffer
+
+    def complete(self, base_offset: int, log_append_time: int, error) -> None:
+        self.result.complete(base_offset, log_append_time, error)
+        if self.futures:
+            for f in self.futures:
+                f._fire()
+
+
+class RecordAccumulator:
+    def __init__(self, config, wakeup):
+        self.batch_size = config["batch.size"]
+        self.linger_s = config["linger.ms"] / 1000.0
+        self.retry_backoff_s = config["retry.backoff.ms"] / 1000.0
+        self.delivery_timeout_s = config["delivery.timeout.ms"] / 1000.0
+        self.compression = CODECS[config["compression.type"]]
+        self.total_memory = config["buffer.memory"]
+        self.max_request_size = config["max.request.size"]
+        self._available = self.total_memory
+        self._wakeup = wakeup
+        self._lock = threading.Lock()
+        self._memory_cond = threading.Condition(self._lock)
+        self._waiters = 0
+        self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.incomplete: set[ProducerBatch] = set()
+        self._flushes = 0
+        self.closed = False
+        self._drain_index = 0
+        self._muted: set[TopicPartition] = set()
+
+    # -- application thread -------------------------------------------------------------
+    def append(self, tp: TopicPartition, timestamp: int, key, value, headers, max_block_s: float,
+               callback=None) -> RecordFuture:
+        """Append one record; returns its future.
+
+        key and value are bytes or None. Raises BufferExhaustedError after max_block_s,
+        RecordTooLargeError for a record above max.request.size or buffer.memory.
+        The common case (room in the partition's open batch) is the first branch."""
+        with self._lock:
+            dq = self.batches.get(tp)
+            if dq:
+                b = dq[-1]
+                if not b.full and b.builder.append(timestamp, key, value, headers):
+                    f = RecordFuture(b.result, b.record_count, timestamp,
+                                     -1 if key is None else len(key), -1 if value is None else len(value))
+                    b.record_count += 1
+                    if callback is not None:
+                        self._add_callback(b, f, callback)
+                    return f
+        return self._append_new_batch(tp, timestamp, key, value, headers, max_block_s, callback)
+
+    @staticmethod
+    def _add_callback(b: ProducerBatch, f: RecordFuture, callback) -> None:
+        f._callbacks = [callback]
+        if b.futures is None:
+            b.futures = [f]
+        else:
+            b.futures.append(f)
+
+    def _append_new_batch(self, tp, timestamp, key, value, headers, max_block_s, callback):
+        if type(tp) is not TopicPartition:
+            tp = TopicPartition(*tp)
+        ks = len(key) if key is not None else -1
+        vs = len(value) if value is not None else -1
+        with self._lock:
+            dq = self.batches.get(tp)
+            if dq:
+                dq[-1].full = True
+            else:
+                dq = self.batches[tp] = deque()
+            size = max(ks, 0) + max(vs, 0) + RECORD_OVERHEAD_MAX + records.RECORD_BATCH_OVERHEAD
+            if headers:
+                size += sum(len(h[0]) + (len(h[1]) if h[1] is not None else 0) + 10 for h in headers)
+            if size > self.max_request_size:
+                raise RecordTooLargeError(
+                    f"The message is {size} bytes when serialized which is larger than "
+                    f"{self.max_request_size}, which is the value of the max.request.size configuration.")
+            if size > self.total_memory:
+                raise RecordTooLargeError(
+                    f"The message is {size} bytes when serialized which is larger than the total "
+                    f"memory buffer you have configured with the buffer.memory configuration.")
+            reserve = max(self.batch_size, size)
+            self._reserve(reserve, max_block_s)
+            # another thread may have opened a batch while we waited for memory
+            if dq and not dq[-1].full and dq[-1].builder.append(timestamp, key, value, headers):
+                self._available += reserve
+                self._memory_cond.notify_all()
+                b = dq[-1]
+            else:
+                if dq:
+                    dq[-1].full = True
+                builder = records.BatchBuilder(compression=self.compression, batch_size=self.batch_size)
+                builder.append(timestamp, key, value, headers)  # the first record always fits
+                b = ProducerBatch(tp, builder, time.monotonic(), reserve)
+                dq.append(b)
+                self.incomplete.add(b)
+            f = RecordFuture(b.result, b.record_count, timestamp, ks, vs)
+            b.record_count += 1
+            if callback is not None:
+                self._add_callback(b, f, callback)
+        # a new batch (and, if there was one, a full one before it): let the sender look
+        self._wakeup()
+        return f
+
+    def _reserve(self, n: int, max_block_s: float) -> None:
+        """Take n bytes from the pool (lock held); blocks up to max_block_s."""
+        if self._available >= n:
+            self._available -= n
+            return
+        deadline = time.monotonic() + max_block_s
+        self._waiters += 1
+        try:
+            self._wakeup()
+            while self._available < n:
+                if self.closed:
+                    from kbroker.client.errors import IllegalStateError
+                    raise IllegalStateError("Producer closed while allocating memory")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BufferExhaustedError(
+                        f"Failed to allocate {n} bytes within the configured max blocking time "
+                        f"{int(max_block_s * 1000)} ms. Total memory: {self.total_memory} bytes. "
+                        f"Available memory: {self._available} bytes.")
+                self._memory_cond.wait(left)
+            self._available -= n
+        finally:
+            self._waiters -= 1
+
+    def begin_flush(self) -> None:
+        with self._lock:
+            self._flushes += 1
+        self._wakeup()
+
+    def end_flush(self) -> None:
+        with self._lock:
+            self._flushes -= 1
+
+    def await_flush(self, timeout_s: float | None) -> bool:
+        """Wait until every batch existing now completed; False on timeout."""
+        with self._lock:
+            pending = [b.result for b in self.incomplete]
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for r in pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not r.wait(left):
+                return False
+        return True
+
+    def has_incomplete(self) -> bool:
+        return bool(self.incomplete)
+
+    # -- sender thread ------------------------------------------------------------------
+    def ready(self, cluster, now: float):
+        """(ready leader node ids, seconds until the next batch may become ready,
+        topics whose leader is unknown)."""
+        ready_nodes = set()
+        unknown = set()
+        next_check = self.linger_s if self.linger_s > 0 else 0.1
+        with self._lock:
+            exhausted = self._waiters > 0
+            drain_all = exhausted or self._flushes > 0 or self.closed
+            for tp, dq in self.batches.items():
+                if not dq:
+                    continue
+                leader = cluster.leader_for(tp)
+                if leader < 0:
+                    unknown.add(tp.topic)
+                    continue
+                if leader in ready_nodes or tp in self._muted:
+                    continue
+                b = dq[0]
+                if b.attempts > 0:
+                    wait = b.last_attempt + self.retry_backoff_s - now
+                    if wait > 0:
+                        next_check = min(next_check, wait)
+                        continue
+                    ready_nodes.add(leader)
+                    continue
+                if drain_all or b.full or len(dq) > 1:
+                    ready_nodes.add(leader)
+                    continue
+                wait = b.created + self.linger_s - now
+                if wait <= 0:
+                    ready_nodes.add(leader)
+                else:
+                    next_check = min(next_check, wait)
+        return ready_nodes, next_check, unknown
+
+    def drain(self, cluster, nodes, now: float, mute: bool) -> dict[int, list[ProducerBatch]]:
+        """Take at most one batch per partition for each ready node, up to
+        max.request.size per node. Batches are built (compressed) here."""
+        out: dict[int, list[ProducerBatch]] = {}
+        with self._lock:
+            tps = list(self.batches)
+            if not tps:
+                return out
+            start = self._drain_index % len(tps)
+            self._drain_index += 1
+            order = tps[start:] + tps[:start]
+            size_by_node: dict[int, int] = {}
+            for tp in order:
+                dq = self.batches[tp]
+                if not dq or tp in self._muted:
+                    continue
+                leader = cluster.leader_for(tp)
+                if leader not in nodes:
+                    continue
+                b = dq[0]
+                if b.attempts > 0 and now < b.last_attempt + self.retry_backoff_s:
+                    continue
+                if b.builder is not None:
+                    est = b.builder.size_in_bytes()
+                else:
+                    est = len(b.buffer)
+                used = size_by_node.get(leader, 0)
+                if used and used + est > self.max_request_size:
+                    continue
+                size_by_node[leader] = used + est
+                dq.popleft()
+                b.full = True
+                out.setdefault(leader, []).append(b)
+                if mute:
+                    self._muted.add(tp)
+        # building (and compressing) happens outside the lock so appenders keep going
+        for batches in out.values():
+            for b in batches:
+                b.close()
+                b.drained = now
+        return out
+
+    def unmute(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._muted.discard(tp)
+
+    def reenqueue(self, b: ProducerBatch, now: float) -> None:
+        """Put a batch to retry back at the head of its deque (Kafka's reenqueue)."""
+        b.attempts += 1
+        b.last_attempt = now
+        with self._lock:
+            self.batches.setdefault(b.tp, deque()).appendleft(b)
+
+    def expired_batches(self, now: float) -> list[ProducerBatch]:
+        """Remove and return queued batches older than delivery.timeout.ms."""
+        out = []
+        with self._lock:
+            for dq in self.batches.values():
+                while dq and now - dq[0].created >= self.delivery_timeout_s:
+                    out.append(dq.popleft())
+        return out
+
+    def abort_all(self) -> list[ProducerBatch]:
+        with self._lock:
+            out = [b for dq in self.batches.values() for b in dq]
+            for dq in self.batches.values():
+                dq.clear()
+        return out
+
+    def deallocate(self, b: ProducerBatch) -> None:
+        """Return a completed batch's memory to the pool."""
+        with self._lock:
+            self.incomplete.discard(b)
+            self._available += b.reserved
+            b.reserved = 0
+            if self._waiters:
+                self._memory_cond.notify_all()
+
+    def complete(self, b: ProducerBatch, base_offset: int, log_append_time: int, error) -> None:
+        self.deallocate(b)
+        b.complete(base_offset, log_append_time, error)
+
+    def expire_error(self, b: ProducerBatch, now: float) -> KafkaTimeoutError:
+        return KafkaTimeoutError(
+            f"Expiring {b.record_count} record(s) for {b.tp.topic}-{b.tp.partition}: "
+            f"{int((now - b.created) * 1000)} ms has passed since batch creation")

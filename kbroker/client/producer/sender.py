@@ -1,0 +1,274 @@
+"""Sender: the producer's background I/O thread (Kafka's Sender).
+
+Each pass (``run_once``): ask the accumulator which leaders have ready batches, connect
+to those not ready, drain at most one batch per partition per ready leader, send ONE
+ProduceRequest per broker holding all its drained batches, expire batches older than
+delivery.timeout.ms, then ``NetworkClient.poll`` until a response, a wakeup (a new or
+full batch, a flush) or the next linger deadline.
+
+Responses: NONE completes the batch (offset = base_offset + delta per record);
+a retriable error puts the batch back at the head of its partition's deque (after
+retry.backoff.ms, if retries and delivery.timeout.ms allow) and refreshes metadata on
+NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION / LEADER_NOT_AVAILABLE; anything
+else fails the batch with the error named by its code. acks=0 batches complete with
+offset -1 once written to the socket.
+
+Ordering: with max.in.flight.requests.per.connection=1 a partition is muted while its
+batch is in flight, so retries cannot reorder records. With idempotence, the broker
+orders by sequence number instead and up to 5 batches per partition may be in flight.
+
+Idempotence (enable.idempotence=true, KIP-98 client side): before the first produce the
+sender gets a producer id / epoch with InitProducerId; every drained batch gets the
+partition's next sequence number, stamped into the built batch header (producer_id at
+byte 43, producer_epoch at 51, base_sequence at 53; the CRC-32C over bytes 21.. is
+recomputed). A retried batch keeps its sequence. DUPLICATE_SEQUENCE_NUMBER counts as
+success. OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_EPOCH
+fail the batch (Kafka 2.5+ would bump the epoch; we do not).
+
+Thread-safety: everything here runs in the sender thread, except ``wakeup``/``initiate_close``.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+
+from kbroker.client import errors as E
+from kbroker.client.metadata import TopicPartition
+from kbroker.kernels import crc32c
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.init_producer_id import InitProducerIdRequest
+from kbroker.protocol.messages.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+
+log = logging.getLogger(__name__)
+
+_PRODUCE = int(ApiKey.PRODUCE)
+_REFRESH_CODES = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_ENOUGH_REPLICAS,
+                            ErrorCode.KAFKA_STORAGE_ERROR))
+_PID_EPOCH_SEQ = struct.Struct(">qhi")
+_CRC = struct.Struct(">I")
+
+
+def stamp_producer_state(buf: bytes, producer_id: int, epoch: int, base_sequence: int) -> bytes:
+    """Return a v2 batch with producer id/epoch/base sequence set and its CRC redone."""
+    b = bytearray(buf)
+    _PID_EPOCH_SEQ.pack_into(b, 43, producer_id, epoch, base_sequence)
+    _CRC.pack_into(b, 17, crc32c.crc32c(memoryview(b)[21:]))
+    return bytes(b)
+
+
+class TransactionManager:
+    """Producer id, epoch and per-partition sequence numbers (idempotence only)."""
+
+    def __init__(self):
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.next_sequence: dict[TopicPartition, int] = {}
+        self.init_in_flight = False
+        self.fatal: E.KafkaError | None = None
+
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    def assign(self, batch) -> None:
+        if batch.base_sequence >= 0:
+            return      # a retry keeps its sequence
+        seq = self.next_sequence.get(batch.tp, 0)
+        batch.producer_id, batch.producer_epoch, batch.base_sequence = \
+            self.producer_id, self.producer_epoch, seq
+        self.next_sequence[batch.tp] = (seq + batch.record_count) & 0x7FFFFFFF
+        batch.buffer = stamp_producer_state(batch.buffer, self.producer_id, self.producer_epoch, seq)
+
+
+class Sender(threading.Thread):
+    def __init__(self, config, client, metadata, accumulator):
+        super().__init__(name=f"kbroker-producer-network-thread | {config['client.id']}", daemon=True)
+        self.client = client
+        self.metadata = metadata
+        self.accumulator = accumulator
+        self.acks = config["acks"]
+        self.retries = config["retries"]
+        self.request_timeout_ms = config["request.timeout.ms"]
+        self.delivery_timeout_s = config["delivery.timeout.ms"] / 1000.0
+        self.guarantee_order = config["max.in.flight.requests.per.connection"] == 1
+        self.txn = TransactionManager() if config["enable.idempotence"] else None
+        self.running = True
+        self.force_close = False
+        self.in_flight_batches: set = set()
+
+    def wakeup(self) -> None:
+        self.client.wakeup()
+
+    def initiate_close(self, force: bool = False) -> None:
+        self.accumulator.closed = True
+        self.force_close = force
+        self.running = False
+        self.wakeup()
+
+    # -- thread body --------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while self.running:
+                self._run_once_logged()
+            # graceful close: send what is queued and wait for what is in flight
+            while not self.force_close and self.accumulator.has_incomplete():
+                self._run_once_logged()
+        finally:
+            err = E.IllegalStateError("Producer is closed forcefully.")
+            for b in self.accumulator.abort_all():
+                self.accumulator.complete(b, -1, -1, err)
+            for b in list(self.in_flight_batches):
+                self.accumulator.complete(b, -1, -1, err)
+            self.in_flight_batches.clear()
+            self.client.close()
+
+    def _run_once_logged(self) -> None:
+        """One pass; an unexpected error is logged and the thread keeps going (Kafka's
+        Sender.run catches and logs the same way)."""
+        try:
+            self.run_once()
+        except Exception:
+            log.exception("Uncaught error in kafka producer I/O thread")
+            time.sleep(0.01)
+
+    def run_once(self) -> None:
+        now = time.monotonic()
+        if self.txn is not None and not self.txn.has_producer_id():
+            if self.txn.fatal is not None:
+                self._fail_all(self.txn.fatal)
+                self.client.poll(0.1)
+                return
+            self._maybe_init_producer_id()
+            self.client.poll(0.05)
+            return
+        cluster = self.metadata.cluster
+        ready, next_check, unknown = self.accumulator.ready(cluster, now)
+        if unknown:
+            self.metadata.add_topics(*unknown)
+            self.metadata.request_update()
+        not_ready = [n for n in ready if not self.client.is_ready(n)]
+        for n in not_ready:
+            self.client.maybe_connect(n)
+            ready.discard(n)
+        timeout = next_check
+        if ready:
+            batches = self.accumulator.drain(cluster, ready, now, self.guarantee_order)
+            for node, bs in batches.items():
+                self._send_produce(node, bs, now)
+            if batches:
+                timeout = 0 if self.accumulator.batches and any(self.accumulator.batches.values()) else timeout
+        for b in self.accumulator.expired_batches(now):
+            self._finish(b, -1, -1, self.accumulator.expire_error(b, now))
+        if not_ready:
+            timeout = min(timeout, 0.05)
+        self.client.poll(max(0.0, timeout))
+
+    def _fail_all(self, err) -> None:
+        for b in self.accumulator.abort_all():
+            self._finish(b, -1, -1, err)
+
+    def _maybe_init_producer_id(self) -> None:
+        txn = self.txn
+        if txn.init_in_flight:
+            return
+        node = self.client.least_loaded_node()
+        if node is None:
+            return
+        if not self.client.is_ready(node):
+            self.client.maybe_connect(node)
+            return
+        if self.client.api_version(node, ApiKey.INIT_PRODUCER_ID) is None:
+            txn.fatal = E.for_code(ErrorCode.UNSUPPORTED_VERSION,
+                                   "the broker does not support InitProducerId, which "
+                                   "enable.idempotence=true requires")
+            return
+        txn.init_in_flight = True
+
+        def done(resp, exc):
+            txn.init_in_flight = False
+            if exc is not None:
+                return          # retried on the next pass
+            if resp.error_code:
+                err = E.for_code(resp.error_code)
+                if not err.retriable:
+                    txn.fatal = err
+                return
+            txn.producer_id, txn.producer_epoch = resp.producer_id, resp.producer_epoch
+        self.client.send(node, ApiKey.INIT_PRODUCER_ID,
+                         InitProducerIdRequest(transactional_id=None,
+                                               transaction_timeout_ms=2147483647), done)
+
+    def _send_produce(self, node: int, batches, now: float) -> None:
+        topics: dict[str, list] = {}
+        by_tp = {}
+        for b in batches:
+            if self.txn is not None:
+                self.txn.assign(b)
+            topics.setdefault(b.tp.topic, []).append(PartitionProduceData(index=b.tp.partition, records=b.buffer))
+            by_tp[b.tp] = b
+            self.in_flight_batches.add(b)
+        req = ProduceRequest(transactional_id=None, acks=self.acks, timeout_ms=self.request_timeout_ms,
+                             topic_data=[TopicProduceData(name=t, partition_data=p) for t, p in topics.items()])
+        expect = self.acks != 0
+
+        def on_response(resp, exc, by_tp=by_tp):
+            self._handle_produce_response(by_tp, resp, exc)
+        try:
+            self.client.send(node, _PRODUCE, req, on_response, expect_response=expect)
+        except E.KafkaError as e:
+            self._handle_produce_response(by_tp, None, e)
+
+    def _handle_produce_response(self, by_tp, resp, exc) -> None:
+        now = time.monotonic()
+        if exc is not None:
+            for b in by_tp.values():
+                self._complete_or_retry(b, ErrorCode.NETWORK_EXCEPTION, -1, -1, now, exc)
+            return
+        if resp is None:         # acks=0: written to the socket
+            for b in by_tp.values():
+                self._finish(b, -1, -1, None)
+            return
+        seen = set()
+        for t in resp.responses:
+            for p in t.partition_responses:
+                tp = TopicPartition(t.name, p.index)
+                b = by_tp.get(tp)
+                if b is None:
+                    continue
+                seen.add(tp)
+                msg = getattr(p, "error_message", None)
+                self._complete_or_retry(b, p.error_code, p.base_offset,
+                                        getattr(p, "log_append_time_ms", -1), now,
+                                        None if not p.error_code else E.for_code(p.error_code, msg))
+        for tp, b in by_tp.items():
+            if tp not in seen:
+                self._finish(b, -1, -1, E.KafkaError(
+                    f"ProduceResponse has no result for {tp.topic}-{tp.partition}", ErrorCode.UNKNOWN_SERVER_ERROR))
+
+    def _complete_or_retry(self, b, code, base_offset, log_append_time, now, err) -> None:
+        if code == ErrorCode.NONE or (code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and self.txn is not None):
+            self._finish(b, base_offset, log_append_time, None)
+            return
+        if code in _REFRESH_CODES or code == ErrorCode.NETWORK_EXCEPTION:
+            self.metadata.request_update()
+        retriable = err.retriable if isinstance(err, E.KafkaError) else True
+        if (retriable and b.attempts < self.retries and self.running
+                and now - b.created < self.delivery_timeout_s):
+            self.in_flight_batches.discard(b)
+            if self.guarantee_order:
+                self.accumulator.unmute(b.tp)
+            self.accumulator.reenqueue(b, now)
+            return
+        if retriable and now - b.created >= self.delivery_timeout_s:
+            err = self.accumulator.expire_error(b, now)
+        self._finish(b, -1, -1, err)
+
+    def _finish(self, b, base_offset, log_append_time, err) -> None:
+        if b.result.is_done():
+            return
+        self.in_flight_batches.discard(b)
+        if self.guarantee_order:
+            self.accumulator.unmute(b.tp)
+        self.accumulator.complete(b, base_offset, log_append_time, err)
