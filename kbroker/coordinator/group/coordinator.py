@@ -1,0 +1,1339 @@
+"""GroupCoordinator: consumer groups (classic protocol) and committed offsets.
+
+Kafka: ``core/.../coordinator/group/GroupCoordinator.scala`` (the classic
+state machine, followed closely) and ``GroupMetadataManager.scala`` (offsets,
+loading, expiry); 3.9's ``group-coordinator`` module for the details that
+changed since (offset-commit validation, GROUP_ID_NOT_FOUND from OffsetCommit
+v9, simple groups, KIP-211 expiry conditions).
+
+Ownership. A group lives in ``__consumer_offsets`` partition
+``partition_for(group_id)`` = ``abs(java_hashcode(group_id)) %
+offsets.topic.num.partitions``; this coordinator serves the groups of the
+partitions it has loaded (all of them on a single node). Loading replays the
+partition (:mod:`storage`) into memory; from then on state is served from
+memory and every change is appended to the partition before it is
+acknowledged. While a partition loads, its groups answer
+COORDINATOR_LOAD_IN_PROGRESS; partitions not loaded here answer
+NOT_COORDINATOR; a coordinator not started (or shut down) answers
+COORDINATOR_NOT_AVAILABLE.
+
+Locking (Kafka's ``group.lock``): each group has one reentrant lock; every
+read and write of a group happens under it, including the append of the
+group's records (so the log order is the in-memory order) and the delayed
+operations' checks and expiry (they use the group lock as their operation
+lock). ``_lock`` guards only the group map and the partition table; it is
+a leaf lock: never held while taking a group lock or calling out. Lock order:
+group lock → ``_lock``. Callbacks that answer requests run under the group
+lock (``RequestContext.respond`` only encodes and enqueues, it never blocks).
+
+Timers: session timeouts (DelayedHeartbeat), rebalance timeouts (DelayedJoin),
+the initial rebalance delay (InitialDelayedJoin), pending SyncGroups
+(DelayedSync) and the periodic offset-retention check live in two purgatories
+(heartbeat, rebalance) and their timers; no thread ever sleeps on a group.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple
+
+from kbroker.coordinator.group import storage
+from kbroker.coordinator.group.classic_group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, ClassicMember, GroupState
+from kbroker.coordinator.group.delayed import (
+    DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin, join_key, member_key, sync_key,
+)
+from kbroker.coordinator.group.offsets import INVALID_OFFSET, OffsetAndMetadata
+from kbroker.coordinator.records.group_metadata import MemberMetadata as MemberMetadataRecord
+from kbroker.protocol import ErrorCode
+from kbroker.server.purgatory import DelayedOperationPurgatory
+from kbroker.server.timer import SystemTimer, TimerTask, monotonic_ms
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GroupConfig", "GroupCoordinator", "JoinGroupResult", "SyncGroupResult", "GroupSummary",
+           "MemberSummary", "ListedGroup", "OffsetFetchPartition"]
+
+E = ErrorCode
+NONE = E.NONE
+
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000  # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs
+
+# APIs that accept the empty group id (Kafka's isValidGroupId).
+_EMPTY_GROUP_ID_OK = frozenset({"offset_commit", "offset_fetch", "describe_groups", "delete_groups"})
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """The broker settings the coordinator uses (Kafka's names and defaults)."""
+
+    offsets_topic_num_partitions: int = 50
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_max_size: int = 2147483647
+    offsets_retention_ms: int = 10080 * 60_000
+    offsets_retention_check_interval_ms: int = 600000
+    offset_metadata_max_bytes: int = 4096
+
+    @classmethod
+    def from_kafka_config(cls, config) -> "GroupConfig":
+        """From a :class:`kbroker.server.config.KafkaConfig` (or any ``config[key]`` mapping)."""
+        return cls(
+            offsets_topic_num_partitions=config["offsets.topic.num.partitions"],
+            group_min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            group_max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            group_initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            group_max_size=config["group.max.size"],
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+            offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+        )
+
+
+class JoinGroupResult(NamedTuple):
+    """What a JoinGroup answers. ``members`` (leader only): (member_id, group_instance_id, metadata)."""
+
+    members: list
+    member_id: str
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader_id: str
+    skip_assignment: bool
+    error: ErrorCode
+
+    @classmethod
+    def failed(cls, member_id: str, error: ErrorCode) -> "JoinGroupResult":
+        return cls([], member_id, -1, None, None, "", False, error)
+
+
+class SyncGroupResult(NamedTuple):
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+class MemberSummary(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+class GroupSummary(NamedTuple):
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list
+
+
+class ListedGroup(NamedTuple):
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str
+
+
+class OffsetFetchPartition(NamedTuple):
+    committed_offset: int
+    leader_epoch: int
+    metadata: str | None
+    error: ErrorCode
+
+
+DEAD_GROUP = GroupSummary(GroupState.DEAD.value, "", "", [])
+EMPTY_SUMMARY = GroupSummary("", "", "", [])
+
+_LOADING = "loading"
+_ACTIVE = "active"
+
+
+def _append_error_for_group(code: int) -> ErrorCode:
+    """storeGroup's mapping of append errors (GroupMetadataManager.storeGroup)."""
+    code = E(code) if code in E._value2member_map_ else E.UNKNOWN_SERVER_ERROR
+    if code in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                E.REQUEST_TIMED_OUT):
+        return E.COORDINATOR_NOT_AVAILABLE
+    if code in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
+        return E.NOT_COORDINATOR
+    if code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
+        return E.UNKNOWN_SERVER_ERROR
+    return code
+
+
+def _append_error_for_offsets(code: int) -> ErrorCode:
+    """storeOffsets' mapping of append errors."""
+    code = E(code) if code in E._value2member_map_ else E.UNKNOWN_SERVER_ERROR
+    if code in (E.UNKNOWN_TOPIC_OR_PARTITION, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                E.REQUEST_TIMED_OUT):
+        return E.COORDINATOR_NOT_AVAILABLE
+    if code in (E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR):
+        return E.NOT_COORDINATOR
+    if code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
+        return E.INVALID_COMMIT_OFFSET_SIZE
+    return code
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _RetentionTask(TimerTask):
+    """Re-arming timer task: offsets.retention.check.interval.ms."""
+
+    def __init__(self, coordinator: "GroupCoordinator", delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self.coordinator = coordinator
+
+    def run(self) -> None:
+        c = self.coordinator
+        try:
+            c.cleanup_group_metadata()
+        except Exception:
+            log.exception("offset retention check failed")
+        finally:
+            c._schedule_retention()
+
+
+class GroupCoordinator:
+    """See the module docstring. Public methods are thread-safe.
+
+    ``offsets_log``: the broker's :class:`storage.OffsetsLog`.
+    ``time_ms``: wall clock for timestamps (commit, state change) — and, when
+    given, also the timers' clock (tests inject one fake clock and call
+    :meth:`advance_timers`). ``reaper_enabled=False``: nothing runs timers but
+    ``advance_timers`` (tests).
+    """
+
+    def __init__(self, config: GroupConfig, offsets_log, *, time_ms: Callable[[], int] | None = None,
+                 reaper_enabled: bool = True, broker_id: int = 0) -> None:
+        self.config = config
+        self.offsets_log = offsets_log
+        self._time_ms = time_ms or _wall_ms
+        timer_clock = time_ms or monotonic_ms
+        self._heartbeat_purgatory = DelayedOperationPurgatory(
+            "Heartbeat", SystemTimer("group-heartbeat", clock_ms=timer_clock), broker_id=broker_id,
+            reaper_enabled=reaper_enabled)
+        self._rebalance_purgatory = DelayedOperationPurgatory(
+            "Rebalance", SystemTimer("group-rebalance", clock_ms=timer_clock), broker_id=broker_id,
+            reaper_enabled=reaper_enabled)
+        self._lock = threading.Lock()
+        self._groups: dict[str, ClassicGroup] = {}
+        self._partitions: dict[int, str] = {}
+        self._active = False
+        self._loader: threading.Thread | None = None
+        self._load_queue: list[int] = []
+        self._load_cond = threading.Condition(self._lock)
+        self._retention_task: _RetentionTask | None = None
+
+    # ==================================================================================
+    # lifecycle and partitions
+    # ==================================================================================
+
+    def now_ms(self) -> int:
+        """The coordinator's wall clock (commit timestamps)."""
+        return self._time_ms()
+
+    def is_serving(self, group_id: str) -> bool:
+        """True if this coordinator owns the group's partition (loaded or loading)."""
+        return self._active and self.partition_for(group_id) in self._partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return storage.partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    def startup(self, partitions: Iterable[int] | None = None, *, background: bool = True,
+                enable_retention: bool = True) -> None:
+        """Become active and load ``partitions`` (default: all of them).
+
+        ``background``: load on a loader thread (requests for a partition still
+        loading get COORDINATOR_LOAD_IN_PROGRESS); else load before returning.
+        """
+        if partitions is None:
+            partitions = range(self.config.offsets_topic_num_partitions)
+        self._active = True
+        parts = list(partitions)
+        if background:
+            with self._lock:
+                for p in parts:
+                    self._partitions[p] = _LOADING
+                self._load_queue.extend(parts)
+                if self._loader is None:
+                    self._loader = threading.Thread(target=self._load_loop, name="group-metadata-loader",
+                                                    daemon=True)
+                    self._loader.start()
+                self._load_cond.notify_all()
+        else:
+            for p in parts:
+                self.load_partition(p)
+        if enable_retention:
+            self._schedule_retention()
+
+    def wait_loaded(self, timeout_s: float = 30.0) -> bool:
+        """Block until no partition is loading (tests, start-up)."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while any(s == _LOADING for s in self._partitions.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._load_cond.wait(min(left, 0.1))
+        return True
+
+    def _load_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._load_queue and self._active:
+                    self._load_cond.wait(0.5)
+                if not self._active:
+                    self._loader = None
+                    return
+                p = self._load_queue.pop(0)
+                if self._partitions.get(p) != _LOADING:
+                    continue
+            try:
+                self.load_partition(p)
+            except Exception:
+                log.exception("loading __consumer_offsets-%d failed", p)
+                with self._lock:
+                    self._partitions.pop(p, None)
+                    self._load_cond.notify_all()
+
+    def shutdown(self) -> None:
+        """Unload everything (waiters get NOT_COORDINATOR), stop the timers. Idempotent."""
+        self._active = False
+        with self._lock:
+            self._load_cond.notify_all()
+            parts = list(self._partitions)
+        for p in parts:
+            self.unload_partition(p)
+        self._heartbeat_purgatory.shutdown()
+        self._rebalance_purgatory.shutdown()
+
+    def load_partition(self, partition: int) -> int:
+        """Replay ``__consumer_offsets-<partition>`` and serve its groups; returns groups loaded.
+
+        Later records win; a null value (tombstone) deletes its key. Groups
+        with members come back Stable with their generation (clients keep
+        heartbeating it; members that do not are expired after their session
+        timeout); groups without metadata but with offsets come back as Empty
+        simple groups.
+        """
+        with self._lock:
+            self._partitions[partition] = _LOADING
+        now = self._time_ms()
+        offsets: dict[str, dict[tuple, tuple[OffsetAndMetadata, int]]] = {}
+        metadata: dict[str, object] = {}
+        for batch in self.offsets_log.read_batches(partition):
+            if getattr(batch, "is_control", False):
+                continue
+            for rec in batch:
+                try:
+                    parsed = storage.parse_record(rec.key, rec.value)
+                except Exception as e:
+                    log.warning("__consumer_offsets-%d offset %d: unreadable record skipped (%s)",
+                                partition, rec.offset, e)
+                    continue
+                if parsed.kind == "offset":
+                    k = parsed.key
+                    tp = (k.topic, k.partition)
+                    if parsed.value is None:
+                        offsets.get(k.group, {}).pop(tp, None)
+                    else:
+                        v = parsed.value
+                        offsets.setdefault(k.group, {})[tp] = (OffsetAndMetadata(
+                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp), rec.offset)
+                elif parsed.kind == "group":
+                    if parsed.value is None:
+                        metadata.pop(parsed.key.group, None)
+                    else:
+                        metadata[parsed.key.group] = parsed.value
+        loaded = []
+        for gid in set(offsets) | set(metadata):
+            md = metadata.get(gid)
+            group_offsets = offsets.get(gid, {})
+            if md is None and not group_offsets:
+                continue
+            group = self._group_from_record(gid, md) if md is not None else ClassicGroup(gid, GroupState.EMPTY, -1)
+            for tp, (om, rec_off) in group_offsets.items():
+                group.offsets.put(tp, om, rec_off)
+            loaded.append(group)
+        with self._lock:
+            for group in loaded:
+                old = self._groups.get(group.group_id)
+                if old is not None:
+                    log.warning("group %s already in memory while loading partition %d; replaced",
+                                group.group_id, partition)
+                self._groups[group.group_id] = group
+            self._partitions[partition] = _ACTIVE
+            self._load_cond.notify_all()
+        for group in loaded:
+            with group.lock:
+                for member in list(group.members.values()):
+                    self._complete_and_schedule_next_heartbeat_expiration(group, member)
+                if group.size() > self.config.group_max_size and group.can_rebalance():
+                    self._prepare_rebalance(group, "group over capacity after loading")
+        log.log(logging.INFO if loaded else logging.DEBUG, "loaded %d groups from __consumer_offsets-%d in %d ms",
+                len(loaded), partition, self._time_ms() - now)
+        return len(loaded)
+
+    def _group_from_record(self, group_id: str, md) -> ClassicGroup:
+        state = GroupState.STABLE if md.members else GroupState.EMPTY
+        group = ClassicGroup(group_id, state, md.current_state_timestamp)
+        group.generation_id = md.generation
+        group.protocol_type = md.protocol_type or None
+        group.protocol_name = md.protocol
+        for m in md.members:
+            member = ClassicMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                   m.rebalance_timeout if m.rebalance_timeout >= 0 else m.session_timeout,
+                                   m.session_timeout, md.protocol_type, [(md.protocol or "", bytes(m.subscription))])
+            member.assignment = bytes(m.assignment)
+            group.add(member)
+        group.leader_id = md.leader if md.members else None
+        group.subscribed_topics = group.compute_subscribed_topics()
+        return group
+
+    def unload_partition(self, partition: int) -> None:
+        """Stop serving the partition's groups (Kafka's onGroupUnloaded for each)."""
+        with self._lock:
+            self._partitions.pop(partition, None)
+            groups = [g for gid, g in self._groups.items() if self.partition_for(gid) == partition]
+            for g in groups:
+                del self._groups[g.group_id]
+            self._load_cond.notify_all()
+        for group in groups:
+            with group.lock:
+                previous = group.state
+                group.transition_to(GroupState.DEAD, self._time_ms())
+                if previous is GroupState.PREPARING_REBALANCE:
+                    for m in list(group.members.values()):
+                        group.maybe_invoke_join_callback(m, JoinGroupResult.failed(m.member_id, E.NOT_COORDINATOR))
+                    self._rebalance_purgatory.check_and_complete(join_key(group.group_id))
+                elif previous in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+                    for m in list(group.members.values()):
+                        group.maybe_invoke_sync_callback(m, SyncGroupResult(E.NOT_COORDINATOR))
+                        self._heartbeat_purgatory.check_and_complete(member_key(group.group_id, m.member_id))
+                self._rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def advance_timers(self) -> None:
+        """Run every timer task due by the clock (tests with ``reaper_enabled=False``)."""
+        for _ in range(100):
+            ran = self._heartbeat_purgatory.timer.advance_clock(0)
+            ran = self._rebalance_purgatory.timer.advance_clock(0) or ran
+            if not ran:
+                return
+
+    # ==================================================================================
+    # lookup helpers
+    # ==================================================================================
+
+    def _validate_group_status(self, group_id: str | None, api: str) -> ErrorCode | None:
+        if group_id is None or (not group_id and api not in _EMPTY_GROUP_ID_OK):
+            return E.INVALID_GROUP_ID
+        if not self._active:
+            return E.COORDINATOR_NOT_AVAILABLE
+        state = self._partitions.get(self.partition_for(group_id))
+        if state == _LOADING:
+            return E.COORDINATOR_LOAD_IN_PROGRESS
+        if state != _ACTIVE:
+            return E.NOT_COORDINATOR
+        return None
+
+    def _get_group(self, group_id: str) -> ClassicGroup | None:
+        with self._lock:
+            return self._groups.get(group_id)
+
+    def _get_or_create_group(self, group_id: str, create: bool) -> ClassicGroup | None:
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None and create:
+                group = self._groups[group_id] = ClassicGroup(group_id, GroupState.EMPTY, self._time_ms())
+            return group
+
+    def _remove_group(self, group: ClassicGroup) -> None:
+        with self._lock:
+            if self._groups.get(group.group_id) is group:
+                del self._groups[group.group_id]
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        """The in-memory group (tests and tools; take ``group.lock`` to read it)."""
+        return self._get_group(group_id)
+
+    def group_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._groups)
+
+    # ==================================================================================
+    # JoinGroup
+    # ==================================================================================
+
+    def join_group(self, group_id: str, member_id: str, group_instance_id: str | None,
+                   require_known_member_id: bool, supports_skip_assignment: bool, client_id: str,
+                   client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int,
+                   protocol_type: str, protocols: list[tuple[str, bytes]], callback: Callable[[JoinGroupResult], None],
+                   reason: str | None = None) -> None:
+        """Handle a JoinGroup; ``callback`` answers it (now or when the join phase ends)."""
+        err = self._validate_group_status(group_id, "join_group")
+        if err is not None:
+            callback(JoinGroupResult.failed(member_id, err))
+            return
+        cfg = self.config
+        if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
+            callback(JoinGroupResult.failed(member_id, E.INVALID_SESSION_TIMEOUT))
+            return
+        protocols = [(name, bytes(md)) for name, md in protocols]
+        is_unknown = member_id == ""
+        group = self._get_or_create_group(group_id, create=is_unknown)
+        if group is None:
+            callback(JoinGroupResult.failed(member_id, E.UNKNOWN_MEMBER_ID))
+            return
+        with group.lock:
+            if not self._accept_joining_member(group, member_id):
+                group.remove(member_id)
+                callback(JoinGroupResult.failed("", E.GROUP_MAX_SIZE_REACHED))
+            elif is_unknown:
+                self._do_new_member_join(group, group_instance_id, require_known_member_id, supports_skip_assignment,
+                                         client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                                         protocol_type, protocols, callback, reason)
+            else:
+                self._do_current_member_join(group, member_id, group_instance_id, client_id, client_host,
+                                             rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
+                                             callback, reason)
+            if group.is_state(GroupState.PREPARING_REBALANCE):
+                self._rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        max_size = self.config.group_max_size
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.is_state(GroupState.PREPARING_REBALANCE):
+            return (group.has(member_id) and group.get(member_id).is_awaiting_join) or \
+                group.num_members_awaiting_join < max_size
+        return group.has(member_id) or group.size() < max_size
+
+    def _do_new_member_join(self, group, group_instance_id, require_known_member_id, supports_skip_assignment,
+                            client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
+                            protocols, callback, reason) -> None:
+        if group.is_state(GroupState.DEAD):
+            callback(JoinGroupResult.failed("", E.COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(protocol_type, [p for p, _ in protocols]):
+            callback(JoinGroupResult.failed("", E.INCONSISTENT_GROUP_PROTOCOL))
+            return
+        prefix = group_instance_id if group_instance_id is not None else client_id
+        new_member_id = f"{prefix}-{uuid.uuid4()}"
+        if group_instance_id is not None:
+            old_member_id = group.static_member_id(group_instance_id)
+            if old_member_id is None:
+                self._add_member_and_rebalance(group, new_member_id, group_instance_id, client_id, client_host,
+                                               rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols,
+                                               callback, reason)
+            else:
+                self._update_static_member_and_rebalance(group, old_member_id, new_member_id, group_instance_id,
+                                                         protocols, rebalance_timeout_ms, session_timeout_ms,
+                                                         supports_skip_assignment, callback, reason)
+        elif require_known_member_id:
+            # KIP-394: hand out the member id first; the member rejoins with it.
+            group.add_pending_member(new_member_id)
+            self._add_pending_member_expiration(group, new_member_id, session_timeout_ms)
+            callback(JoinGroupResult([], new_member_id, -1, None, None, "", False, E.MEMBER_ID_REQUIRED))
+        else:
+            self._add_member_and_rebalance(group, new_member_id, None, client_id, client_host, rebalance_timeout_ms,
+                                           session_timeout_ms, protocol_type, protocols, callback, reason)
+
+    def _do_current_member_join(self, group, member_id, group_instance_id, client_id, client_host,
+                                rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, callback,
+                                reason) -> None:
+        if group.is_state(GroupState.DEAD):
+            callback(JoinGroupResult.failed(member_id, E.COORDINATOR_NOT_AVAILABLE))
+            return
+        if not group.supports_protocols(protocol_type, [p for p, _ in protocols]):
+            callback(JoinGroupResult.failed(member_id, E.INCONSISTENT_GROUP_PROTOCOL))
+            return
+        if group.is_pending_member(member_id):
+            # A pending member rejoining with the id it was given (never a static member).
+            self._add_member_and_rebalance(group, member_id, None, client_id, client_host, rebalance_timeout_ms,
+                                           session_timeout_ms, protocol_type, protocols, callback, reason)
+            return
+        if group.is_static_member_fenced(group_instance_id, member_id):
+            callback(JoinGroupResult.failed(member_id, E.FENCED_INSTANCE_ID))
+            return
+        if not group.has(member_id) or (group_instance_id is not None
+                                        and not group.has_static_member(group_instance_id)):
+            callback(JoinGroupResult.failed(member_id, E.UNKNOWN_MEMBER_ID))
+            return
+        member = group.get(member_id)
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms, session_timeout_ms,
+                                              callback, "member joining during PreparingRebalance")
+        elif state is GroupState.COMPLETING_REBALANCE:
+            if member.matches(protocols):
+                # It lost the JoinGroup response: answer again for the current generation.
+                callback(JoinGroupResult(
+                    group.current_member_metadata() if group.is_leader(member_id) else [], member_id,
+                    group.generation_id, group.protocol_type, group.protocol_name, group.leader_id or "",
+                    False, NONE))
+            else:
+                self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
+                                                  session_timeout_ms, callback, "member metadata changed")
+        elif state is GroupState.STABLE:
+            if group.is_leader(member_id) or not member.matches(protocols):
+                # The leader rejoining forces a rebalance (e.g. for topic metadata changes).
+                self._update_member_and_rebalance(group, member, protocols, rebalance_timeout_ms,
+                                                  session_timeout_ms, callback, "leader rejoined or metadata changed")
+            else:
+                callback(JoinGroupResult([], member_id, group.generation_id, group.protocol_type,
+                                         group.protocol_name, group.leader_id or "", False, NONE))
+        else:  # Empty (a stale member) or Dead: let it reset and rejoin
+            callback(JoinGroupResult.failed(member_id, E.UNKNOWN_MEMBER_ID))
+
+    def _add_member_and_rebalance(self, group, member_id, group_instance_id, client_id, client_host,
+                                  rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, callback,
+                                  reason) -> None:
+        member = ClassicMember(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                               session_timeout_ms, protocol_type, protocols)
+        member.is_new = True
+        if group.is_state(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
+            group.new_member_added = True
+        group.add(member, callback)
+        # A new member cannot heartbeat and its socket is muted while it waits: time its
+        # JoinGroup out so defunct members do not pile up (Kafka's NewMemberJoinTimeoutMs).
+        self._complete_and_schedule_next_heartbeat_expiration(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._maybe_prepare_rebalance(group, f"adding new member {member_id}: {reason}")
+
+    def _update_member_and_rebalance(self, group, member, protocols, rebalance_timeout_ms, session_timeout_ms,
+                                     callback, reason) -> None:
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, callback)
+        self._maybe_prepare_rebalance(group, reason)
+
+    def _update_static_member_and_rebalance(self, group, old_member_id, new_member_id, group_instance_id,
+                                            protocols, rebalance_timeout_ms, session_timeout_ms,
+                                            supports_skip_assignment, callback, reason) -> None:
+        current_leader = group.leader_id
+
+        def fence(m: ClassicMember) -> None:
+            group.maybe_invoke_join_callback(m, JoinGroupResult.failed(old_member_id, E.FENCED_INSTANCE_ID))
+            group.maybe_invoke_sync_callback(m, SyncGroupResult(E.FENCED_INSTANCE_ID))
+
+        member = group.replace_static_member(group_instance_id, old_member_id, new_member_id, fence)
+        self._heartbeat_purgatory.check_and_complete(member_key(group.group_id, old_member_id))
+        self._complete_and_schedule_next_heartbeat_expiration(group, member)
+        old_protocols = member.protocols
+        old_rebalance, old_session = member.rebalance_timeout_ms, member.session_timeout_ms
+        group.update_member(member, protocols, rebalance_timeout_ms, session_timeout_ms, callback)
+        state = group.state
+        if state is GroupState.STABLE:
+            if group.protocol_name == group.select_protocol():
+                # Nothing changes for the group: persist the new member id, rejoin without a rebalance.
+                generation = group.generation_id
+
+                def on_stored(error: ErrorCode) -> None:
+                    with group.lock:
+                        if error != NONE:
+                            group.update_member(member, old_protocols, old_rebalance, old_session, None)
+                            old = group.replace_static_member(group_instance_id, new_member_id, old_member_id,
+                                                              lambda m: None)
+                            self._complete_and_schedule_next_heartbeat_expiration(group, old)
+                            callback(JoinGroupResult([], "", generation, group.protocol_type, group.protocol_name,
+                                                     current_leader or "", False, error))
+                            return
+                        if supports_skip_assignment:
+                            # JoinGroup v9+: the leader learns it leads but skips the assignor.
+                            is_leader = group.is_leader(new_member_id)
+                            result = JoinGroupResult(group.current_member_metadata() if is_leader else [],
+                                                     new_member_id, group.generation_id, group.protocol_type,
+                                                     group.protocol_name, group.leader_id or "", is_leader, NONE)
+                        else:
+                            # Return the old leader id so a static leader does not run a trivial
+                            # assignment a Stable group would never propagate.
+                            result = JoinGroupResult([], new_member_id, group.generation_id, group.protocol_type,
+                                                     group.protocol_name, current_leader or "", False, NONE)
+                        group.maybe_invoke_join_callback(member, result)
+
+                self._store_group(group, {m.member_id: m.assignment for m in group.members.values()}, on_stored)
+            else:
+                self._maybe_prepare_rebalance(group, f"static member {group_instance_id} changed protocols")
+        elif state is GroupState.COMPLETING_REBALANCE:
+            self._maybe_prepare_rebalance(group, f"static member {group_instance_id} rejoined during sync")
+        elif state is GroupState.PREPARING_REBALANCE:
+            pass  # it takes part in the rebalance under way
+        else:
+            raise RuntimeError(f"static member rejoin in unexpected state {state}")
+
+    # -- rebalance --------------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        with group.lock:
+            if group.can_rebalance():
+                self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        if group.is_state(GroupState.COMPLETING_REBALANCE):
+            self._reset_and_propagate_assignment_error(group, E.REBALANCE_IN_PROGRESS)
+        self._remove_sync_expiration(group)
+        cfg = self.config
+        if group.is_state(GroupState.EMPTY):
+            delay = cfg.group_initial_rebalance_delay_ms
+            op = InitialDelayedJoin(self, self._rebalance_purgatory, group, delay, delay,
+                                    max(group.rebalance_timeout_ms() - delay, 0))
+        else:
+            op = DelayedJoin(self, group, group.rebalance_timeout_ms())
+        previous = group.state
+        group.transition_to(GroupState.PREPARING_REBALANCE, self._time_ms())
+        log.info("preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
+                 group.group_id, previous.value, group.generation_id, reason)
+        self._rebalance_purgatory.try_complete_else_watch(op, [join_key(group.group_id)])
+
+    def _on_complete_join(self, group: ClassicGroup) -> None:
+        """The join phase ended (all joined, or the rebalance timeout): start the next generation."""
+        with group.lock:
+            for m in group.not_yet_rejoined_members():
+                if not m.is_static:
+                    group.remove(m.member_id)
+                    self._remove_heartbeat_for_leaving_member(group, m)
+            if group.is_state(GroupState.DEAD):
+                return
+            if not group.maybe_elect_new_joined_leader() and group.members:
+                # Nobody rejoined (only static members left): wait until their sessions expire.
+                log.error("group %s could not complete rebalance because no members rejoined", group.group_id)
+                self._rebalance_purgatory.try_complete_else_watch(
+                    DelayedJoin(self, group, group.rebalance_timeout_ms()), [join_key(group.group_id)])
+                return
+            group.init_next_generation(self._time_ms())
+            if group.is_state(GroupState.EMPTY):
+                log.info("group %s with generation %d is now empty", group.group_id, group.generation_id)
+                self._store_group(group, {}, lambda err: err == NONE or log.warning(
+                    "failed to write empty metadata for group %s: %s", group.group_id, err.name))
+                return
+            log.info("stabilized group %s generation %d with %d members", group.group_id, group.generation_id,
+                     group.size())
+            for m in list(group.members.values()):
+                result = JoinGroupResult(
+                    group.current_member_metadata() if group.is_leader(m.member_id) else [], m.member_id,
+                    group.generation_id, group.protocol_type, group.protocol_name, group.leader_id or "",
+                    False, NONE)
+                group.maybe_invoke_join_callback(m, result)
+                self._complete_and_schedule_next_heartbeat_expiration(group, m)
+                m.is_new = False
+                group.pending_sync_members.add(m.member_id)
+            self._schedule_pending_sync(group)
+
+    def _schedule_pending_sync(self, group: ClassicGroup) -> None:
+        op = DelayedSync(self, group, group.generation_id, group.rebalance_timeout_ms())
+        group.delayed_sync = op
+        self._rebalance_purgatory.try_complete_else_watch(op, [sync_key(group.group_id)])
+
+    def _remove_sync_expiration(self, group: ClassicGroup) -> None:
+        group.pending_sync_members.clear()
+        self._rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+        group.delayed_sync = None
+
+    def _pending_sync_done(self, group: ClassicGroup, generation_id: int) -> bool:
+        if generation_id != group.generation_id:
+            return True
+        if group.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return group.has_received_sync_from_all_members()
+        return True
+
+    def _on_expire_pending_sync(self, group: ClassicGroup, generation_id: int) -> None:
+        with group.lock:
+            if generation_id != group.generation_id:
+                return
+            if group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+                return
+            pending = list(group.pending_sync_members)
+            if not pending:
+                return
+            log.info("group %s removing members that did not send SyncGroup: %s", group.group_id, pending)
+            for mid in pending:
+                m = group.remove(mid)
+                if m is not None:
+                    self._remove_heartbeat_for_leaving_member(group, m)
+            self._maybe_prepare_rebalance(group, "removing members on pending sync expiration")
+
+    def _reset_and_propagate_assignment_error(self, group: ClassicGroup, error: ErrorCode) -> None:
+        for m in group.members.values():
+            m.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
+        ptype, pname = (group.protocol_type, group.protocol_name) if error == NONE else (None, None)
+        for m in list(group.members.values()):
+            if group.maybe_invoke_sync_callback(m, SyncGroupResult(error, ptype, pname, m.assignment)):
+                # Re-arm the session: a member waiting for its assignment never timed out.
+                self._complete_and_schedule_next_heartbeat_expiration(group, m)
+
+    # -- heartbeats / sessions ------------------------------------------------------------------
+
+    def _complete_and_schedule_next_heartbeat_expiration(self, group: ClassicGroup, member: ClassicMember,
+                                                         timeout_ms: int | None = None) -> None:
+        key = member_key(group.group_id, member.member_id)
+        member.heartbeat_satisfied = True
+        self._heartbeat_purgatory.check_and_complete(key)
+        member.heartbeat_satisfied = False
+        op = DelayedHeartbeat(self, group, member.member_id, False,
+                              member.session_timeout_ms if timeout_ms is None else timeout_ms)
+        self._heartbeat_purgatory.try_complete_else_watch(op, [key])
+
+    def _add_pending_member_expiration(self, group: ClassicGroup, member_id: str, timeout_ms: int) -> None:
+        op = DelayedHeartbeat(self, group, member_id, True, timeout_ms)
+        self._heartbeat_purgatory.try_complete_else_watch(op, [member_key(group.group_id, member_id)])
+
+    def _remove_heartbeat_for_leaving_member(self, group: ClassicGroup, member: ClassicMember) -> None:
+        member.is_leaving = True
+        self._heartbeat_purgatory.check_and_complete(member_key(group.group_id, member.member_id))
+
+    def _heartbeat_satisfied(self, group: ClassicGroup, member_id: str, is_pending: bool) -> bool:
+        if group.is_state(GroupState.DEAD):
+            return True
+        if is_pending:
+            return group.has(member_id) or not group.is_pending_member(member_id)
+        member = group.members.get(member_id)
+        return True if member is None else member.has_satisfied_heartbeat()
+
+    def _on_expire_heartbeat(self, group: ClassicGroup, member_id: str, is_pending: bool) -> None:
+        with group.lock:
+            if group.is_state(GroupState.DEAD):
+                return
+            if is_pending:
+                if group.is_pending_member(member_id):
+                    log.info("pending member %s in group %s removed after session timeout", member_id,
+                             group.group_id)
+                    self._remove_pending_member_and_update_group(group, member_id)
+                return
+            member = group.members.get(member_id)
+            if member is None or member.has_satisfied_heartbeat():
+                return
+            log.info("member %s in group %s has failed, removing it from the group", member_id, group.group_id)
+            self._remove_member_and_update_group(group, member, "session timeout")
+
+    def _remove_pending_member_and_update_group(self, group: ClassicGroup, member_id: str) -> None:
+        group.remove(member_id)
+        if group.is_state(GroupState.PREPARING_REBALANCE):
+            self._rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def _remove_member_and_update_group(self, group: ClassicGroup, member: ClassicMember, reason: str) -> None:
+        # A new member may still wait in JoinGroup: tell it to rejoin before it is dropped.
+        group.maybe_invoke_join_callback(member, JoinGroupResult.failed("", E.UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+        state = group.state
+        if state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, reason)
+        elif state is GroupState.PREPARING_REBALANCE:
+            self._rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    # ==================================================================================
+    # SyncGroup
+    # ==================================================================================
+
+    def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes],
+                   callback: Callable[[SyncGroupResult], None]) -> None:
+        err = self._validate_group_status(group_id, "sync_group")
+        if err is not None:
+            # While loading, the member will learn the state on its next JoinGroup.
+            callback(SyncGroupResult(E.REBALANCE_IN_PROGRESS if err == E.COORDINATOR_LOAD_IN_PROGRESS else err))
+            return
+        group = self._get_group(group_id)
+        if group is None:
+            callback(SyncGroupResult(E.UNKNOWN_MEMBER_ID))
+            return
+        with group.lock:
+            if group.is_state(GroupState.DEAD):
+                callback(SyncGroupResult(E.COORDINATOR_NOT_AVAILABLE))
+            elif group.is_static_member_fenced(group_instance_id, member_id):
+                callback(SyncGroupResult(E.FENCED_INSTANCE_ID))
+            elif not group.has(member_id):
+                callback(SyncGroupResult(E.UNKNOWN_MEMBER_ID))
+            elif generation_id != group.generation_id:
+                callback(SyncGroupResult(E.ILLEGAL_GENERATION))
+            elif (protocol_type is not None and protocol_type != group.protocol_type) or \
+                    (protocol_name is not None and protocol_name != group.protocol_name):
+                callback(SyncGroupResult(E.INCONSISTENT_GROUP_PROTOCOL))
+            elif group.is_state(GroupState.EMPTY):
+                callback(SyncGroupResult(E.UNKNOWN_MEMBER_ID))
+            elif group.is_state(GroupState.PREPARING_REBALANCE):
+                callback(SyncGroupResult(E.REBALANCE_IN_PROGRESS))
+            elif group.is_state(GroupState.COMPLETING_REBALANCE):
+                group.get(member_id).awaiting_sync_callback = callback
+                self._remove_pending_sync_member(group, member_id)
+                if group.is_leader(member_id):
+                    self._complete_leader_sync(group, member_id, assignments)
+            else:  # Stable: answer with the current assignment
+                self._remove_pending_sync_member(group, member_id)
+                member = group.get(member_id)
+                callback(SyncGroupResult(NONE, group.protocol_type, group.protocol_name, member.assignment))
+                self._complete_and_schedule_next_heartbeat_expiration(group, member)
+
+    def _remove_pending_sync_member(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_sync_members.discard(member_id)
+        self._rebalance_purgatory.check_and_complete(sync_key(group.group_id))
+
+    def _complete_leader_sync(self, group: ClassicGroup, leader_id: str, assignments: dict[str, bytes]) -> None:
+        generation = group.generation_id
+        assignment = {mid: bytes(assignments.get(mid, b"")) for mid in group.members}
+        missing = [mid for mid in group.members if mid not in assignments]
+        if missing:
+            log.warning("group %s generation %d: empty assignments for members %s", group.group_id,
+                        generation, missing)
+
+        def on_stored(error: ErrorCode) -> None:
+            with group.lock:
+                # A member may have joined meanwhile: act only if nothing moved on.
+                if group.is_state(GroupState.COMPLETING_REBALANCE) and generation == group.generation_id:
+                    if error != NONE:
+                        self._reset_and_propagate_assignment_error(group, error)
+                        self._maybe_prepare_rebalance(group, f"error storing assignment: {error.name}")
+                    else:
+                        for mid, m in group.members.items():
+                            m.assignment = assignment.get(mid, b"")
+                        self._propagate_assignment(group, NONE)
+                        group.transition_to(GroupState.STABLE, self._time_ms())
+
+        self._store_group(group, assignment, on_stored)
+
+    # ==================================================================================
+    # Heartbeat / LeaveGroup
+    # ==================================================================================
+
+    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None,
+                  generation_id: int) -> ErrorCode:
+        err = self._validate_group_status(group_id, "heartbeat")
+        if err is not None:
+            return NONE if err == E.COORDINATOR_LOAD_IN_PROGRESS else err
+        group = self._get_group(group_id)
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID
+        with group.lock:
+            if group.is_state(GroupState.DEAD):
+                return E.COORDINATOR_NOT_AVAILABLE
+            if group.is_static_member_fenced(group_instance_id, member_id):
+                return E.FENCED_INSTANCE_ID
+            if not group.has(member_id):
+                return E.UNKNOWN_MEMBER_ID
+            if generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+            if group.is_state(GroupState.EMPTY):
+                return E.UNKNOWN_MEMBER_ID
+            self._complete_and_schedule_next_heartbeat_expiration(group, group.get(member_id))
+            if group.is_state(GroupState.PREPARING_REBALANCE):
+                return E.REBALANCE_IN_PROGRESS
+            return NONE
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
+                    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """Remove members ((member_id, group_instance_id); member_id "" = by instance id)."""
+        err = self._validate_group_status(group_id, "leave_group")
+        if err is not None:
+            return err, []
+        group = self._get_group(group_id)
+        if group is None:
+            return NONE, [(mid, iid, E.UNKNOWN_MEMBER_ID) for mid, iid in members]
+        out = []
+        with group.lock:
+            if group.is_state(GroupState.DEAD):
+                return E.COORDINATOR_NOT_AVAILABLE, []
+            for mid, iid in members:
+                if mid == "":
+                    current = group.static_member_id(iid)
+                    if current is not None:
+                        self._remove_current_member(group, current)
+                        out.append((mid, iid, NONE))
+                    else:
+                        out.append((mid, iid, E.UNKNOWN_MEMBER_ID))
+                elif group.is_pending_member(mid):
+                    self._remove_pending_member_and_update_group(group, mid)
+                    self._heartbeat_purgatory.check_and_complete(member_key(group.group_id, mid))
+                    out.append((mid, iid, NONE))
+                elif group.is_static_member_fenced(iid, mid):
+                    out.append((mid, iid, E.FENCED_INSTANCE_ID))
+                elif group.has(mid):
+                    self._remove_current_member(group, mid)
+                    out.append((mid, iid, NONE))
+                else:
+                    out.append((mid, iid, E.UNKNOWN_MEMBER_ID))
+        return NONE, out
+
+    def _remove_current_member(self, group: ClassicGroup, member_id: str) -> None:
+        member = group.get(member_id)
+        self._remove_member_and_update_group(group, member, f"member {member_id} left")
+        self._remove_heartbeat_for_leaving_member(group, member)
+
+    # ==================================================================================
+    # group records
+    # ==================================================================================
+
+    def _append(self, group_id: str, kvs: list, callback: Callable[[int, int], None]) -> None:
+        partition = self.partition_for(group_id)
+        try:
+            batch = storage.encode_records(kvs, self._time_ms())
+            self.offsets_log.append(partition, batch, callback)
+        except Exception:
+            log.exception("append to __consumer_offsets-%d failed", partition)
+            callback(int(E.UNKNOWN_SERVER_ERROR), -1)
+
+    def _group_record(self, group: ClassicGroup, assignment: dict[str, bytes]):
+        members = []
+        if group.protocol_name is not None:
+            for m in group.members.values():
+                members.append(MemberMetadataRecord(
+                    member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                    client_host=m.client_host, rebalance_timeout=m.rebalance_timeout_ms,
+                    session_timeout=m.session_timeout_ms, subscription=m.metadata(group.protocol_name),
+                    assignment=assignment.get(m.member_id, b"")))
+        return storage.group_metadata_record(
+            group.group_id, group.protocol_type or "", group.generation_id, group.protocol_name,
+            group.leader_id if group.protocol_name is not None else None,
+            group.current_state_timestamp_ms, members)
+
+    def _store_group(self, group: ClassicGroup, assignment: dict[str, bytes],
+                     callback: Callable[[ErrorCode], None]) -> None:
+        """Append the group's metadata record; ``callback(error)`` once it is written."""
+        record = self._group_record(group, assignment)
+        self._append(group.group_id, [record],
+                     lambda code, _base: callback(NONE if code == 0 else _append_error_for_group(code)))
+
+    # ==================================================================================
+    # OffsetCommit / OffsetFetch / OffsetDelete
+    # ==================================================================================
+
+    def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+                       offsets: dict[tuple, OffsetAndMetadata],
+                       callback: Callable[[dict[tuple, ErrorCode]], None], api_version: int = 9) -> None:
+        """Commit ``offsets`` ((topic, partition) → OffsetAndMetadata); ``callback`` gets per-partition errors."""
+        def fail(err: ErrorCode) -> None:
+            callback({tp: err for tp in offsets})
+
+        err = self._validate_group_status(group_id, "offset_commit")
+        if err is not None:
+            fail(err)
+            return
+        group = self._get_group(group_id)
+        if group is None:
+            if generation_id < 0:
+                # A simple (non-managed) group: created by its first commit.
+                group = self._get_or_create_group(group_id, create=True)
+            else:
+                fail(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
+                return
+        with group.lock:
+            err = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
+            if err is not None:
+                fail(err)
+                return
+            member = group.members.get(member_id)
+            if member is not None and group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+                self._complete_and_schedule_next_heartbeat_expiration(group, member)
+            self._store_offsets(group, offsets, callback)
+
+    def _validate_offset_commit(self, group: ClassicGroup, member_id: str, group_instance_id: str | None,
+                                generation_id: int) -> ErrorCode | None:
+        if group.is_state(GroupState.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_state(GroupState.EMPTY):
+            return None  # admin client or a consumer without group management
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            if group_instance_id is not None:
+                current = group.static_member_id(group_instance_id)
+                if current is None:
+                    return E.UNKNOWN_MEMBER_ID
+                if current != member_id:
+                    return E.FENCED_INSTANCE_ID
+            if not group.has(member_id):
+                return E.UNKNOWN_MEMBER_ID
+            if generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+        elif not group.is_state(GroupState.EMPTY):
+            return E.UNKNOWN_MEMBER_ID  # only members may commit to a non-empty group
+        if group.is_state(GroupState.COMPLETING_REBALANCE):
+            return E.REBALANCE_IN_PROGRESS
+        return None
+
+    def _store_offsets(self, group: ClassicGroup, offsets: dict[tuple, OffsetAndMetadata],
+                       callback: Callable[[dict[tuple, ErrorCode]], None]) -> None:
+        """Group lock held. Append the commits; apply them and answer once written."""
+        errors: dict[tuple, ErrorCode] = {}
+        valid: list[tuple[tuple, OffsetAndMetadata]] = []
+        max_md = self.config.offset_metadata_max_bytes
+        for tp, om in offsets.items():
+            if om.metadata is not None and len(om.metadata.encode("utf-8")) > max_md:
+                errors[tp] = E.OFFSET_METADATA_TOO_LARGE
+            else:
+                valid.append((tp, om))
+        if not valid:
+            callback(errors)
+            return
+        kvs = [storage.offset_commit_record(group.group_id, tp[0], tp[1], om.committed_offset, om.leader_epoch,
+                                            om.metadata or "", om.commit_timestamp_ms, om.expire_timestamp_ms)
+               for tp, om in valid]
+        group.offsets.prepare(tp for tp, _ in valid)
+
+        def on_append(code: int, base_offset: int) -> None:
+            with group.lock:
+                if code == 0:
+                    for i, (tp, om) in enumerate(valid):
+                        if group.is_state(GroupState.DEAD):
+                            group.offsets.fail(tp)
+                        else:
+                            group.offsets.complete(tp, om, base_offset + i)
+                    result = NONE
+                else:
+                    for tp, _ in valid:
+                        group.offsets.fail(tp)
+                    result = _append_error_for_offsets(code)
+                for tp, _ in valid:
+                    errors[tp] = result
+            callback(errors)
+
+        self._append(group.group_id, kvs, on_append)
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple] | None, require_stable: bool = False
+                      ) -> tuple[ErrorCode, dict[tuple, OffsetFetchPartition]]:
+        """Committed offsets of ``partitions`` (None: all the group has). Unknown ones: offset -1."""
+        err = self._validate_group_status(group_id, "offset_fetch")
+        if err is not None:
+            return err, {}
+        group = self._get_group(group_id)
+        if group is None:
+            if partitions is None:
+                return NONE, {}
+            return NONE, {tp: OffsetFetchPartition(INVALID_OFFSET, -1, "", NONE) for tp in partitions}
+        out: dict[tuple, OffsetFetchPartition] = {}
+        with group.lock:
+            if group.is_state(GroupState.DEAD):
+                if partitions is None:
+                    return NONE, {}
+                return NONE, {tp: OffsetFetchPartition(INVALID_OFFSET, -1, "", NONE) for tp in partitions}
+            store = group.offsets
+            tps = list(store.committed) if partitions is None else partitions
+            for tp in tps:
+                if require_stable and store.has_pending(tp):
+                    out[tp] = OffsetFetchPartition(INVALID_OFFSET, -1, "", E.UNSTABLE_OFFSET_COMMIT)
+                    continue
+                om = store.get(tp)
+                if om is None:
+                    out[tp] = OffsetFetchPartition(INVALID_OFFSET, -1, "", NONE)
+                else:
+                    out[tp] = OffsetFetchPartition(om.committed_offset, om.leader_epoch, om.metadata, NONE)
+        return NONE, out
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple],
+                       callback: Callable[[ErrorCode, dict[tuple, ErrorCode]], None]) -> None:
+        """OffsetDelete (KIP-496): only for partitions of topics the group does not consume."""
+        err = self._validate_group_status(group_id, "offset_delete")
+        if err is not None:
+            callback(err, {})
+            return
+        group = self._get_group(group_id)
+        if group is None:
+            callback(E.GROUP_ID_NOT_FOUND, {})
+            return
+        with group.lock:
+            state = group.state
+            if state is GroupState.DEAD:
+                callback(E.GROUP_ID_NOT_FOUND, {})
+                return
+            errors: dict[tuple, ErrorCode] = {}
+            if state is GroupState.EMPTY:
+                eligible = list(partitions)
+            elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+                eligible = []
+                for tp in partitions:
+                    if group.is_subscribed_to_topic(tp[0]):
+                        errors[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
+                    else:
+                        eligible.append(tp)
+            else:
+                callback(E.NON_EMPTY_GROUP, {})
+                return
+            removed = group.offsets.remove(eligible)
+            for tp in eligible:
+                errors[tp] = NONE
+            if not removed:
+                callback(NONE, errors)
+                return
+            kvs = [storage.offset_commit_tombstone(group.group_id, t, p) for t, p in removed]
+            self._append(group.group_id, kvs, lambda code, _b: callback(NONE, errors))
+        log.info("deleted %d offsets of group %s", len(removed), group_id)
+
+    # ==================================================================================
+    # DescribeGroups / ListGroups / DeleteGroups
+    # ==================================================================================
+
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary]:
+        err = self._validate_group_status(group_id, "describe_groups")
+        if err is not None:
+            return err, EMPTY_SUMMARY
+        group = self._get_group(group_id)
+        if group is None:
+            return NONE, DEAD_GROUP
+        with group.lock:
+            if group.is_state(GroupState.STABLE):
+                protocol = group.protocol_name or ""
+                members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                         m.metadata(protocol), m.assignment) for m in group.members.values()]
+            else:
+                protocol = ""
+                members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host, b"", b"")
+                           for m in group.members.values()]
+            return NONE, GroupSummary(group.state.value, group.protocol_type or "", protocol, members)
+
+    def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()
+                    ) -> tuple[ErrorCode, list[ListedGroup]]:
+        """Groups served here; filters are case-insensitive (empty: all)."""
+        if not self._active:
+            return E.COORDINATOR_NOT_AVAILABLE, []
+        states = {s.lower() for s in states_filter}
+        types = {t.lower() for t in types_filter}
+        with self._lock:
+            loading = any(s == _LOADING for s in self._partitions.values())
+            groups = list(self._groups.values())
+        out = []
+        for g in groups:
+            with g.lock:
+                if g.is_state(GroupState.DEAD):
+                    continue
+                if states and g.state.value.lower() not in states:
+                    continue
+                if types and g.group_type not in types:
+                    continue
+                out.append(ListedGroup(g.group_id, g.protocol_type or "", g.state.value, g.group_type))
+        return (E.COORDINATOR_LOAD_IN_PROGRESS if loading else NONE), out
+
+    def delete_groups(self, group_ids: list[str], callback: Callable[[dict[str, ErrorCode]], None]) -> None:
+        """Delete Empty groups with their offsets; ``callback`` once the tombstones are written."""
+        results: dict[str, ErrorCode] = {}
+        eligible: list[ClassicGroup] = []
+        for gid in group_ids:
+            err = self._validate_group_status(gid, "delete_groups")
+            if err is not None:
+                results[gid] = err
+                continue
+            group = self._get_group(gid)
+            if group is None:
+                results[gid] = E.GROUP_ID_NOT_FOUND
+                continue
+            with group.lock:
+                if group.is_state(GroupState.DEAD):
+                    results[gid] = E.GROUP_ID_NOT_FOUND
+                elif group.is_state(GroupState.EMPTY):
+                    group.transition_to(GroupState.DEAD, self._time_ms())
+                    eligible.append(group)
+                else:
+                    results[gid] = E.NON_EMPTY_GROUP
+        if not eligible:
+            callback(results)
+            return
+        remaining = [len(eligible)]
+        lock = threading.Lock()
+
+        def done_one(gid: str) -> None:
+            with lock:
+                results[gid] = NONE
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                callback(results)
+
+        for group in eligible:
+            with group.lock:
+                removed = group.offsets.remove_all()
+                self._remove_group(group)
+                kvs = [storage.offset_commit_tombstone(group.group_id, t, p) for t, p in removed]
+                kvs.append(storage.group_tombstone(group.group_id))
+                self._append(group.group_id, kvs, lambda code, _b, gid=group.group_id: done_one(gid))
+            log.info("group %s deleted with %d offsets", group.group_id, len(removed))
+
+    # ==================================================================================
+    # offset retention (KIP-211)
+    # ==================================================================================
+
+    def _schedule_retention(self) -> None:
+        if not self._active:
+            return
+        task = _RetentionTask(self, self.config.offsets_retention_check_interval_ms)
+        self._retention_task = task
+        self._heartbeat_purgatory.timer.add(task)
+
+    def cleanup_group_metadata(self, now_ms: int | None = None) -> int:
+        """Expire offsets and delete Empty groups left without offsets; returns offsets removed.
+
+        Expiry base (Kafka 3.9 ``offsetExpirationCondition``): a group with a
+        protocol type expires only while Empty, counting from when it became
+        Empty (or from each commit if that is unknown); a Stable consumer
+        group expires offsets of topics it no longer subscribes to, from each
+        commit; a simple group (no protocol type) from each commit.
+        """
+        now = self._time_ms() if now_ms is None else now_ms
+        retention = self.config.offsets_retention_ms
+        total = 0
+        with self._lock:
+            groups = list(self._groups.values())
+        for group in groups:
+            with group.lock:
+                if group.is_state(GroupState.DEAD):
+                    continue
+                base = self._expiration_base(group)
+                removed = []
+                if base is not None:
+                    removed = group.offsets.remove(
+                        group.offsets.expired(now, retention, base, group.is_subscribed_to_topic))
+                kvs = [storage.offset_commit_tombstone(group.group_id, t, p) for t, p in removed]
+                if group.is_state(GroupState.EMPTY) and not group.offsets.has_offsets():
+                    group.transition_to(GroupState.DEAD, now)
+                    self._remove_group(group)
+                    kvs.append(storage.group_tombstone(group.group_id))
+                    log.info("group %s transitioned to Dead in generation %d", group.group_id, group.generation_id)
+                if kvs:
+                    self._append(group.group_id, kvs, lambda code, _b: None)
+                total += len(removed)
+        if total:
+            log.info("removed %d expired offsets", total)
+        return total
+
+    @staticmethod
+    def _expiration_base(group: ClassicGroup):
+        if group.protocol_type is None:
+            return lambda om: om.commit_timestamp_ms
+        if group.is_state(GroupState.EMPTY):
+            ts = group.current_state_timestamp_ms
+            return (lambda om: ts) if ts >= 0 else (lambda om: om.commit_timestamp_ms)
+        if group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.subscribed_topics is not None \
+                and group.is_state(GroupState.STABLE):
+            return lambda om: om.commit_timestamp_ms
+        return None
+
+
+def build_group_coordinator(broker) -> GroupCoordinator:
+    """Create ``__consumer_offsets`` if needed and start a coordinator over it (broker start-up).
+
+    Needs ``broker.config`` (KafkaConfig), ``broker.topic_manager.create_internal``,
+    ``broker.replica_manager`` and ``broker.node_id``. Single node: this broker leads
+    every partition, so all of them load (in the background: requests for a group whose
+    partition is still loading get COORDINATOR_LOAD_IN_PROGRESS and retry).
+    """
+    cfg = GroupConfig.from_kafka_config(broker.config)
+    topic_configs = {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "segment.bytes": str(broker.config["offsets.topic.segment.bytes"]),
+    }
+    topic = broker.topic_manager.create_internal(storage.OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
+                                                 topic_configs)
+    if topic.num_partitions != cfg.offsets_topic_num_partitions:
+        # The topic outlives the setting (Kafka: the existing topic wins).
+        cfg = GroupConfig(**{**cfg.__dict__, "offsets_topic_num_partitions": topic.num_partitions})
+    offsets_log = storage.ReplicaOffsetsLog(broker.replica_manager, broker.config["offsets.commit.timeout.ms"])
+    coordinator = GroupCoordinator(cfg, offsets_log, broker_id=broker.node_id)
+    coordinator.startup(range(cfg.offsets_topic_num_partitions), background=True)
+    return coordinator
