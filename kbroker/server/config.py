@@ -84,6 +84,8 @@ BROKER_CONFIG = (
     .define("log.cleaner.threads", "int", 1, at_least(0))
     .define("log.cleaner.backoff.ms", "long", 15000, at_least(0))
     .define("log.cleaner.dedupe.buffer.size", "long", 134217728)
+    .define("log.cleaner.io.buffer.size", "int", 524288, at_least(0))
+    .define("log.cleaner.io.buffer.load.factor", "double", 0.9)
     .define("log.cleaner.min.cleanable.ratio", "double", 0.5, between(0, 1))
     .define("log.cleaner.delete.retention.ms", "long", 86400000, at_least(0))
     .define("log.cleaner.min.compaction.lag.ms", "long", 0, at_least(0))
