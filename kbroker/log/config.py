@@ -334,6 +334,12 @@ class LogManagerConfig:
     flush_start_offset_checkpoint_interval_ms: int = 60000      # log.flush.start.offset.checkpoint.interval.ms
     recovery_threads_per_data_dir: int = 1          # num.recovery.threads.per.data.dir
     fsync_every_append: bool = False                 # kbroker.log.fsync.every.append
+    cleaner_enable: bool = True                      # log.cleaner.enable
+    cleaner_threads: int = 1                         # log.cleaner.threads
+    cleaner_backoff_ms: int = 15000                  # log.cleaner.backoff.ms
+    cleaner_dedupe_buffer_size: int = 134217728      # log.cleaner.dedupe.buffer.size (all threads)
+    cleaner_io_buffer_size: int = 524288             # log.cleaner.io.buffer.size
+    cleaner_io_buffer_load_factor: float = 0.9       # log.cleaner.io.buffer.load.factor (offset map)
 
     @classmethod
     def from_broker(cls, props: Mapping[str, Any] | None = None) -> "LogManagerConfig":
@@ -354,7 +360,24 @@ class LogManagerConfig:
 
         fsync = props.get("kbroker.log.fsync.every.append", False)
         fsync = parse_value(ConfigDef("kbroker.log.fsync.every.append", "boolean", False, None, None), fsync)
+        cleaner_enable = parse_value(ConfigDef("log.cleaner.enable", "boolean", True, None, None),
+                                     props.get("log.cleaner.enable", True))
+        cleaner_threads = long_("log.cleaner.threads", 1, 0)
+        dedupe = long_("log.cleaner.dedupe.buffer.size", 134217728)
+        if cleaner_enable and cleaner_threads > 0 and dedupe // cleaner_threads < 1024 * 1024:
+            raise ConfigError("log.cleaner.dedupe.buffer.size", dedupe,
+                              "log.cleaner.dedupe.buffer.size must be at least 1MiB per cleaner thread.")
+        load_factor = parse_value(ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9, None, None),
+                                  props.get("log.cleaner.io.buffer.load.factor", 0.9))
+        if not 0 < load_factor <= 1:
+            raise ConfigError("log.cleaner.io.buffer.load.factor", load_factor, "Value must be in (0, 1]")
         return cls(
+            cleaner_enable=cleaner_enable,
+            cleaner_threads=cleaner_threads,
+            cleaner_backoff_ms=long_("log.cleaner.backoff.ms", 15000, 0),
+            cleaner_dedupe_buffer_size=dedupe,
+            cleaner_io_buffer_size=long_("log.cleaner.io.buffer.size", 524288, 1024),
+            cleaner_io_buffer_load_factor=load_factor,
             log_dirs=tuple(dirs),
             retention_check_interval_ms=long_("log.retention.check.interval.ms", 300000),
             flush_check_interval_ms=long_("log.flush.scheduler.interval.ms", LONG_MAX),

@@ -19,6 +19,17 @@ Locking: one ``threading.Lock`` per log (the "append lock") serialises
 append, read, roll, truncation, retention and start-offset changes. fsyncs
 for flush run outside it. Segments are never mutated by anyone else.
 
+Idempotent producers: ``producer_state`` (a ProducerStateManager, owned by
+this log and used only under the append lock) holds the last batches of each
+producer id. A leader (client) append is checked against it after offsets are
+assigned and before anything is written: a retried batch among a producer's
+last 5 is answered with its original offsets and not appended; a sequence gap
+or stale epoch raises the ProducerStateError the broker maps to its error
+code. The state moves with the log: snapshot (``<offset>.snapshot``) at every
+roll and at clean close; on open, the newest snapshot plus a replay of the
+batches after it; reload on ``truncate_to``; snapshots below the log start
+offset are deleted when it moves.
+
 Deletion of segments is two-phase, as Kafka: the files are renamed to
 ``*.deleted`` at once (so a restart drops them) and closed/unlinked after
 ``file.delete.delay.ms`` by ``delete_pending_segments`` (the LogManager's
@@ -41,15 +52,18 @@ from kbroker.log.checkpoints import (
 )
 from kbroker.log.config import LONG_MAX, LogConfig
 from kbroker.log.errors import (
-    KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
+    CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
 from kbroker.log.info import (
     EMPTY_RECORDS, FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset,
 )
 from kbroker.log.leader_epoch import LeaderEpochFileCache
+from kbroker.log.producer_state import (
+    NO_PRODUCER_ID, PRODUCER_ID_EXPIRATION_MS_DEFAULT, AppendOrigin, ProducerStateManager,
+)
 from kbroker.log.recovery import load_log
-from kbroker.log.segment import DELETED_SUFFIX, LogSegment
+from kbroker.log.segment import DELETED_SUFFIX, LogSegment, iter_batch_headers
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +92,8 @@ class Log:
 
     def __init__(self, dir: str, topic: str, partition: int, config: LogConfig, loaded, *,
                  time_ms: Callable[[], int], leader_epoch_cache: LeaderEpochFileCache,
-                 fsync_every_append: bool, topic_id=None, scheduler=None):
+                 fsync_every_append: bool, topic_id=None, scheduler=None,
+                 producer_state: ProducerStateManager | None = None):
         self.dir = dir
         self.topic = topic
         self.partition = partition
@@ -102,19 +117,22 @@ class Log:
         self.truncated_bytes_on_load = loaded.truncated_bytes
         self.recovered_segments_on_load = loaded.recovered_segments
         self._segments[-1].roll_jitter_ms = self._jitter()
+        #: idempotent-producer state; guarded by the append lock
+        self.producer_state = producer_state or ProducerStateManager(dir, topic_partition=self.name)
 
     # -- construction ----------------------------------------------------------------
     @classmethod
     def open(cls, dir: str, config: LogConfig | None = None, *, log_start_offset: int = 0,
              recovery_point: int = 0, high_watermark: int | None = None, had_clean_shutdown: bool = False,
              time_ms: Callable[[], int] | None = None, topic_id=None, fsync_every_append: bool | None = None,
-             scheduler=None) -> "Log":
+             scheduler=None, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT) -> "Log":
         """Open (creating if needed) the partition directory ``dir`` = ``<log.dir>/<topic>-<partition>``.
 
         ``log_start_offset`` / ``recovery_point`` / ``high_watermark`` come from the
         log dir's checkpoints; ``had_clean_shutdown`` skips recovery (see recovery.py).
         ``scheduler(fn) -> bool`` queues fn for a background thread (roll flushes);
         if it returns False or is None, the flush runs inline after the lock is released.
+        Producer state is loaded from the newest snapshot plus the batches after it.
         """
         config = config or LogConfig()
         time_ms = time_ms or _now_ms
@@ -136,8 +154,13 @@ class Log:
                 topic_id = meta.read()
             except Exception:  # a damaged partition.metadata is rewritten by the broker later
                 topic_id = None
+        psm = ProducerStateManager(dir, topic_partition=f"{topic}-{partition}",
+                                   producer_id_expiration_ms=producer_id_expiration_ms)
         lg = cls(dir, topic, partition, config, loaded, time_ms=time_ms, leader_epoch_cache=cache,
-                 fsync_every_append=fsync_every_append, topic_id=topic_id, scheduler=scheduler)
+                 fsync_every_append=fsync_every_append, topic_id=topic_id, scheduler=scheduler,
+                 producer_state=psm)
+        with lg._lock:
+            lg._load_producer_state_locked(had_clean_shutdown)
         if high_watermark is not None:
             lg.update_high_watermark(high_watermark)
         return lg
@@ -233,7 +256,13 @@ class Log:
         are copied. Returns a LogAppendInfo; raises CorruptRecordError on bad
         framing, RecordBatchTooLargeError if the append exceeds segment.bytes,
         RecordTooLargeError for a batch above max.message.bytes,
-        KafkaStorageError on I/O failure.
+        KafkaStorageError on I/O failure, a ProducerStateError (its
+        ``error_code`` is the Kafka error) for a bad sequence or epoch.
+
+        Idempotent batches of a leader append (client origin) are checked
+        against ``producer_state``: a retry of one of a producer's last 5
+        batches appends nothing and returns that batch's original offsets
+        (``batch_count`` 0), as Kafka answers a duplicate.
         """
         if isinstance(buf, bytes) and (assign_offsets or leader_epoch >= 0):
             buf = bytearray(buf)
@@ -256,6 +285,9 @@ class Log:
                         raise RecordTooLargeError(
                             f"The record batch size in the append to {self.name} is {size} bytes which "
                             f"exceeds the maximum configured value of {config.max_message_bytes}.")
+            pending = self._analyze_producer_state_locked(buf, infos, assign_offsets)
+            if pending is not None and pending.duplicate is not None:
+                return self._duplicate_append_info(pending.duplicate)
             if seg.should_roll(n, max_ts, next_offset - 1, self._time_ms(), config.segment_bytes,
                                config.segment_ms):
                 seg = self._roll_locked(first if not assign_offsets else None)
@@ -263,6 +295,10 @@ class Log:
                 first, next_offset, count, max_ts, off_max, first_ts, bsince, entries = prep
             seg.append(buf, max_ts, off_max, bsince, entries)
             self._leo = next_offset
+            if pending is not None:
+                self.producer_state.apply_append(pending.updated_producers, next_offset)
+            else:
+                self.producer_state.update_map_end_offset(next_offset)
             if self._high_watermark == next_offset:
                 self._hw_meta = None
             if leader_epoch >= 0:
@@ -276,6 +312,29 @@ class Log:
         if need_flush:
             self.flush()
         return LogAppendInfo(first, next_offset - 1, max_ts, off_max, -1, log_start, count, n)
+
+    def _analyze_producer_state_locked(self, buf, infos, assign_offsets: bool):
+        """Validate the idempotent batches of ``buf`` (offsets already assigned) against
+        ``producer_state``; None when no batch has a producer id. Lock held."""
+        if infos is not None:  # validate_batches' BatchInfos: skip the header walk for plain producers
+            for info in infos:
+                if info.producer_id != NO_PRODUCER_ID:
+                    break
+            else:
+                return None
+        if isinstance(buf, memoryview) and buf.format != "B":
+            buf = buf.cast("B")
+        batches = [(h, h.base_offset) for h in iter_batch_headers(buf) if h.producer_id != NO_PRODUCER_ID]
+        if not batches:
+            return None
+        origin = AppendOrigin.CLIENT if assign_offsets else AppendOrigin.REPLICATION
+        return self.producer_state.analyze_and_validate(batches, origin)
+
+    def _duplicate_append_info(self, dup) -> LogAppendInfo:
+        """The answer to a retried batch: its original offsets, nothing appended. Lock held."""
+        append_time = dup.timestamp if self.config.message_timestamp_type == "LogAppendTime" else -1
+        return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.last_offset, append_time,
+                             self._log_start_offset, 0, 0)
 
     def _prepare(self, buf, seg: LogSegment, leader_epoch: int, assign_offsets: bool):
         try:
@@ -379,6 +438,7 @@ class Log:
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
                 self.leader_epoch_cache.truncate_from_start(offset)
+                self.producer_state.truncate_head(offset)
             return self._log_start_offset
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
@@ -438,6 +498,14 @@ class Log:
         seg = self._new_segment(new_offset)
         self._segments = self._segments + [seg]
         self._bases = self._bases + [new_offset]
+        # Kafka snapshots the producer state at every roll, at the new segment's base
+        # offset, so a restart replays at most the segments after the newest snapshot.
+        psm = self.producer_state
+        psm.update_map_end_offset(new_offset)
+        try:
+            psm.take_snapshot()
+        except OSError as e:
+            raise KafkaStorageError(f"error writing the producer snapshot of {self.name}: {e}") from e
         # Kafka flushes the rolled segment asynchronously and then moves the
         # recovery point to the new segment's base offset.
         if self._scheduler is None or not self._scheduler(lambda: self.flush(new_offset, including_offset=False)):
@@ -508,6 +576,7 @@ class Log:
                 new_leo = max(seg.base_offset, min(new_leo, target_offset))
             self._leo = new_leo
             self._after_truncation()
+            self._reload_producer_state_locked()
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -525,6 +594,7 @@ class Log:
         self._log_start_offset = new_offset
         self.leader_epoch_cache.clear()
         self._after_truncation()
+        self.producer_state.truncate_fully_and_start_at(new_offset)
 
     def _after_truncation(self) -> None:
         leo = self._leo
@@ -589,6 +659,7 @@ class Log:
             if new_start > self._log_start_offset:
                 self._log_start_offset = new_start
                 self.leader_epoch_cache.truncate_from_start(new_start)
+                self.producer_state.truncate_head(new_start)
             self._schedule_delete(deletable)
             log.info("Deleting %d segment(s) of %s due to %s", n, self.name, reason)
         self._run_pending_roll_flush()
@@ -623,18 +694,140 @@ class Log:
     def pending_deletes(self) -> int:
         return len(self._pending_deletes)
 
+    # -- compaction ------------------------------------------------------------------------------
+    def replace_segments(self, new_segments, old_segments) -> bool:
+        """Swap cleaned segments in for ``old_segments`` (Kafka's replaceSegments;
+        called by the log cleaner, kbroker/log/cleaner.py).
+
+        ``new_segments`` are flushed ``*.cleaned`` segments of this log holding
+        the survivors of ``old_segments`` at their original offsets; the first
+        has the base offset of the first old one. Under the append lock, in a
+        crash-safe order (recovery.py completes a swap whose ``.swap`` files
+        exist and drops ``.cleaned`` leftovers):
+
+        1. ``.cleaned`` -> ``.swap`` (directory fsynced);
+        2. the segment list takes the new segments, the old ones are renamed
+           ``.deleted`` and closed/unlinked after file.delete.delay.ms (in-flight
+           FileRegions stay readable);
+        3. ``.swap`` -> live (directory fsynced).
+
+        Returns False and changes nothing if the old segments are no longer a
+        run of non-active segments of this log (retention, truncation or
+        deletion raced the cleaner, or the log is closed or its directory
+        moved); the caller then deletes its new segments.
+        """
+        from kbroker.log.segment import CLEANED_SUFFIX, SWAP_SUFFIX
+        if not new_segments or not old_segments:
+            raise ValueError("replace_segments needs new and old segments")
+        new = sorted(new_segments, key=lambda s: s.base_offset)
+        old = list(old_segments)
+        with self._lock:
+            segs = self._segments
+            if self._closed or any(s.dir != self.dir for s in new):
+                return False
+            i = next((j for j, s in enumerate(segs) if s is old[0]), -1)
+            n = len(old)
+            if (i < 0 or i + n >= len(segs) or any(segs[i + k] is not old[k] for k in range(n))
+                    or new[0].base_offset != old[0].base_offset):
+                return False
+            try:
+                for s in reversed(new):
+                    s.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+                fsync_dir(self.dir)
+                self._segments = segs[:i] + new + segs[i + n:]
+                self._bases = [s.base_offset for s in self._segments]
+                self._hw_meta = None            # positions below the high watermark moved
+                self._schedule_delete(old)
+                for s in new:
+                    s.change_file_suffixes(SWAP_SUFFIX, "")
+                fsync_dir(self.dir)
+            except OSError as e:
+                raise KafkaStorageError(f"error swapping cleaned segments into {self.name}: {e}") from e
+            return True
+
+    # -- producer state -----------------------------------------------------------------------------
+    def _load_producer_state_locked(self, had_clean_shutdown: bool) -> None:
+        """Open: Kafka's rebuildProducerState. The newest snapshot in
+        ``(log_start_offset, log_end_offset]`` plus a replay of the batches after it;
+        a cleanly shut down log without any snapshot (written before producer state
+        was kept) is not scanned: empty snapshots are written instead, at the last
+        two segments' base offsets and the log end, as Kafka does on upgrade."""
+        psm = self.producer_state
+        psm.remove_stray_snapshots(self._bases)
+        leo = self._leo
+        if had_clean_shutdown and psm.latest_snapshot_offset() is None:
+            for offset in self._bases[-2:] + [leo]:
+                psm.update_map_end_offset(offset)
+                psm.take_snapshot()
+            return
+        start = psm.load_from_snapshot(self._log_start_offset, leo, self._time_ms())
+        self._replay_producer_state_locked(start, leo)
+        psm.take_snapshot()
+
+    def _reload_producer_state_locked(self) -> None:
+        """After truncate_to: back to the newest snapshot at or below the new log end, then replay."""
+        start = self.producer_state.truncate_and_reload(self._log_start_offset, self._leo, self._time_ms())
+        self._replay_producer_state_locked(start, self._leo)
+
+    def _replay_producer_state_locked(self, start: int, end: int) -> None:
+        """Feed the batches holding offsets ``[start, end)`` to the producer state
+        (REPLICATION origin: nothing is checked), then set its map end offset to ``end``."""
+        psm = self.producer_state
+        if start < end:
+            i = max(0, bisect.bisect_right(self._bases, start) - 1)
+            replayed = 0
+            try:
+                for seg in self._segments[i:]:
+                    if seg.base_offset >= end:
+                        break
+                    for h in seg.batch_headers(max(start, seg.base_offset)):
+                        if h.base_offset >= end:
+                            break
+                        if h.producer_id == NO_PRODUCER_ID:
+                            continue
+                        marker = seg.read_end_txn_marker(h) if h.is_control else None
+                        psm.update_from_batch(h, h.base_offset, end_txn_marker=marker)
+                        replayed += 1
+            except (CorruptRecordError, OSError) as e:
+                log.warning("Stopped rebuilding the producer state of %s at a bad batch: %s", self.name, e)
+            log.debug("Rebuilt the producer state of %s from offset %d to %d (%d idempotent batches)",
+                      self.name, start, end, replayed)
+        psm.update_map_end_offset(end)
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
+        """Forget producers idle for producer.id.expiration.ms (the LogManager calls
+        this every producer.id.expiration.check.interval.ms). Returns their ids."""
+        now = self._time_ms() if now_ms is None else now_ms
+        with self._lock:
+            if self._closed:
+                return []
+            return self.producer_state.remove_expired_producers(now)
+
+    def take_producer_snapshot(self) -> str | None:
+        """Snapshot the producer state at the log end offset now (tests, tools)."""
+        with self._lock:
+            return self.producer_state.take_snapshot()
+
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
-        """Clean close: trim the active segment's indexes, close every fd and map.
-        Pending deletions are completed (their files are already ``.deleted``)."""
+        """Clean close: snapshot the producer state at the log end offset, trim the
+        active segment's indexes, close every fd and map. Pending deletions are
+        completed (their files are already ``.deleted``)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             segs = self._segments
+            try:
+                self.producer_state.take_snapshot()
+                snapshot_error = None
+            except OSError as e:
+                snapshot_error = e
         self.delete_pending_segments(force=True)
         for s in segs:
             s.close()
+        if snapshot_error is not None:
+            raise KafkaStorageError(f"error writing the producer snapshot of {self.name}: {snapshot_error}")
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
@@ -654,6 +847,7 @@ class Log:
             self.dir = new_dir
             for s in self._segments + [s for _, s in self._pending_deletes]:
                 s.moved_dir(old, new_dir)
+            self.producer_state.update_parent_dir(new_dir)
 
     @property
     def closed(self) -> bool:

@@ -19,15 +19,18 @@ flush of logs older than their ``flush.ms`` every
 ``log.flush.scheduler.interval.ms``, recovery-point and log-start
 checkpoints every ``log.flush.offset.checkpoint.interval.ms`` /
 ``log.flush.start.offset.checkpoint.interval.ms``, completion of delayed
-segment deletions, and one-off roll flushes handed over by the logs.
+segment deletions, expiry of idle producer ids (``producer.id.expiration.ms``)
+every ``producer.id.expiration.check.interval.ms``, and one-off roll flushes
+handed over by the logs.
 
 Shutdown (``shutdown``): stop the thread, flush and close every log, write
 all checkpoints with recovery point = log end offset, then write the
 clean-shutdown marker in each dir.
 
-Compaction is not implemented yet: ``cleaner`` is the seam — an object
-with ``maybe_clean(log)`` called for every log whose cleanup.policy
-includes ``compact`` during the retention pass.
+Compaction: ``cleaner`` is a LogCleaner (kbroker/log/cleaner.py; None with
+``log.cleaner.enable=false``), started and stopped with the background
+tasks; the retention pass calls its ``maybe_clean(log)`` for every log
+whose cleanup.policy includes ``compact`` (it wakes the cleaner threads).
 
 Thread-safety: the logs map is guarded by ``_lock``; each Log guards itself.
 """
@@ -51,6 +54,7 @@ from kbroker.log.checkpoints import (
 from kbroker.log.config import LONG_MAX, LogConfig, LogManagerConfig
 from kbroker.log.errors import KafkaStorageError
 from kbroker.log.log import Log, parse_topic_partition_name
+from kbroker.log.producer_state import PRODUCER_ID_EXPIRATION_MS_DEFAULT
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,9 @@ FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 
 TopicPartition = tuple  # (topic: str, partition: int)
+
+#: producer.id.expiration.check.interval.ms (Kafka's internal default: 10 minutes)
+PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT = 600000
 
 
 def _now_ms() -> int:
@@ -122,7 +129,8 @@ class LogManager:
     def __init__(self, log_dirs: Iterable[str] | None = None, default_config: LogConfig | None = None, *,
                  manager_config: LogManagerConfig | None = None, time_ms: Callable[[], int] | None = None,
                  topic_overrides: Callable[[str], Mapping] | None = None, broker_epoch: int = -1,
-                 background: bool = True):
+                 background: bool = True, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+                 producer_id_expiration_check_interval_ms: int = PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT):
         self.manager_config = manager_config or LogManagerConfig(
             log_dirs=tuple(log_dirs) if log_dirs is not None else LogManagerConfig().log_dirs)
         if log_dirs is not None:
@@ -134,13 +142,24 @@ class LogManager:
         self._topic_overrides = topic_overrides
         self._broker_epoch = broker_epoch
         self._background = background
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self._logs_to_delete: list[tuple[int, Log]] = []
         self._scheduler = _Scheduler("kbroker-log-manager", self._time_ms)
-        self.cleaner = None  # LogCleaner seam: object with maybe_clean(log)
+        self.cleaner = None  # LogCleaner (kbroker/log/cleaner.py), unless log.cleaner.enable=false
+        mc = self.manager_config
+        if mc.cleaner_enable and mc.cleaner_threads > 0:
+            from kbroker.log.cleaner import CleanerConfig, LogCleaner
+            self.cleaner = LogCleaner(self.log_dirs, lambda: self.logs, CleanerConfig(
+                num_threads=mc.cleaner_threads, dedupe_buffer_size=mc.cleaner_dedupe_buffer_size,
+                dedupe_buffer_load_factor=mc.cleaner_io_buffer_load_factor,
+                io_buffer_size=mc.cleaner_io_buffer_size, backoff_ms=mc.cleaner_backoff_ms,
+                max_io_buffer_size=max(self.default_config.max_message_bytes, mc.cleaner_io_buffer_size)),
+                time_ms=self._time_ms)
         self._started = False
         self._shut_down = False
         self.load_stats: dict[str, float] = {}
@@ -149,6 +168,13 @@ class LogManager:
     @classmethod
     def from_broker_config(cls, props: Mapping, **kw) -> "LogManager":
         mc = LogManagerConfig.from_broker(props)
+        for key, name in (("producer.id.expiration.ms", "producer_id_expiration_ms"),
+                          ("producer.id.expiration.check.interval.ms", "producer_id_expiration_check_interval_ms")):
+            if key in props and name not in kw:
+                value = int(props[key])
+                if value < 1:
+                    raise KafkaStorageError(f"{key} must be at least 1, got {value}")
+                kw[name] = value
         return cls(mc.log_dirs, LogConfig.from_broker(props), manager_config=mc, **kw)
 
     def config_for(self, topic: str) -> LogConfig:
@@ -196,6 +222,8 @@ class LogManager:
         self.load_logs()
         if self._background:
             self._start_background()
+            if self.cleaner is not None:
+                self.cleaner.startup()
         self._started = True
 
     def load_logs(self) -> None:
@@ -225,7 +253,8 @@ class LogManager:
                 lg = Log.open(path, cfg, log_start_offset=log_starts.get(tp, 0),
                               recovery_point=recovery_points.get(tp, 0), high_watermark=hws.get(tp),
                               had_clean_shutdown=clean, time_ms=self._time_ms,
-                              fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job)
+                              fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job,
+                              producer_id_expiration_ms=self.producer_id_expiration_ms)
                 with self._lock:
                     if tp in self._logs:
                         raise KafkaStorageError(f"Duplicate log directories for {tp} found: "
@@ -256,6 +285,8 @@ class LogManager:
         s.schedule(self._safe(self.checkpoint_log_start_offsets), 30000,
                    max(mc.flush_start_offset_checkpoint_interval_ms, 1))
         s.schedule(self._safe(self.delete_pending), 1000, 1000)
+        s.schedule(self._safe(self.remove_expired_producers), self.producer_id_expiration_check_interval_ms,
+                   self.producer_id_expiration_check_interval_ms)
 
     def schedule(self, fn: Callable[[], None], delay_ms: int, period_ms: int | None = None) -> None:
         """Run ``fn`` on the log manager's scheduler thread (errors are logged)."""
@@ -314,7 +345,8 @@ class LogManager:
             cfg = config or self.config_for(tp[0])
             path = os.path.join(self._next_log_dir(), f"{tp[0]}-{tp[1]}")
             lg = Log.open(path, cfg, had_clean_shutdown=True, time_ms=self._time_ms, topic_id=topic_id,
-                          fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job)
+                          fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job,
+                          producer_id_expiration_ms=self.producer_id_expiration_ms)
             self._logs[tp] = lg
             return lg
 
@@ -328,6 +360,8 @@ class LogManager:
             lg = self._logs.pop(tp, None)
         if lg is None:
             return None
+        if self.cleaner is not None:
+            self.cleaner.abort_cleaning(tp, os.path.dirname(lg.dir))
         new_dir = os.path.join(os.path.dirname(lg.dir),
                                f"{tp[0]}-{tp[1]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         lg.rename_dir(new_dir)
@@ -349,6 +383,15 @@ class LogManager:
                 self.cleaner.maybe_clean(lg)
             total += lg.delete_old_segments(now_ms)
         return total
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Drop producer ids idle for producer.id.expiration.ms from every log's
+        producer state (Kafka's PeriodicProducerExpirationCheck). Returns how many."""
+        n = 0
+        for lg in self.all_logs():
+            if not lg.closed:
+                n += len(lg.remove_expired_producers(now_ms))
+        return n
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> int:
         """Flush every log whose last flush is at least its flush.ms ago."""
@@ -406,6 +449,8 @@ class LogManager:
         if self._shut_down:
             return
         self._shut_down = True
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         self._scheduler.shutdown()
         logs = self.all_logs()
         errors = []

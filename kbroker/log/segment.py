@@ -27,13 +27,13 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from typing import Callable
+from typing import Callable, Iterator, NamedTuple
 
 from kbroker.kernels import log_scan as _scan
 from kbroker.kernels import offset_index as _offset_index
 from kbroker.kernels import time_index as _time_index
 from kbroker.log.config import LogConfig
-from kbroker.log.errors import CorruptIndexError, KafkaStorageError
+from kbroker.log.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
 from kbroker.log.info import EMPTY_RECORDS, FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from kbroker.records.region import FileRegion
 
@@ -48,6 +48,85 @@ SWAP_SUFFIX = ".swap"
 
 INT32_MAX = 0x7FFFFFFF
 _MAX_TS = struct.Struct(">q")
+
+
+class BatchHeader(NamedTuple):
+    """The producer-relevant fields of one batch header, at ``position`` in its buffer or file.
+
+    For a legacy (magic 0/1) batch only base_offset / position / size_in_bytes
+    are real; it has no producer (producer_id -1)."""
+
+    base_offset: int
+    position: int
+    size_in_bytes: int
+    last_offset_delta: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    is_control: bool
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+
+# RecordBatch v2 header: base_offset, batch_length, partition_leader_epoch, magic, crc,
+# attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+# producer_epoch, base_sequence, records_count (61 bytes)
+_V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_LOG_OVERHEAD = 12
+_TRANSACTIONAL_FLAG = 0x10
+_CONTROL_FLAG = 0x20
+
+
+def iter_batch_headers(buf, start: int = 0, end: int = -1) -> Iterator[BatchHeader]:
+    """Walk the batch framing of ``buf[start:end]`` (bytes, bytearray or mmap) and
+    yield each batch's :class:`BatchHeader`. No CRC check (the caller appends
+    validated batches or reads a recovered segment); raises CorruptRecordError
+    when a batch's length field does not fit."""
+    if end < 0:
+        end = len(buf)
+    pos = start
+    while pos < end:
+        if end - pos < _LOG_OVERHEAD + 5:
+            raise CorruptRecordError(f"truncated batch header at position {pos}")
+        base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
+        size = _LOG_OVERHEAD + batch_length
+        if batch_length < 14 or size > end - pos:
+            raise CorruptRecordError(f"invalid batch length {batch_length} at position {pos}")
+        if buf[pos + 16] != 2:   # legacy magic: no producer fields
+            yield BatchHeader(base_offset, pos, size, 0, -1, -1, -1, -1, False, False)
+        else:
+            if size < _V2_HEADER.size:
+                raise CorruptRecordError(f"batch of {size} bytes at position {pos} is below the v2 header size")
+            (_, _, _, _, _, attributes, last_offset_delta, _, max_timestamp, producer_id, producer_epoch,
+             base_sequence, _) = _V2_HEADER.unpack_from(buf, pos)
+            yield BatchHeader(base_offset, pos, size, last_offset_delta, max_timestamp, producer_id,
+                              producer_epoch, base_sequence, bool(attributes & _TRANSACTIONAL_FLAG),
+                              bool(attributes & _CONTROL_FLAG))
+        pos += size
+
+
+def end_txn_marker(batch_bytes) -> tuple[bool, int] | None:
+    """``(is_abort, coordinator_epoch)`` of a control batch holding a COMMIT/ABORT
+    marker (key: version int16, type int16 — 0 abort, 1 commit; value: version
+    int16, coordinator_epoch int32), else None."""
+    from kbroker.kernels import records
+    try:
+        batch = records.decode_batch(batch_bytes, check_crc=False)
+        rec = batch.records[0] if batch.records else None
+        if rec is None or rec.key is None or len(rec.key) < 4 or rec.value is None or len(rec.value) < 6:
+            return None
+        _, marker_type = struct.unpack_from(">hh", rec.key)
+        _, coordinator_epoch = struct.unpack_from(">hi", rec.value)
+    except (CorruptRecordError, ValueError, struct.error):
+        return None
+    if marker_type not in (0, 1):
+        return None
+    return marker_type == 0, coordinator_epoch
 
 
 def filename_prefix(offset: int) -> str:
@@ -244,6 +323,26 @@ class LogSegment:
         if adjusted < batch_size:
             return FetchDataInfo(meta, EMPTY_RECORDS, True)
         return FetchDataInfo(meta, FileRegion(self.file, start_pos, fetch_size), False)
+
+    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one holding ``start_offset`` to the end
+        of the segment (producer-state rebuild). The file is mapped while iterating."""
+        if self.size == 0:
+            return
+        if start_offset <= self.base_offset:
+            pos = 0
+        else:
+            mapping = self.translate_offset(start_offset)
+            if mapping is None:
+                return
+            pos = mapping[2]
+        size = self.size
+        with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as m:
+            yield from iter_batch_headers(m, pos, size)
+
+    def read_end_txn_marker(self, header: BatchHeader) -> tuple[bool, int] | None:
+        """The COMMIT/ABORT marker of the control batch ``header`` (see end_txn_marker)."""
+        return end_txn_marker(os.pread(self.fd, header.size_in_bytes, header.position))
 
     def read_next_offset(self) -> int:
         """Offset after the last batch (base_offset if empty): scans headers

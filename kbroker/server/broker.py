@@ -23,6 +23,7 @@ from kbroker.server.config import KafkaConfig
 from kbroker.server.fetch_session import FetchSessionCache
 from kbroker.server.kafka_apis import KafkaApis
 from kbroker.server.metadata import MetadataStore
+from kbroker.server.producer_id_manager import ProducerIdManager
 from kbroker.server.purgatory import DelayedOperationPurgatory
 from kbroker.server.replica_manager import ReplicaManager
 from kbroker.server.request_handler import KafkaRequestHandlerPool
@@ -89,6 +90,7 @@ class KafkaBroker:
             if t.configs:
                 self.log_manager.update_topic_config(t.name, t.configs)
         self.log_manager.startup()
+        self.producer_id_manager = ProducerIdManager(os.path.abspath(c.log_dirs[0]), broker_id=self.node_id)
         self.produce_purgatory = DelayedOperationPurgatory(
             "Produce", broker_id=self.node_id, purge_interval=c["producer.purgatory.purge.interval.requests"])
         self.fetch_purgatory = DelayedOperationPurgatory(

@@ -26,6 +26,7 @@ from kbroker.kernels import records as _records
 from kbroker.log.errors import (
     KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
 )
+from kbroker.log.producer_state import ProducerStateError
 from kbroker.protocol import ErrorCode
 from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
 from kbroker.server.metadata import TopicImage
@@ -242,7 +243,11 @@ class ReplicaManager:
         except KafkaStorageError as e:
             log.error("append to %s-%d failed: %s", tp[0], tp[1], e)
             return ProducePartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(e))
-        return ProducePartitionResult(ErrorCode.NONE, info.first_offset, now if log_append_time else -1,
+        except ProducerStateError as e:  # bad sequence / epoch of an idempotent producer (45, 47, ...)
+            return ProducePartitionResult(e.error_code, error_message=str(e))
+        # a duplicate (batch_count 0) carries its original append time
+        append_time = (info.log_append_time_ms if info.batch_count == 0 else now) if log_append_time else -1
+        return ProducePartitionResult(ErrorCode.NONE, info.first_offset, append_time,
                                       info.log_start_offset, last_offset=info.last_offset)
 
     # -- fetch -------------------------------------------------------------------------------

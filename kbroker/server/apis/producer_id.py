@@ -1,0 +1,54 @@
+"""InitProducerId (api key 22), v0-5: producer ids for idempotent producers.
+
+Kafka: ``KafkaApis.handleInitProducerIdRequest``. The decision logic is
+:func:`kbroker.server.init_producer_id.handle_init_producer_id`; ids come from
+the broker's durable :class:`~kbroker.server.producer_id_manager.ProducerIdManager`
+(``broker.producer_id_manager``), so an id is never handed out twice, also
+across restarts.
+
+* ``transactional_id`` null (idempotent producer, e.g. every kafka-python 3.x /
+  librdkafka / aiokafka producer with idempotence on): a fresh producer id, epoch 0.
+  A v3+ request carrying the producer's current (producer_id, producer_epoch)
+  also gets a fresh id, as Kafka's blind accept does.
+* a transactional id: after Kafka's request checks (INVALID_REQUEST for an
+  empty id or a half-set producer id/epoch, INVALID_TRANSACTION_TIMEOUT), the
+  answer is TRANSACTIONAL_ID_AUTHORIZATION_FAILED until a transaction
+  coordinator exists (``broker.transaction_coordinator``). Not
+  COORDINATOR_NOT_AVAILABLE: that is retriable, and clients retry it until
+  their timeout (aiokafka's ``start()`` forever); error 53 is fatal in
+  librdkafka, kafka-python and aiokafka, so ``init_transactions`` fails at once
+  with a clear error. The produce handler answers transactional produce the same way.
+
+Throttling and ACLs (IDEMPOTENT_WRITE, TRANSACTIONAL_ID) do not exist here.
+"""
+from __future__ import annotations
+
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages.init_producer_id import InitProducerIdResponse
+from kbroker.server.apis import ApiHandler
+from kbroker.server.init_producer_id import InitProducerIdResult, handle_init_producer_id
+
+
+class _NoTransactionCoordinator:
+    """Stands in for the transaction coordinator until there is one (see the module docstring)."""
+
+    @staticmethod
+    def handle_init_producer_id(transactional_id, transaction_timeout_ms, expected) -> InitProducerIdResult:
+        return InitProducerIdResult(int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+
+
+_NO_TRANSACTION_COORDINATOR = _NoTransactionCoordinator()
+
+
+def handle_init_producer_id_request(broker, ctx, req) -> None:
+    v = ctx.api_version
+    producer_id, producer_epoch = (req.producer_id, req.producer_epoch) if v >= 3 else (-1, -1)
+    result = handle_init_producer_id(
+        broker.producer_id_manager.generate_producer_id, req.transactional_id, req.transaction_timeout_ms,
+        producer_id, producer_epoch, transaction_max_timeout_ms=broker.config["transaction.max.timeout.ms"],
+        transaction_coordinator=getattr(broker, "transaction_coordinator", None) or _NO_TRANSACTION_COORDINATOR)
+    ctx.respond(InitProducerIdResponse(throttle_time_ms=0, error_code=result.error_code,
+                                       producer_id=result.producer_id, producer_epoch=result.producer_epoch))
+
+
+HANDLERS = {ApiKey.INIT_PRODUCER_ID: ApiHandler(0, 5, handle_init_producer_id_request)}
