@@ -81,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "kernels":
         from kbroker import kernels
 
-        for name in ("crc32c", "varint", "murmur2", "records", "offset_index", "time_index", "log_scan",
-                     "timing_wheel"):
+        import glob
+        import os
+
+        core = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_core")
+        for name in sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(core, "*.pyx"))):
             try:
                 kernels.load(name)
             except ImportError as e:
