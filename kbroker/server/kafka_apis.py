@@ -107,19 +107,22 @@ class KafkaApis:
         ctx.close_connection()
 
     def _error_response(self, ctx: RequestContext, code: int, quiet: bool = False) -> bool:
-        """Answer with ``code`` in the response's top-level error code, if it has one."""
+        """Answer with ``code`` in the response's top-level error code, if the response
+        has one at the request's version (encoding checks that); else close, unless quiet."""
         info = API_INFO[ctx.api_key]
         cls = info.response_class
         try:
+            field = next((f for f in cls._fields if f.attr == "error_code"), None)
+            if field is None or field.versions is None or not field.versions[0] <= ctx.api_version <= field.versions[1]:
+                raise AttributeError(f"no top-level error_code at version {ctx.api_version}")
             resp = cls()
-            if "error_code" not in cls.__slots__:
-                raise AttributeError("no top-level error_code")
             resp.error_code = code
-            ctx.respond(resp)
-            return True
+            resp.encode(ctx.api_version)
         except Exception as e:
             if not quiet:
                 log.info("closing connection %s: no error response for %s v%d (%s)",
                          ctx.connection_id, info.name, ctx.api_version, e)
                 ctx.close_connection()
             return False
+        ctx.respond(resp)
+        return True

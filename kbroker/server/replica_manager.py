@@ -257,7 +257,12 @@ class ReplicaManager:
         results = {}
         remaining = max_bytes
         for tp, st in fetch_infos:
-            r = self._read_partition(tp, st, remaining, min_one_message, isolation_level, replica_id)
+            try:
+                r = self._read_partition(tp, st, remaining, min_one_message, isolation_level, replica_id)
+            except Exception:
+                # Kafka's readFromLog: an unexpected failure fails only this partition
+                log.exception("error reading %s-%d at offset %d", tp[0], tp[1], st.fetch_offset)
+                r = FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
             results[tp] = r
             size = _region_size(r.records)
             if size:
@@ -271,6 +276,10 @@ class ReplicaManager:
         if part is None:
             return FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         lg = part.log
+        if st.max_bytes < 0:
+            # Kafka: LogSegment.read rejects a negative size; readFromLog answers UNKNOWN_SERVER_ERROR
+            return FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR, lg.high_watermark, lg.high_watermark,
+                                        lg.log_start_offset)
         err = part.check_leader_epoch(st.current_leader_epoch)
         hw = lg.high_watermark
         lso = hw  # no transactions yet: the last stable offset is the high watermark

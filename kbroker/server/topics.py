@@ -15,6 +15,9 @@ from kbroker.log.errors import ConfigError as LogConfigError
 from kbroker.protocol import ErrorCode
 
 MAX_NAME_LENGTH = 249
+#: Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one user operation may not
+#: create more metadata records than this (a topic record + one per partition + configs)
+MAX_RECORDS_PER_USER_OP = 10000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -55,6 +58,13 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
     return clean
 
 
+def _check_record_count(records: int) -> None:
+    if records > MAX_RECORDS_PER_USER_OP:
+        raise TopicError(ErrorCode.POLICY_VIOLATION,
+                         f"Unable to perform excessively large batch operation: {records} metadata records "
+                         f"would exceed the limit of {MAX_RECORDS_PER_USER_OP}.")
+
+
 class TopicManager:
     def __init__(self, broker):
         self.broker = broker
@@ -83,6 +93,7 @@ class TopicManager:
                              "The target replication factor of {0} cannot be reached because only 1 broker(s) "
                              "are registered.".format(replication_factor))
         clean = validate_topic_configs(configs or {})
+        _check_record_count(1 + num_partitions + len(clean))
         with self._lock:
             if name in b.metadata.image.topics:
                 raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -148,6 +159,7 @@ class TopicManager:
                                  f"the requested {count}.")
             if count == t.num_partitions:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {t.num_partitions} partitions.")
+            _check_record_count(count - t.num_partitions)
             if assignments:
                 for a in assignments:
                     if any(bid != b.node_id for bid in a.broker_ids):

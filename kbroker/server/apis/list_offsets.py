@@ -17,18 +17,24 @@ def handle_list_offsets(broker, ctx, req) -> None:
     v = ctx.api_version
     rm = broker.replica_manager
     topics = []
-    seen = set()
+    counts: dict[tuple, int] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            counts[(t.name, p.partition_index)] = counts.get((t.name, p.partition_index), 0) + 1
+    answered = set()
     for t in req.topics:
         parts = []
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if tp in answered:
+                continue
+            answered.add(tp)
             r = ListOffsetsPartitionResponse(partition_index=p.partition_index, timestamp=-1, offset=-1,
                                              leader_epoch=-1)
-            if tp in seen:
+            if counts[tp] > 1:
                 r.error_code = ErrorCode.INVALID_REQUEST
                 parts.append(r)
                 continue
-            seen.add(tp)
             part = rm.get_partition(tp)
             ts = p.timestamp
             if part is None:

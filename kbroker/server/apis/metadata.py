@@ -54,8 +54,15 @@ def handle_metadata(broker, ctx, req) -> None:
         allow_auto = (req.allow_auto_topic_creation if v >= 4 else True) and broker.config["auto.create.topics.enable"]
         for rt in req.topics:
             name = rt.name
-            if name is None:  # by topic id (v10+ lists may carry ids; Kafka 3.9 rejects ids here)
-                topics.append(topic_metadata(broker, None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id=rt.topic_id))
+            if name is None:  # by topic id: v12+ only; v10-11 must name the topic (Kafka: INVALID_REQUEST,
+                # and the response's name is not nullable before v12, so "")
+                known = image.topics_by_id.get(rt.topic_id) if v >= 12 else None
+                if known is not None:
+                    topics.append(topic_metadata(broker, known.name, include_ops=include_ops))
+                else:
+                    topics.append(topic_metadata(broker, None if v >= 12 else "",
+                                                 ErrorCode.UNKNOWN_TOPIC_ID if v >= 12 else ErrorCode.INVALID_REQUEST,
+                                                 topic_id=rt.topic_id))
                 continue
             if name not in image.topics:
                 try:
