@@ -783,15 +783,16 @@ def test_find_coordinator_versions(env, version):
         r = ctx.responses[0]
         assert (r.error_code, r.node_id, r.host, r.port) == (E.NONE, 1, "127.0.0.1", 9092)
         if version >= 1:
+            # no transaction coordinator yet: a fatal answer, so transactional clients fail at once
             ctx = call(b, ApiKey.FIND_COORDINATOR, version, FindCoordinatorRequest(key="tx", key_type=1))
-            assert ctx.responses[0].error_code == E.COORDINATOR_NOT_AVAILABLE
+            assert ctx.responses[0].error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     else:
         ctx = call(b, ApiKey.FIND_COORDINATOR, version, FindCoordinatorRequest(coordinator_keys=["a", "b"]))
         cs = ctx.responses[0].coordinators
         assert [(c.key, c.error_code, c.node_id) for c in cs] == [("a", E.NONE, 1), ("b", E.NONE, 1)]
         ctx = call(b, ApiKey.FIND_COORDINATOR, version,
                    FindCoordinatorRequest(coordinator_keys=["x"], key_type=1))
-        assert ctx.responses[0].coordinators[0].error_code == E.COORDINATOR_NOT_AVAILABLE
+        assert ctx.responses[0].coordinators[0].error_code == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 @pytest.mark.parametrize("version", range(0, 10))

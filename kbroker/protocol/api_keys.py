@@ -230,7 +230,7 @@ API_INFO: dict[int, ApiInfo] = {
     65: ApiInfo(65, 'DescribeTransactions', 'describe_transactions', 'DescribeTransactionsRequest', 'DescribeTransactionsResponse', 0, 0, 0, 0, 0, ('zkBroker', 'broker'), None),
     66: ApiInfo(66, 'ListTransactions', 'list_transactions', 'ListTransactionsRequest', 'ListTransactionsResponse', 0, 1, 1, 0, 0, ('zkBroker', 'broker'), None),
     67: ApiInfo(67, 'AllocateProducerIds', 'allocate_producer_ids', 'AllocateProducerIdsRequest', 'AllocateProducerIdsResponse', 0, 0, 0, 0, 0, ('zkBroker', 'controller'), None),
-    68: ApiInfo(68, 'ConsumerGroupHeartbeat', 'consumer_group_heartbeat', 'ConsumerGroupHeartbeatRequest', 'ConsumerGroupHeartbeatResponse', 0, 0, 0, 0, 0, ('zkBroker', 'broker'), None),
+    68: ApiInfo(68, 'ConsumerGroupHeartbeat', 'consumer_group_heartbeat', 'ConsumerGroupHeartbeatRequest', 'ConsumerGroupHeartbeatResponse', 0, 1, 1, 0, 0, ('zkBroker', 'broker'), None),
     69: ApiInfo(69, 'ConsumerGroupDescribe', 'consumer_group_describe', 'ConsumerGroupDescribeRequest', 'ConsumerGroupDescribeResponse', 0, 0, 0, 0, 0, ('zkBroker', 'broker'), None),
     70: ApiInfo(70, 'ControllerRegistration', 'controller_registration', 'ControllerRegistrationRequest', 'ControllerRegistrationResponse', 0, 0, 0, 0, 0, ('controller',), None),
     71: ApiInfo(71, 'GetTelemetrySubscriptions', 'get_telemetry_subscriptions', 'GetTelemetrySubscriptionsRequest', 'GetTelemetrySubscriptionsResponse', 0, 0, 0, 0, 0, ('broker',), None),

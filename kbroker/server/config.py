@@ -117,8 +117,23 @@ BROKER_CONFIG = (
     .define("group.max.size", "int", INT_MAX, at_least(1))
     .define("group.coordinator.rebalance.protocols", "list", ["classic", "consumer"],
             one_of("classic", "consumer"))
+    # KIP-848 consumer groups (Kafka's GroupCoordinatorConfig group.consumer.*)
+    .define("group.consumer.session.timeout.ms", "int", 45000, at_least(1))
+    .define("group.consumer.min.session.timeout.ms", "int", 45000, at_least(1))
+    .define("group.consumer.max.session.timeout.ms", "int", 60000, at_least(1))
+    .define("group.consumer.heartbeat.interval.ms", "int", 5000, at_least(1))
+    .define("group.consumer.min.heartbeat.interval.ms", "int", 5000, at_least(1))
+    .define("group.consumer.max.heartbeat.interval.ms", "int", 15000, at_least(1))
+    .define("group.consumer.max.size", "int", INT_MAX, at_least(1))
+    .define("group.consumer.assignors", "list",
+            ["org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+             "org.apache.kafka.coordinator.group.assignor.RangeAssignor"],
+            one_of("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                   "org.apache.kafka.coordinator.group.assignor.RangeAssignor"),
+            "Server-side assignors, the first is the default (Kafka class names or uniform/range).")
     # --- producers and transactions ---
     .define("producer.id.expiration.ms", "int", 86400000, at_least(1))
+    .define("producer.id.expiration.check.interval.ms", "int", 600000, at_least(1))
     .define("transactional.id.expiration.ms", "int", 604800000, at_least(1))
     .define("transaction.max.timeout.ms", "int", 900000, at_least(1))
     .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
@@ -179,6 +194,17 @@ class KafkaConfig:
         )
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
+        # Kafka's GroupCoordinatorConfig requirements for the group.consumer.* timeouts.
+        for name in ("session.timeout.ms", "heartbeat.interval.ms"):
+            lo, val, hi = (v[f"group.consumer.min.{name}"], v[f"group.consumer.{name}"],
+                           v[f"group.consumer.max.{name}"])
+            if not lo <= val <= hi:
+                raise ConfigError(f"group.consumer.{name}", f"must be within [group.consumer.min.{name}, "
+                                  f"group.consumer.max.{name}] = [{lo}, {hi}]")
+        if v["group.consumer.heartbeat.interval.ms"] >= v["group.consumer.session.timeout.ms"]:
+            raise ConfigError("group.consumer.heartbeat.interval.ms", "must be less than group.consumer.session.timeout.ms")
+        if not v["group.consumer.assignors"]:
+            raise ConfigError("group.consumer.assignors", "at least one assignor is required")
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

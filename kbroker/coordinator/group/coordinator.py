@@ -26,6 +26,17 @@ a leaf lock: never held while taking a group lock or calling out. Lock order:
 group lock → ``_lock``. Callbacks that answer requests run under the group
 lock (``RequestContext.respond`` only encodes and enqueues, it never blocks).
 
+KIP-848 consumer groups (``consumer_group``) share the group map, the
+offsets and the log with classic groups: a group id is either a
+:class:`ClassicGroup` or a :class:`ConsumerGroup`. A ConsumerGroupHeartbeat
+computes the group's records, replays them into memory under the group lock
+and answers once they are written; member session and rebalance (revocation)
+timeouts are timer tasks on the heartbeat purgatory's timer. Classic APIs
+meeting a consumer group answer as Kafka 3.9 does for a member it does not
+know (UNKNOWN_MEMBER_ID) or a live group of the other protocol
+(INCONSISTENT_GROUP_PROTOCOL for JoinGroup, GROUP_ID_NOT_FOUND for the
+heartbeat); an empty group of either protocol is replaced (its offsets kept).
+
 Timers: session timeouts (DelayedHeartbeat), rebalance timeouts (DelayedJoin),
 the initial rebalance delay (InitialDelayedJoin), pending SyncGroups
 (DelayedSync) and the periodic offset-retention check live in two purgatories
@@ -34,6 +45,7 @@ the initial rebalance delay (InitialDelayedJoin), pending SyncGroups
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 import uuid
@@ -42,12 +54,20 @@ from typing import Callable, Iterable, NamedTuple
 
 from kbroker.coordinator.group import storage
 from kbroker.coordinator.group.classic_group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, ClassicMember, GroupState
+from kbroker.coordinator.group.consumer_group import (
+    CONSUMER_GROUP_TYPE, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroup, ConsumerGroupError,
+    HeartbeatOutcome, HeartbeatRequest, MemberState, assignor_name, consumer_group_heartbeat, fence_member,
+    static_member_temporary_leave, validate_heartbeat,
+)
 from kbroker.coordinator.group.delayed import (
     DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin, join_key, member_key, sync_key,
 )
 from kbroker.coordinator.group.offsets import INVALID_OFFSET, OffsetAndMetadata
 from kbroker.coordinator.records.group_metadata import MemberMetadata as MemberMetadataRecord
 from kbroker.protocol import ErrorCode
+from kbroker.protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
+from kbroker.protocol.messages.consumer_protocol_assignment import TopicPartition as CPATopicPartition
+from kbroker.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
 from kbroker.server.purgatory import DelayedOperationPurgatory
 from kbroker.server.timer import SystemTimer, TimerTask, monotonic_ms
 
@@ -77,6 +97,16 @@ class GroupConfig:
     offsets_retention_ms: int = 10080 * 60_000
     offsets_retention_check_interval_ms: int = 600000
     offset_metadata_max_bytes: int = 4096
+    # KIP-848 (group.consumer.*, group.coordinator.rebalance.protocols)
+    consumer_group_session_timeout_ms: int = 45000
+    consumer_group_heartbeat_interval_ms: int = 5000
+    consumer_group_max_size: int = 2147483647
+    consumer_group_assignors: tuple = ("uniform", "range")  # the first one is the default
+    rebalance_protocols: tuple = ("classic", "consumer")
+
+    @property
+    def consumer_protocol_enabled(self) -> bool:
+        return "consumer" in self.rebalance_protocols
 
     @classmethod
     def from_kafka_config(cls, config) -> "GroupConfig":
@@ -90,7 +120,21 @@ class GroupConfig:
             offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
             offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+            consumer_group_session_timeout_ms=_opt(config, "group.consumer.session.timeout.ms", 45000),
+            consumer_group_heartbeat_interval_ms=_opt(config, "group.consumer.heartbeat.interval.ms", 5000),
+            consumer_group_max_size=_opt(config, "group.consumer.max.size", 2147483647),
+            consumer_group_assignors=tuple(assignor_name(a) for a in _opt(
+                config, "group.consumer.assignors", ["uniform", "range"])),
+            rebalance_protocols=tuple(_opt(config, "group.coordinator.rebalance.protocols", ["classic", "consumer"])),
         )
+
+
+def _opt(config, key: str, default):
+    try:
+        v = config[key]
+    except KeyError:
+        return default
+    return default if v is None else v
 
 
 class JoinGroupResult(NamedTuple):
@@ -201,6 +245,26 @@ class _RetentionTask(TimerTask):
             c._schedule_retention()
 
 
+class _ConsumerGroupTimeout(TimerTask):
+    """A KIP-848 member's session ("session") or revocation ("rebalance") timeout.
+    Armed and cancelled under the group lock; ``group.timers`` holds the live one."""
+
+    def __init__(self, coordinator: "GroupCoordinator", group: ConsumerGroup, kind: str, member_id: str,
+                 epoch: int, delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.kind = kind
+        self.member_id = member_id
+        self.epoch = epoch
+
+    def run(self) -> None:
+        try:
+            self.coordinator._on_consumer_group_timeout(self)
+        except Exception:
+            log.exception("consumer group %s timeout of %s failed", self.group.group_id, self.member_id)
+
+
 class GroupCoordinator:
     """See the module docstring. Public methods are thread-safe.
 
@@ -208,12 +272,16 @@ class GroupCoordinator:
     ``time_ms``: wall clock for timestamps (commit, state change) — and, when
     given, also the timers' clock (tests inject one fake clock and call
     :meth:`advance_timers`). ``reaper_enabled=False``: nothing runs timers but
-    ``advance_timers`` (tests).
+    ``advance_timers`` (tests). ``metadata_image``: returns the broker's current
+    metadata image (``topics``: name → topic with ``topic_id`` and
+    ``num_partitions``; ``epoch``), which KIP-848 groups assign from.
     """
 
     def __init__(self, config: GroupConfig, offsets_log, *, time_ms: Callable[[], int] | None = None,
-                 reaper_enabled: bool = True, broker_id: int = 0) -> None:
+                 reaper_enabled: bool = True, broker_id: int = 0, metadata_image: Callable[[], object] | None = None
+                 ) -> None:
         self.config = config
+        self._metadata_image = metadata_image or (lambda: None)
         self.offsets_log = offsets_log
         self._time_ms = time_ms or _wall_ms
         timer_clock = time_ms or monotonic_ms
@@ -333,6 +401,7 @@ class GroupCoordinator:
         now = self._time_ms()
         offsets: dict[str, dict[tuple, tuple[OffsetAndMetadata, int]]] = {}
         metadata: dict[str, object] = {}
+        consumer_groups: dict[str, ConsumerGroup] = {}
         for batch in self.offsets_log.read_batches(partition):
             if getattr(batch, "is_control", False):
                 continue
@@ -357,13 +426,31 @@ class GroupCoordinator:
                         metadata.pop(parsed.key.group, None)
                     else:
                         metadata[parsed.key.group] = parsed.value
+                        consumer_groups.pop(parsed.key.group, None)
+                elif parsed.kind == "consumer_group":
+                    # KIP-848 records replay into the group exactly as a heartbeat applied them.
+                    gid = parsed.key.group_id
+                    cg = consumer_groups.get(gid)
+                    if cg is None:
+                        if parsed.value is None:
+                            continue
+                        cg = consumer_groups[gid] = ConsumerGroup(gid)
+                        metadata.pop(gid, None)
+                    cg.replay(parsed)
+                    if cg.dead:
+                        del consumer_groups[gid]
         loaded = []
-        for gid in set(offsets) | set(metadata):
+        for gid in set(offsets) | set(metadata) | set(consumer_groups):
             md = metadata.get(gid)
+            cg = consumer_groups.get(gid)
             group_offsets = offsets.get(gid, {})
-            if md is None and not group_offsets:
+            if md is None and cg is None and not group_offsets:
                 continue
-            group = self._group_from_record(gid, md) if md is not None else ClassicGroup(gid, GroupState.EMPTY, -1)
+            if cg is not None:
+                group = cg
+            else:
+                group = self._group_from_record(gid, md) if md is not None else ClassicGroup(gid, GroupState.EMPTY,
+                                                                                               -1)
             for tp, (om, rec_off) in group_offsets.items():
                 group.offsets.put(tp, om, rec_off)
             loaded.append(group)
@@ -378,6 +465,15 @@ class GroupCoordinator:
             self._load_cond.notify_all()
         for group in loaded:
             with group.lock:
+                if isinstance(group, ConsumerGroup):
+                    # Kafka's onLoaded: every member gets a fresh session; revocations a fresh timeout.
+                    for member in list(group.members.values()):
+                        self._schedule_consumer_timer(group, "session", member.member_id, -1,
+                                                      self.config.consumer_group_session_timeout_ms)
+                        if member.state is MemberState.UNREVOKED_PARTITIONS:
+                            self._schedule_consumer_timer(group, "rebalance", member.member_id, member.member_epoch,
+                                                          member.rebalance_timeout_ms)
+                    continue
                 for member in list(group.members.values()):
                     self._complete_and_schedule_next_heartbeat_expiration(group, member)
                 if group.size() > self.config.group_max_size and group.can_rebalance():
@@ -412,6 +508,11 @@ class GroupCoordinator:
             self._load_cond.notify_all()
         for group in groups:
             with group.lock:
+                if isinstance(group, ConsumerGroup):
+                    group.dead = True
+                    for kind, mid in list(group.timers):
+                        self._cancel_consumer_timer(group, kind, mid)
+                    continue
                 previous = group.state
                 group.transition_to(GroupState.DEAD, self._time_ms())
                 if previous is GroupState.PREPARING_REBALANCE:
@@ -492,6 +593,12 @@ class GroupCoordinator:
             return
         protocols = [(name, bytes(md)) for name, md in protocols]
         is_unknown = member_id == ""
+        existing = self._get_group(group_id)
+        if isinstance(existing, ConsumerGroup):
+            err = self._classic_join_to_consumer_group(existing, is_unknown)
+            if err is not None:
+                callback(JoinGroupResult.failed(member_id, err))
+                return
         group = self._get_or_create_group(group_id, create=is_unknown)
         if group is None:
             callback(JoinGroupResult.failed(member_id, E.UNKNOWN_MEMBER_ID))
@@ -510,6 +617,31 @@ class GroupCoordinator:
                                              callback, reason)
             if group.is_state(GroupState.PREPARING_REBALANCE):
                 self._rebalance_purgatory.check_and_complete(join_key(group.group_id))
+
+    def _classic_join_to_consumer_group(self, group: ConsumerGroup, is_unknown: bool) -> ErrorCode | None:
+        """A JoinGroup meeting a consumer group. An empty one is replaced by a classic group
+        (offsets kept, its records tombstoned: Kafka's ``maybeDeleteEmptyConsumerGroup``);
+        a live one refuses: Kafka 3.9 would let a classic member join it
+        (``classicGroupJoinToConsumerGroup``), which we do not support."""
+        with group.lock:
+            if group.dead:
+                return None
+            if group.members:
+                return E.INCONSISTENT_GROUP_PROTOCOL if is_unknown else E.UNKNOWN_MEMBER_ID
+            if not is_unknown:
+                return E.UNKNOWN_MEMBER_ID
+            records = group.tombstones()
+            for rec in records:
+                group.replay(rec)
+            group.dead = True
+            classic = ClassicGroup(group.group_id, GroupState.EMPTY, self._time_ms())
+            classic.offsets = group.offsets
+            with self._lock:
+                if self._groups.get(group.group_id) is group:
+                    self._groups[group.group_id] = classic
+            log.info("[GroupId %s] Converted the empty consumer group to a classic group.", group.group_id)
+            self._append(group.group_id, [storage.encode_parsed(r) for r in records], lambda code, _b: None)
+        return None
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
         max_size = self.config.group_max_size
@@ -845,7 +977,7 @@ class GroupCoordinator:
             callback(SyncGroupResult(E.REBALANCE_IN_PROGRESS if err == E.COORDINATOR_LOAD_IN_PROGRESS else err))
             return
         group = self._get_group(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             callback(SyncGroupResult(E.UNKNOWN_MEMBER_ID))
             return
         with group.lock:
@@ -912,7 +1044,7 @@ class GroupCoordinator:
         if err is not None:
             return NONE if err == E.COORDINATOR_LOAD_IN_PROGRESS else err
         group = self._get_group(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             return E.UNKNOWN_MEMBER_ID
         with group.lock:
             if group.is_state(GroupState.DEAD):
@@ -937,7 +1069,8 @@ class GroupCoordinator:
         if err is not None:
             return err, []
         group = self._get_group(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
+            # (Kafka 3.9 lets classic members of a consumer group leave; it has none here.)
             return NONE, [(mid, iid, E.UNKNOWN_MEMBER_ID) for mid, iid in members]
         out = []
         with group.lock:
@@ -1026,6 +1159,15 @@ class GroupCoordinator:
             else:
                 fail(E.GROUP_ID_NOT_FOUND if api_version >= 9 else E.ILLEGAL_GENERATION)
                 return
+        if isinstance(group, ConsumerGroup):
+            with group.lock:
+                err = self._validate_consumer_offset_commit(group, member_id, group_instance_id, generation_id,
+                                                            api_version)
+                if err is not None:
+                    fail(err)
+                    return
+                self._store_offsets(group, offsets, callback)
+            return
         with group.lock:
             err = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
             if err is not None:
@@ -1140,11 +1282,19 @@ class GroupCoordinator:
             return
         with group.lock:
             state = group.state
-            if state is GroupState.DEAD:
+            if state is GroupState.DEAD or (isinstance(group, ConsumerGroup) and group.dead):
                 callback(E.GROUP_ID_NOT_FOUND, {})
                 return
             errors: dict[tuple, ErrorCode] = {}
-            if state is GroupState.EMPTY:
+            if isinstance(group, ConsumerGroup):
+                # ConsumerGroup.validateOffsetDelete accepts; subscribed topics are kept.
+                eligible = []
+                for tp in partitions:
+                    if group.is_subscribed_to_topic(tp[0]):
+                        errors[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
+                    else:
+                        eligible.append(tp)
+            elif state is GroupState.EMPTY:
                 eligible = list(partitions)
             elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
                 eligible = []
@@ -1177,6 +1327,9 @@ class GroupCoordinator:
         group = self._get_group(group_id)
         if group is None:
             return NONE, DEAD_GROUP
+        if isinstance(group, ConsumerGroup):
+            with group.lock:
+                return NONE, (DEAD_GROUP if group.dead else self._consumer_group_summary(group))
         with group.lock:
             if group.is_state(GroupState.STABLE):
                 protocol = group.protocol_name or ""
@@ -1201,6 +1354,12 @@ class GroupCoordinator:
         out = []
         for g in groups:
             with g.lock:
+                if isinstance(g, ConsumerGroup):
+                    state = g.state
+                    if g.dead or (states and state.lower() not in states) or (types and "consumer" not in types):
+                        continue
+                    out.append(ListedGroup(g.group_id, CONSUMER_GROUP_TYPE, state, CONSUMER_GROUP_TYPE))
+                    continue
                 if g.is_state(GroupState.DEAD):
                     continue
                 if states and g.state.value.lower() not in states:
@@ -1224,6 +1383,14 @@ class GroupCoordinator:
                 results[gid] = E.GROUP_ID_NOT_FOUND
                 continue
             with group.lock:
+                if isinstance(group, ConsumerGroup):
+                    if group.dead:
+                        results[gid] = E.GROUP_ID_NOT_FOUND
+                    elif group.members:
+                        results[gid] = E.NON_EMPTY_GROUP
+                    else:
+                        eligible.append(group)
+                    continue
                 if group.is_state(GroupState.DEAD):
                     results[gid] = E.GROUP_ID_NOT_FOUND
                 elif group.is_state(GroupState.EMPTY):
@@ -1250,7 +1417,14 @@ class GroupCoordinator:
                 removed = group.offsets.remove_all()
                 self._remove_group(group)
                 kvs = [storage.offset_commit_tombstone(group.group_id, t, p) for t, p in removed]
-                kvs.append(storage.group_tombstone(group.group_id))
+                if isinstance(group, ConsumerGroup):
+                    recs = group.tombstones()
+                    for rec in recs:
+                        group.replay(rec)
+                    group.dead = True
+                    kvs += [storage.encode_parsed(r) for r in recs]
+                else:
+                    kvs.append(storage.group_tombstone(group.group_id))
                 self._append(group.group_id, kvs, lambda code, _b, gid=group.group_id: done_one(gid))
             log.info("group %s deleted with %d offsets", group.group_id, len(removed))
 
@@ -1281,6 +1455,9 @@ class GroupCoordinator:
             groups = list(self._groups.values())
         for group in groups:
             with group.lock:
+                if isinstance(group, ConsumerGroup):
+                    total += self._cleanup_consumer_group(group, now, retention)
+                    continue
                 if group.is_state(GroupState.DEAD):
                     continue
                 base = self._expiration_base(group)
@@ -1301,6 +1478,26 @@ class GroupCoordinator:
             log.info("removed %d expired offsets", total)
         return total
 
+    def _cleanup_consumer_group(self, group: ConsumerGroup, now: int, retention: int) -> int:
+        """Group lock held. KIP-211 for a consumer group (``ConsumerGroup.offsetExpirationCondition``:
+        from each commit, never for subscribed topics); an Empty group left without offsets is deleted."""
+        if group.dead:
+            return 0
+        removed = group.offsets.remove(group.offsets.expired(now, retention, lambda om: om.commit_timestamp_ms,
+                                                             group.is_subscribed_to_topic))
+        kvs = [storage.offset_commit_tombstone(group.group_id, t, p) for t, p in removed]
+        if not group.members and not group.offsets.has_offsets():
+            recs = group.tombstones()
+            for rec in recs:
+                group.replay(rec)
+            group.dead = True
+            self._remove_group(group)
+            kvs += [storage.encode_parsed(r) for r in recs]
+            log.info("consumer group %s is empty and has no offsets: deleted", group.group_id)
+        if kvs:
+            self._append(group.group_id, kvs, lambda code, _b: None)
+        return len(removed)
+
     @staticmethod
     def _expiration_base(group: ClassicGroup):
         if group.protocol_type is None:
@@ -1312,6 +1509,266 @@ class GroupCoordinator:
                 and group.is_state(GroupState.STABLE):
             return lambda om: om.commit_timestamp_ms
         return None
+
+    # ==================================================================================
+    # KIP-848 consumer groups (Kafka 3.9 GroupMetadataManager, consumer-group half)
+    # ==================================================================================
+
+    def consumer_group_heartbeat(self, req: HeartbeatRequest,
+                                 callback: Callable[[ErrorCode, str | None, HeartbeatOutcome | None], None]) -> None:
+        """Handle a ConsumerGroupHeartbeat; ``callback(error, message, outcome)`` answers it once
+        the heartbeat's records are written (outcome None on errors)."""
+        try:
+            validate_heartbeat(req, self.config.consumer_group_assignors)
+        except ConsumerGroupError as e:
+            callback(e.code, e.message, None)
+            return
+        err = self._validate_group_status(req.group_id, "consumer_group_heartbeat")
+        if err is not None:
+            callback(err, None, None)
+            return
+        try:
+            if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                self._consumer_group_leave(req, callback)
+            else:
+                self._consumer_group_heartbeat(req, callback)
+        except ConsumerGroupError as e:
+            callback(e.code, e.message, None)
+
+    def _consumer_group_for_heartbeat(self, group_id: str, create: bool) -> tuple[ConsumerGroup, list]:
+        """Kafka's ``getOrMaybeCreateConsumerGroup``: the group, plus records to write first
+        (the tombstone of an empty classic group this group id replaces)."""
+        for _ in range(10):
+            group = self._get_group(group_id)
+            if group is None:
+                if not create:
+                    raise ConsumerGroupError(E.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+                with self._lock:
+                    if group_id not in self._groups:
+                        group = self._groups[group_id] = ConsumerGroup(group_id)
+                        return group, []
+                continue
+            if isinstance(group, ConsumerGroup):
+                return group, []
+            with group.lock:
+                if not create:
+                    raise ConsumerGroupError(E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+                if group.is_state(GroupState.DEAD):
+                    continue
+                if not group.is_state(GroupState.EMPTY):
+                    # Online upgrade of a live classic group (group.consumer.migration.policy) is
+                    # not supported: Kafka's answer with the policy disabled.
+                    raise ConsumerGroupError(E.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {group_id} to "
+                                             "consumer group because online upgrade is disabled.")
+                # ``maybeDeleteEmptyClassicGroup``: the empty classic group goes, its offsets stay.
+                new = ConsumerGroup(group_id)
+                new.offsets = group.offsets
+                group.transition_to(GroupState.DEAD, self._time_ms())
+                with self._lock:
+                    self._groups[group_id] = new
+                log.info("[GroupId %s] Converted the empty classic group to a consumer group.", group_id)
+                return new, [storage.group_tombstone(group_id)]
+        raise ConsumerGroupError(E.COORDINATOR_NOT_AVAILABLE)
+
+    def _topics_image(self):
+        image = self._metadata_image()
+        if image is None:
+            return {}, -1
+        return image.topics, image.epoch
+
+    def _consumer_group_heartbeat(self, req: HeartbeatRequest, callback) -> None:
+        group, pre = self._consumer_group_for_heartbeat(req.group_id, req.member_epoch == 0)
+        with group.lock:
+            if group.dead:
+                callback(E.COORDINATOR_NOT_AVAILABLE, None, None)
+                return
+            topics, image_epoch = self._topics_image()
+            cfg = self.config
+            outcome = consumer_group_heartbeat(group, req, topics_image=topics, image_epoch=image_epoch,
+                                               max_size=cfg.consumer_group_max_size,
+                                               default_assignor=cfg.consumer_group_assignors[0])
+            for mid in outcome.cancel_timers:
+                self._cancel_consumer_member_timers(group, mid)
+            self._schedule_consumer_timer(group, "session", outcome.member_id, -1,
+                                          cfg.consumer_group_session_timeout_ms)
+            if outcome.rebalance_timeout is not None:
+                if outcome.rebalance_timeout[0] == "schedule":
+                    _, epoch, timeout_ms = outcome.rebalance_timeout
+                    self._schedule_consumer_timer(group, "rebalance", outcome.member_id, epoch, timeout_ms)
+                else:
+                    self._cancel_consumer_timer(group, "rebalance", outcome.member_id)
+
+            def written(error: ErrorCode) -> None:
+                if error != NONE:
+                    callback(error, None, None)
+                else:
+                    callback(NONE, None, outcome)
+
+            self._write_consumer_group(group, outcome.records, written, pre,
+                                       metadata_image_epoch=outcome.metadata_image_epoch)
+
+    def _consumer_group_leave(self, req: HeartbeatRequest, callback) -> None:
+        group = self._get_group(req.group_id)
+        if group is None:
+            raise ConsumerGroupError(E.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found.")
+        if not isinstance(group, ConsumerGroup):
+            raise ConsumerGroupError(E.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
+        with group.lock:
+            if group.dead:
+                raise ConsumerGroupError(E.GROUP_ID_NOT_FOUND, f"Consumer group {req.group_id} not found.")
+            if req.instance_id is None:
+                member = group.members.get(req.member_id)
+                if member is None:
+                    raise ConsumerGroupError(E.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of "
+                                             f"group {req.group_id}.")
+            else:
+                member = group.static_member(req.instance_id)
+                if member is None:
+                    raise ConsumerGroupError(E.UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+                if member.member_id != req.member_id:
+                    raise ConsumerGroupError(E.FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                                             f"{req.instance_id} was fenced by member {member.member_id}.")
+            if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                log.info("[GroupId %s] Static member %s with instance id %s temporarily left the consumer group.",
+                         group.group_id, member.member_id, req.instance_id)
+                records = static_member_temporary_leave(group, member)
+                self._cancel_consumer_timer(group, "rebalance", member.member_id)
+            else:
+                log.info("[GroupId %s] Member %s left the consumer group.", group.group_id, member.member_id)
+                topics, _ = self._topics_image()
+                records = fence_member(group, member, topics)
+                self._cancel_consumer_member_timers(group, member.member_id)
+            outcome = HeartbeatOutcome(records, req.member_id, req.member_epoch)
+            self._write_consumer_group(group, records, lambda error: callback(
+                error, None, outcome if error == NONE else None))
+
+    def _write_consumer_group(self, group: ConsumerGroup, records: list, callback: Callable[[ErrorCode], None],
+                              pre_kvs: list | None = None, metadata_image_epoch: int | None = None) -> None:
+        """Group lock held. Replay ``records`` into the group, append them, ``callback(error)`` once
+        written. A failed append puts the group back as it was before (Kafka reverts its
+        timeline snapshot; a later change already applied is reverted with it)."""
+        snap = group.snapshot()
+        for rec in records:
+            group.replay(rec)
+        if metadata_image_epoch is not None:
+            group.metadata_image_epoch = metadata_image_epoch
+        if group.dead:
+            self._remove_group(group)
+        kvs = list(pre_kvs or ()) + [storage.encode_parsed(r) for r in records]
+        if not kvs:
+            callback(NONE)
+            return
+
+        def on_append(code: int, _base: int) -> None:
+            if code != 0:
+                with group.lock:
+                    log.warning("[GroupId %s] writing %d records failed (error %d); reverting", group.group_id,
+                                len(kvs), code)
+                    group.restore(snap)
+                callback(_append_error_for_group(code))
+            else:
+                callback(NONE)
+
+        self._append(group.group_id, kvs, on_append)
+
+    # -- timers -------------------------------------------------------------------------------
+
+    def _schedule_consumer_timer(self, group: ConsumerGroup, kind: str, member_id: str, epoch: int,
+                                 delay_ms: int) -> None:
+        self._cancel_consumer_timer(group, kind, member_id)
+        task = _ConsumerGroupTimeout(self, group, kind, member_id, epoch, delay_ms)
+        group.timers[(kind, member_id)] = task
+        self._heartbeat_purgatory.timer.add(task)
+
+    def _cancel_consumer_timer(self, group: ConsumerGroup, kind: str, member_id: str) -> None:
+        task = group.timers.pop((kind, member_id), None)
+        if task is not None:
+            self._heartbeat_purgatory.timer.cancel(task)
+
+    def _cancel_consumer_member_timers(self, group: ConsumerGroup, member_id: str) -> None:
+        self._cancel_consumer_timer(group, "session", member_id)
+        self._cancel_consumer_timer(group, "rebalance", member_id)
+
+    def _on_consumer_group_timeout(self, task: "_ConsumerGroupTimeout") -> None:
+        """A member's session or rebalance (revocation) timeout fired: fence it."""
+        group = task.group
+        with group.lock:
+            if group.timers.get((task.kind, task.member_id)) is not task:
+                return  # rescheduled or cancelled meanwhile
+            del group.timers[(task.kind, task.member_id)]
+            if group.dead:
+                return
+            member = group.members.get(task.member_id)
+            if member is None:
+                return
+            if task.kind == "rebalance":
+                if member.member_epoch != task.epoch:
+                    return
+                log.info("[GroupId %s] Member %s fenced from the group because it failed to transition from "
+                         "epoch %d within %dms.", group.group_id, member.member_id, task.epoch, task.delay_ms)
+            else:
+                log.info("[GroupId %s] Member %s fenced from the group because its session expired.",
+                         group.group_id, member.member_id)
+            self._cancel_consumer_member_timers(group, member.member_id)
+            topics, _ = self._topics_image()
+            self._write_consumer_group(group, fence_member(group, member, topics), lambda error: None)
+
+    # -- describe ----------------------------------------------------------------------------
+
+    def consumer_group_describe(self, group_id: str) -> tuple[ErrorCode, str | None, dict | None]:
+        """ConsumerGroupDescribe for one group: (error, message, description dict)."""
+        err = self._validate_group_status(group_id, "consumer_group_describe")
+        if err is not None:
+            return err, None, None
+        group = self._get_group(group_id)
+        if group is None:
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if not isinstance(group, ConsumerGroup):
+            return E.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+        with group.lock:
+            if group.dead:
+                return E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+            return NONE, None, {
+                "state": group.state, "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
+                "assignor_name": group.preferred_server_assignor(self.config.consumer_group_assignors[0]),
+                "members": [(m, group.target_for(m.member_id)) for m in group.members.values()],
+            }
+
+    def _consumer_group_summary(self, group: ConsumerGroup) -> GroupSummary:
+        """DescribeGroups' view of a consumer group: the classic ConsumerProtocol encodings."""
+        image_topics, _ = self._topics_image()
+        names = {t.topic_id: t.name for t in group.subscription_metadata.values()}
+        for t in image_topics.values() if hasattr(image_topics, "values") else ():
+            names.setdefault(t.topic_id, t.name)
+        members = []
+        for m in group.members.values():
+            sub = ConsumerProtocolSubscription(topics=sorted(m.subscribed_topic_names), user_data=None,
+                                               owned_partitions=[], generation_id=-1, rack_id=m.rack_id)
+            assignment = ConsumerProtocolAssignment(assigned_partitions=[
+                CPATopicPartition(topic=names.get(tid, str(tid)), partitions=sorted(ps))
+                for tid, ps in sorted(m.assigned_partitions.items(), key=lambda kv: names.get(kv[0], str(kv[0])))],
+                user_data=None)
+            members.append(MemberSummary(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                         struct.pack(">h", 3) + sub.encode(3),
+                                         struct.pack(">h", 3) + assignment.encode(3)))
+        return GroupSummary(group.state, CONSUMER_GROUP_TYPE, "", members)
+
+    def _validate_consumer_offset_commit(self, group: ConsumerGroup, member_id: str, group_instance_id: str | None,
+                                         member_epoch: int, api_version: int) -> ErrorCode | None:
+        """``ConsumerGroup.validateOffsetCommit`` (3.9)."""
+        if group.dead:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if member_epoch < 0 and not group.members:
+            return None  # admin client or a consumer without group management
+        member = group.members.get(member_id)
+        if member is None:
+            return E.UNKNOWN_MEMBER_ID
+        if api_version < 9:
+            return E.UNSUPPORTED_VERSION
+        if member_epoch != member.member_epoch:
+            return E.STALE_MEMBER_EPOCH
+        return None
+
 
 
 def build_group_coordinator(broker) -> GroupCoordinator:
@@ -1334,6 +1791,7 @@ def build_group_coordinator(broker) -> GroupCoordinator:
         # The topic outlives the setting (Kafka: the existing topic wins).
         cfg = GroupConfig(**{**cfg.__dict__, "offsets_topic_num_partitions": topic.num_partitions})
     offsets_log = storage.ReplicaOffsetsLog(broker.replica_manager, broker.config["offsets.commit.timeout.ms"])
-    coordinator = GroupCoordinator(cfg, offsets_log, broker_id=broker.node_id)
+    coordinator = GroupCoordinator(cfg, offsets_log, broker_id=broker.node_id,
+                                   metadata_image=lambda: broker.metadata.image)
     coordinator.startup(range(cfg.offsets_topic_num_partitions), background=True)
     return coordinator

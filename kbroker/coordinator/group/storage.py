@@ -12,8 +12,19 @@ Record layout (every record of every batch; both parts big-endian)::
     key_version  record                                   key / value schema
     0, 1         offset commit (0 = pre-0.10 layout)      OffsetCommitKey / OffsetCommitValue
     2            classic group metadata                   GroupMetadataKey / GroupMetadataValue
-    3..8         KIP-848 consumer-group records           ConsumerGroup*Key / *Value (skipped here)
+    3            consumer group epoch (KIP-848)           ConsumerGroupMetadataKey / Value
+    4            consumer group subscription metadata     ConsumerGroupPartitionMetadataKey / Value
+    5            consumer group member subscription       ConsumerGroupMemberMetadataKey / Value
+    6            consumer group target assignment epoch   ConsumerGroupTargetAssignmentMetadataKey / Value
+    7            consumer group member target assignment  ConsumerGroupTargetAssignmentMemberKey / Value
+    8            consumer group member current assignment ConsumerGroupCurrentMemberAssignmentKey / Value
     9..          share-group records                      (skipped)
+
+The KIP-848 records (key versions 3..8) all have value version 0; they are
+built by the ``consumer_group_*`` helpers below as :class:`ParsedRecord` objects
+(kind "consumer_group"), which the coordinator both replays into memory and
+encodes with :func:`encode_parsed` (what Kafka 3.9's ``GroupCoordinatorRecordHelpers``
+writes, byte for byte the same schemas).
 
 We write key version 1 + value version 3 for offsets (value version 1 when the
 commit carries an expire timestamp, OffsetCommit v2-v4 ``retention_time_ms``)
@@ -35,6 +46,18 @@ import threading
 from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
 
 from kbroker.coordinator.records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -48,6 +71,13 @@ __all__ = [
     "OFFSETS_TOPIC", "OffsetsLog", "InMemoryOffsetsLog", "LogOffsetsLog", "ParsedRecord",
     "offset_commit_record", "offset_commit_tombstone", "group_metadata_record", "group_tombstone",
     "parse_record", "encode_records", "java_string_hashcode", "partition_for",
+    "encode_parsed", "consumer_group_epoch_record", "consumer_group_epoch_tombstone",
+    "consumer_group_subscription_metadata_record", "consumer_group_subscription_metadata_tombstone",
+    "consumer_group_member_subscription_record", "consumer_group_member_subscription_tombstone",
+    "consumer_group_target_assignment_epoch_record", "consumer_group_target_assignment_epoch_tombstone",
+    "consumer_group_target_assignment_record", "consumer_group_target_assignment_tombstone",
+    "consumer_group_current_assignment_record", "consumer_group_current_assignment_tombstone",
+    "CONSUMER_GROUP_KEY_VERSIONS",
 ]
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -114,7 +144,8 @@ def group_tombstone(group: str) -> tuple[bytes, None]:
 
 
 class ParsedRecord(NamedTuple):
-    """One decoded ``__consumer_offsets`` record. ``kind``: "offset", "group" or "other"."""
+    """One decoded ``__consumer_offsets`` record. ``kind``: "offset", "group", "consumer_group"
+    (KIP-848, key versions 3..8; ``key_version`` says which) or "other"."""
 
     kind: str
     key_version: int
@@ -141,7 +172,120 @@ def parse_record(key: bytes | memoryview | None, value: bytes | memoryview | Non
             vv = _S_h.unpack_from(value, 0)[0]
             v = GroupMetadataValue.decode(memoryview(value)[2:], vv)
         return ParsedRecord("group", kv, k, v)
+    codec = _CONSUMER_GROUP_CODECS.get(kv)
+    if codec is not None:
+        key_cls, value_cls = codec
+        k = key_cls.decode(memoryview(key)[2:], kv)
+        v = None
+        if value is not None:
+            vv = _S_h.unpack_from(value, 0)[0]
+            v = value_cls.decode(memoryview(value)[2:], vv)
+        return ParsedRecord("consumer_group", kv, k, v)
     return ParsedRecord("other", kv, None, None)
+
+
+# -- KIP-848 consumer group records (Kafka: GroupCoordinatorRecordHelpers) -------------------
+
+CONSUMER_GROUP_METADATA_KEY_VERSION = 3
+CONSUMER_GROUP_PARTITION_METADATA_KEY_VERSION = 4
+CONSUMER_GROUP_MEMBER_METADATA_KEY_VERSION = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_VERSION = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_VERSION = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION = 8
+CONSUMER_GROUP_VALUE_VERSION = 0
+
+_CONSUMER_GROUP_CODECS = {
+    3: (ConsumerGroupMetadataKey, ConsumerGroupMetadataValue),
+    4: (ConsumerGroupPartitionMetadataKey, ConsumerGroupPartitionMetadataValue),
+    5: (ConsumerGroupMemberMetadataKey, ConsumerGroupMemberMetadataValue),
+    6: (ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue),
+    7: (ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue),
+    8: (ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupCurrentMemberAssignmentValue),
+}
+CONSUMER_GROUP_KEY_VERSIONS = frozenset(_CONSUMER_GROUP_CODECS)
+
+
+def encode_parsed(rec: "ParsedRecord") -> tuple[bytes, bytes | None]:
+    """(key, value) bytes of a KIP-848 record built by the helpers below (value None: tombstone)."""
+    key = _versioned(rec.key_version, rec.key)
+    return key, (None if rec.value is None else _versioned(CONSUMER_GROUP_VALUE_VERSION, rec.value))
+
+
+def _cg(kv: int, key, value) -> "ParsedRecord":
+    return ParsedRecord("consumer_group", kv, key, value)
+
+
+def _record_topic_partitions(cls, assignment) -> list:
+    """``{topic_id: partitions}`` as a list of ``cls(topic_id, partitions)``, sorted for a stable encoding."""
+    return [cls(topic_id=tid, partitions=sorted(parts)) for tid, parts in sorted(assignment.items(), key=lambda kv: str(kv[0]))
+            if parts]
+
+
+def consumer_group_epoch_record(group_id: str, epoch: int) -> "ParsedRecord":
+    return _cg(3, ConsumerGroupMetadataKey(group_id=group_id), ConsumerGroupMetadataValue(epoch=epoch))
+
+
+def consumer_group_epoch_tombstone(group_id: str) -> "ParsedRecord":
+    return _cg(3, ConsumerGroupMetadataKey(group_id=group_id), None)
+
+
+def consumer_group_subscription_metadata_record(group_id: str, topics: Iterable) -> "ParsedRecord":
+    """``topics``: objects with ``topic_id``, ``name``, ``num_partitions`` (no rack information: empty lists)."""
+    from kbroker.coordinator.records.consumer_group_partition_metadata import TopicMetadata as _TM
+    value = ConsumerGroupPartitionMetadataValue(topics=[
+        _TM(topic_id=t.topic_id, topic_name=t.name, num_partitions=t.num_partitions, partition_metadata=[])
+        for t in sorted(topics, key=lambda t: t.name)])
+    return _cg(4, ConsumerGroupPartitionMetadataKey(group_id=group_id), value)
+
+
+def consumer_group_subscription_metadata_tombstone(group_id: str) -> "ParsedRecord":
+    return _cg(4, ConsumerGroupPartitionMetadataKey(group_id=group_id), None)
+
+
+def consumer_group_member_subscription_record(group_id: str, member) -> "ParsedRecord":
+    """``member``: a :class:`kbroker.coordinator.group.consumer_group.ConsumerGroupMember`."""
+    value = ConsumerGroupMemberMetadataValue(
+        instance_id=member.instance_id, rack_id=member.rack_id, client_id=member.client_id,
+        client_host=member.client_host, subscribed_topic_names=list(member.subscribed_topic_names),
+        subscribed_topic_regex=member.subscribed_topic_regex, rebalance_timeout_ms=member.rebalance_timeout_ms,
+        server_assignor=member.server_assignor, classic_member_metadata=None)
+    return _cg(5, ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member.member_id), value)
+
+
+def consumer_group_member_subscription_tombstone(group_id: str, member_id: str) -> "ParsedRecord":
+    return _cg(5, ConsumerGroupMemberMetadataKey(group_id=group_id, member_id=member_id), None)
+
+
+def consumer_group_target_assignment_epoch_record(group_id: str, assignment_epoch: int) -> "ParsedRecord":
+    return _cg(6, ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id),
+               ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch))
+
+
+def consumer_group_target_assignment_epoch_tombstone(group_id: str) -> "ParsedRecord":
+    return _cg(6, ConsumerGroupTargetAssignmentMetadataKey(group_id=group_id), None)
+
+
+def consumer_group_target_assignment_record(group_id: str, member_id: str, assignment) -> "ParsedRecord":
+    from kbroker.coordinator.records.consumer_group_target_assignment_member import TopicPartition as _TP
+    return _cg(7, ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id),
+               ConsumerGroupTargetAssignmentMemberValue(topic_partitions=_record_topic_partitions(_TP, assignment)))
+
+
+def consumer_group_target_assignment_tombstone(group_id: str, member_id: str) -> "ParsedRecord":
+    return _cg(7, ConsumerGroupTargetAssignmentMemberKey(group_id=group_id, member_id=member_id), None)
+
+
+def consumer_group_current_assignment_record(group_id: str, member) -> "ParsedRecord":
+    from kbroker.coordinator.records.consumer_group_current_member_assignment import TopicPartitions as _TPs
+    value = ConsumerGroupCurrentMemberAssignmentValue(
+        member_epoch=member.member_epoch, previous_member_epoch=member.previous_member_epoch,
+        state=int(member.state), assigned_partitions=_record_topic_partitions(_TPs, member.assigned_partitions),
+        partitions_pending_revocation=_record_topic_partitions(_TPs, member.partitions_pending_revocation))
+    return _cg(8, ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member.member_id), value)
+
+
+def consumer_group_current_assignment_tombstone(group_id: str, member_id: str) -> "ParsedRecord":
+    return _cg(8, ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), None)
 
 
 def encode_records(kvs: Iterable[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:

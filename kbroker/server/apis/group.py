@@ -1,5 +1,6 @@
 """Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and
+KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 Kafka: the group parts of ``core/.../server/KafkaApis.scala`` (request → coordinator
 call → response, per-version field rules). The logic is in
@@ -12,7 +13,8 @@ What the handlers need from ``broker``:
   (FindCoordinator's answer).
 * ``broker.metadata.image.topics``: ``name → TopicImage`` with ``num_partitions``
   (OffsetCommit / OffsetDelete answer UNKNOWN_TOPIC_OR_PARTITION for partitions
-  that do not exist, as KafkaApis does against its metadata cache).
+  that do not exist, as KafkaApis does against its metadata cache), and
+  ``broker.metadata.image.topics_by_id`` (ConsumerGroupDescribe names topic ids).
 
 Asynchronous answers (JoinGroup, SyncGroup, OffsetCommit, DeleteGroups,
 OffsetDelete) come from the coordinator's callbacks, possibly on a timer or
@@ -20,9 +22,14 @@ another handler thread; ``ctx.respond`` is thread-safe and answers once.
 """
 from __future__ import annotations
 
+from kbroker.coordinator.group.consumer_group import HeartbeatRequest
 from kbroker.coordinator.group.coordinator import JoinGroupResult, SyncGroupResult
 from kbroker.coordinator.group.offsets import OffsetAndMetadata
 from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages import consumer_group_describe as cgd
+from kbroker.protocol.messages.consumer_group_heartbeat import (
+    Assignment as HeartbeatAssignment, ConsumerGroupHeartbeatResponse, ConsumerGroupHeartbeatResponseTopicPartitions,
+)
 from kbroker.protocol.messages.delete_groups import DeletableGroupResult, DeleteGroupsResponse
 from kbroker.protocol.messages.describe_groups import DescribedGroup, DescribedGroupMember, DescribeGroupsResponse
 from kbroker.protocol.messages.find_coordinator import Coordinator, FindCoordinatorResponse
@@ -65,6 +72,11 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
 
 def _find(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
     coordinator = broker.group_coordinator
+    if key_type == COORDINATOR_TYPE_TRANSACTION:
+        # No transaction coordinator yet. A retriable COORDINATOR_NOT_AVAILABLE would make
+        # transactional clients retry until their timeout (aiokafka's start() never returns);
+        # this fatal code makes them fail at once with a clear error.
+        return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
     if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_serving(key):
         node_id, host, port = broker.node
         return E.NONE, node_id, host, port
@@ -311,6 +323,81 @@ def handle_delete_groups(broker, ctx, req) -> None:
     broker.group_coordinator.delete_groups(list(dict.fromkeys(names)), respond)
 
 
+# -- KIP-848: ConsumerGroupHeartbeat / ConsumerGroupDescribe ----------------------------------------
+
+def _consumer_protocol_disabled(broker) -> bool:
+    return not broker.group_coordinator.config.consumer_protocol_enabled
+
+
+def handle_consumer_group_heartbeat(broker, ctx, req) -> None:
+    """KafkaApis.handleConsumerGroupHeartbeat: UNSUPPORTED_VERSION unless
+    group.coordinator.rebalance.protocols has "consumer"."""
+    coordinator = broker.group_coordinator
+    if _consumer_protocol_disabled(broker):
+        ctx.respond(ConsumerGroupHeartbeatResponse(error_code=E.UNSUPPORTED_VERSION,
+                                                   error_message=_message(E.UNSUPPORTED_VERSION)))
+        return
+    owned = None if req.topic_partitions is None else [(tp.topic_id, list(tp.partitions))
+                                                       for tp in req.topic_partitions]
+    hb = HeartbeatRequest(req.group_id, req.member_id, req.member_epoch, req.instance_id, req.rack_id,
+                          req.rebalance_timeout_ms,
+                          None if req.subscribed_topic_names is None else list(req.subscribed_topic_names),
+                          req.server_assignor, owned, ctx.client_id or "", "/" + ctx.client_host,
+                          api_version=ctx.api_version,
+                          subscribed_topic_regex=req.subscribed_topic_regex if ctx.api_version >= 1 else None)
+    interval = coordinator.config.consumer_group_heartbeat_interval_ms
+
+    def respond(err, message, outcome) -> None:
+        if err != E.NONE or outcome is None:
+            ctx.respond(ConsumerGroupHeartbeatResponse(error_code=err, error_message=message or _message(err)))
+            return
+        leaving = outcome.member_epoch < 0
+        assignment = None
+        if outcome.assignment is not None:
+            assignment = HeartbeatAssignment(topic_partitions=[
+                ConsumerGroupHeartbeatResponseTopicPartitions(topic_id=tid, partitions=sorted(ps))
+                for tid, ps in outcome.assignment.items()])
+        ctx.respond(ConsumerGroupHeartbeatResponse(
+            error_code=E.NONE, member_id=outcome.member_id, member_epoch=outcome.member_epoch,
+            heartbeat_interval_ms=0 if leaving else interval, assignment=assignment))
+
+    coordinator.consumer_group_heartbeat(hb, respond)
+
+
+def _described_assignment(broker, assignment) -> "cgd.Assignment":
+    by_id = broker.metadata.image.topics_by_id
+    parts = []
+    for tid, ps in sorted(assignment.items(), key=lambda kv: str(kv[0])):
+        t = by_id.get(tid)
+        parts.append(cgd.TopicPartitions(topic_id=tid, topic_name=t.name if t is not None else "",
+                                         partitions=sorted(ps)))
+    return cgd.Assignment(topic_partitions=parts)
+
+
+def handle_consumer_group_describe(broker, ctx, req) -> None:
+    coordinator = broker.group_coordinator
+    include_ops = req.include_authorized_operations
+    out = []
+    for gid in req.group_ids:
+        if _consumer_protocol_disabled(broker):
+            err, message, d = E.UNSUPPORTED_VERSION, None, None
+        else:
+            err, message, d = coordinator.consumer_group_describe(gid)
+        if err != E.NONE:
+            out.append(cgd.DescribedGroup(error_code=err, error_message=message or _message(err), group_id=gid))
+            continue
+        members = [cgd.Member(
+            member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+            client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
+            subscribed_topic_regex=m.subscribed_topic_regex, assignment=_described_assignment(broker, m.assigned_partitions),
+            target_assignment=_described_assignment(broker, target)) for m, target in d["members"]]
+        out.append(cgd.DescribedGroup(
+            error_code=E.NONE, group_id=gid, group_state=d["state"], group_epoch=d["group_epoch"],
+            assignment_epoch=d["assignment_epoch"], assignor_name=d["assignor_name"], members=members,
+            authorized_operations=GROUP_OPERATIONS if include_ops else NOT_REQUESTED))
+    ctx.respond(cgd.ConsumerGroupDescribeResponse(groups=out))
+
+
 HANDLERS = {
     ApiKey.FIND_COORDINATOR: ApiHandler(0, 6, handle_find_coordinator),
     ApiKey.JOIN_GROUP: ApiHandler(0, 9, handle_join_group),
@@ -323,4 +410,7 @@ HANDLERS = {
     ApiKey.LIST_GROUPS: ApiHandler(0, 5, handle_list_groups),
     ApiKey.DELETE_GROUPS: ApiHandler(0, 2, handle_delete_groups),
     ApiKey.OFFSET_DELETE: ApiHandler(0, 0, handle_offset_delete),
+    # v1 (Kafka 4.0): what librdkafka >= 2.10 requires; v1 members generate their own member id.
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: ApiHandler(0, 1, handle_consumer_group_heartbeat),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: ApiHandler(0, 0, handle_consumer_group_describe),
 }
