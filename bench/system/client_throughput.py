@@ -1,15 +1,21 @@
 """Producer / consumer throughput of kbroker.client vs confluent-kafka (librdkafka) and
 kafka-python, against the same broker in the same run.
 
-Workload (the brief's): 100-byte values, no keys, acks=all, one partition; each client
-produces to its own fresh topic, then each consumer reads the topic librdkafka wrote
-(assign-based, from offset 0). Each phase is bounded by --records and --seconds.
-Reports records/s per client (best of --repeat interleaved runs) and the ratios
-ours/librdkafka and ours/kafka-python as JSON. ``ours`` runs at Kafka's default
-batch.size (16384); ``ours_batch1m`` at librdkafka's default batch.size (1000000).
+Workload: 100-byte values, no keys, acks=all, linger.ms=5, one partition; each
+producer run writes its own fresh topic, then each consumer reads the topic librdkafka
+wrote (assign-based, from offset 0). Each run is bounded by --records and --seconds.
 
-    python bench/system/client_throughput.py                     # Tansu
+Producers, run alternately in every round (the machine is shared and noisy):
+  rdkafka        librdkafka defaults (batch.size 1000000, max.in.flight 1000000)
+  ours           kbroker.client defaults = Kafka's (batch.size 16384, max.in.flight 5)
+  rdkafka_16k    librdkafka at batch.size=16384 (our default: equal batching)
+  ours_batch1m   ours at batch.size=1000000 (librdkafka's default: equal batching)
+  kafka-python   its defaults (batch_size 16384), --kafka-python-records records
+Reports the median records/s per client and the median over rounds of each round's
+ratio (ours / theirs measured back to back), as JSON.
+
     python bench/system/client_throughput.py --broker kbroker    # python -m kbroker serve
+    python bench/system/client_throughput.py                     # Tansu
     python bench/system/client_throughput.py --bootstrap host:port
 """
 from __future__ import annotations
@@ -45,10 +51,12 @@ def ours_produce(bootstrap, topic, n, seconds, batch_size=16384):
     return i, dt
 
 
-def rdkafka_produce(bootstrap, topic, n, seconds):
+def rdkafka_produce(bootstrap, topic, n, seconds, batch_size=None):
     import confluent_kafka
-    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                                  "enable.idempotence": False})
+    conf = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": False}
+    if batch_size is not None:
+        conf["batch.size"] = batch_size
+    p = confluent_kafka.Producer(conf)
     p.produce(topic, VALUE, partition=0)
     p.flush(30)
     produce, poll = p.produce, p.poll
@@ -127,33 +135,49 @@ def create_topics(bootstrap, names):
         a.create_topics([NewTopic(n, 1, 1) for n in names], timeout=30)
 
 
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
 def run(bootstrap, records, seconds, kp_records, repeat):
-    """Each client runs ``repeat`` times, interleaved; the best run counts (the machine is
-    shared, so the best run is the least disturbed one)."""
+    """``repeat`` rounds; in each, every producer runs once (alternating ours and
+    librdkafka), then the consumers alternate. Ratios are taken within a round, between
+    runs made back to back, and the median over rounds is reported."""
     tag = str(int(time.time() * 1000))
     producers = (
-        ("rdkafka", rdkafka_produce, records),
-        ("ours", ours_produce, records),                     # batch.size 16384 (Kafka default)
+        ("rdkafka", rdkafka_produce, records),                                  # its defaults
+        ("ours", ours_produce, records),                                        # ours (Kafka's)
+        ("rdkafka_16k", lambda b, t, n, s: rdkafka_produce(b, t, n, s, 16384), records),
         ("ours_batch1m", lambda b, t, n, s: ours_produce(b, t, n, s, 1000000), records),
         ("kafka-python", kafka_python_produce, kp_records),
     )
     topics = {f"{name}-{r}": f"bench-{name}-{r}-{tag}" for name, _, _ in producers for r in range(repeat)}
     create_topics(bootstrap, list(topics.values()))
-    res = {}
+    rates: dict[str, list[float]] = {}
     for r in range(repeat):
         for name, fn, n in producers:
             cnt, dt = fn(bootstrap, topics[f"{name}-{r}"], n, seconds)
-            res[f"produce_{name}"] = max(res.get(f"produce_{name}", 0), round(cnt / dt))
+            rates.setdefault(f"produce_{name}", []).append(cnt / dt)
+    consumed = {}
     for r in range(repeat):
-        for name, fn in (("rdkafka", rdkafka_consume), ("ours", ours_consume)):
+        for name, fn in (("ours", ours_consume), ("rdkafka", rdkafka_consume)):
             cnt, dt = fn(bootstrap, topics["rdkafka-0"], records, seconds)
-            res[f"consume_{name}"] = max(res.get(f"consume_{name}", 0), round(cnt / dt))
-            res[f"consume_{name}_records"] = cnt
-    rd = res["produce_rdkafka"]
-    res["produce_ratio_vs_rdkafka"] = round(res["produce_ours"] / rd, 3)
-    res["produce_ratio_vs_rdkafka_batch1m"] = round(res["produce_ours_batch1m"] / rd, 3)
-    res["produce_ratio_vs_kafka_python"] = round(res["produce_ours"] / res["produce_kafka-python"], 2)
-    res["consume_ratio_vs_rdkafka"] = round(res["consume_ours"] / res["consume_rdkafka"], 3)
+            rates.setdefault(f"consume_{name}", []).append(cnt / dt)
+            consumed[name] = cnt
+
+    def ratio(a, b):
+        return round(_median([x / y for x, y in zip(rates[a], rates[b])]), 3)
+    res = {k: round(_median(v)) for k, v in rates.items()}
+    res["rounds"] = repeat
+    res["consume_records"] = consumed
+    res["produce_ratio_defaults"] = ratio("produce_ours", "produce_rdkafka")
+    res["produce_ratio_equal_batch16k"] = ratio("produce_ours", "produce_rdkafka_16k")
+    res["produce_ratio_equal_batch1m"] = ratio("produce_ours_batch1m", "produce_rdkafka")
+    res["produce_ratio_vs_kafka_python"] = ratio("produce_ours", "produce_kafka-python")
+    res["consume_ratio_vs_rdkafka"] = ratio("consume_ours", "consume_rdkafka")
+    res["raw"] = {k: [round(x) for x in v] for k, v in rates.items()}
     return res
 
 
@@ -164,7 +188,7 @@ def main():
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--kafka-python-records", type=int, default=50_000)
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
     from kbroker.testing import KBrokerProcess, TansuProcess

@@ -21,12 +21,16 @@ import time
 from collections import deque
 
 from kbroker.client.errors import KafkaConnectionError
-from kbroker.protocol import API_INFO, ApiKey, ProtocolDecodeError, decode_response, encode_request
+from kbroker.protocol import API_INFO, ApiKey, ProtocolDecodeError, decode_response
+from kbroker.protocol.frames import encode_request_parts
 
 DISCONNECTED, CONNECTING, CHECKING_API_VERSIONS, READY = range(4)
 _STATE_NAMES = ("DISCONNECTED", "CONNECTING", "CHECKING_API_VERSIONS", "READY")
 
 _unpack_i32 = struct.Struct(">i").unpack_from
+
+#: buffers handed to one sendmsg (well below IOV_MAX = 1024 on Linux)
+_MAX_IOV = 256
 
 #: Highest version this client speaks per API where it is below the spec's max: Fetch 13+
 #: and DeleteTopics 6+ address topics by id, OffsetFetch 8+ and FindCoordinator 4+ batch by
@@ -72,7 +76,9 @@ class BrokerConnection:
         self.sock: socket.socket | None = None
         self.in_flight: deque[InFlightRequest] = deque()
         self.versions: dict[int, int] = {}
-        self._out = bytearray()
+        #: frames not yet written, as the parts encode_request_parts made (the records of
+        #: a ProduceRequest stay their own part: no copy until the kernel's)
+        self._out: deque = deque()
         self._out_total = 0      # bytes ever queued on this socket
         self._sent_total = 0     # bytes ever written on this socket
         self._no_response: deque[InFlightRequest] = deque()  # acks=0 style, complete on send
@@ -134,10 +140,14 @@ class BrokerConnection:
                       expect_response: bool = True) -> InFlightRequest:
         cid = self._next_cid
         self._next_cid = (cid + 1) & 0x7FFFFFFF
-        frame = encode_request(api_key, api_version, cid, self.client_id, request)
+        parts = encode_request_parts(api_key, api_version, cid, self.client_id, request)
         req = InFlightRequest(cid, api_key, api_version, callback, deadline, expect_response)
-        self._out += frame
-        self._out_total += len(frame)
+        out = self._out
+        n = 0
+        for part in parts:
+            out.append(part)
+            n += len(part)
+        self._out_total += n
         req.send_end = self._out_total
         if expect_response:
             self.in_flight.append(req)
@@ -149,18 +159,30 @@ class BrokerConnection:
         return bool(self._out)
 
     def write(self) -> list[InFlightRequest]:
-        """Write what the socket takes; returns no-response requests now fully sent."""
+        """Write what the socket takes, every queued frame in one sendmsg (writev);
+        returns no-response requests now fully sent."""
         out = self._out
         if out:
             try:
-                n = self.sock.send(out)
+                if len(out) == 1:
+                    n = self.sock.send(out[0])
+                else:
+                    n = self.sock.sendmsg(out if len(out) <= _MAX_IOV else list(out)[:_MAX_IOV])
             except (BlockingIOError, InterruptedError):
                 n = 0
             except OSError as e:
                 raise KafkaConnectionError(f"write to node {self.node_id} failed: {e}") from e
             if n:
-                del out[:n]
                 self._sent_total += n
+                while n:
+                    head = out[0]
+                    size = len(head)
+                    if n >= size:
+                        out.popleft()
+                        n -= size
+                    else:
+                        out[0] = memoryview(head)[n:]
+                        n = 0
         done = []
         nr = self._no_response
         while nr and nr[0].send_end <= self._sent_total:
@@ -233,7 +255,7 @@ class BrokerConnection:
         failed = list(self.in_flight) + list(self._no_response)
         self.in_flight.clear()
         self._no_response.clear()
-        self._out = bytearray()
+        self._out = deque()
         self._in = bytearray()
         self.versions = {}
         return failed

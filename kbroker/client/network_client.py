@@ -55,6 +55,8 @@ class NetworkClient:
         self._metadata_in_flight = False
         self._completed: list = []   # (callback, response, exc) to run at the end of poll
         self._selecting = False      # True while poll() blocks in select (wakeup matters)
+        self._unwritten: set[BrokerConnection] = set()   # frames queued with defer_write
+        self._wakeup_requested = False
         self.closed = False
 
     # -- connections --------------------------------------------------------------------
@@ -77,6 +79,14 @@ class NetworkClient:
     def is_ready(self, node_id: int) -> bool:
         c = self.conns.get(node_id)
         return c is not None and c.state == READY and len(c.in_flight) < self.max_in_flight
+
+    def available_requests(self, node_id: int) -> int:
+        """How many more requests node_id takes now (0 unless READY):
+        max.in.flight.requests.per.connection minus those in flight."""
+        c = self.conns.get(node_id)
+        if c is None or c.state != READY:
+            return 0
+        return max(0, self.max_in_flight - len(c.in_flight))
 
     def in_flight_count(self, node_id: int | None = None) -> int:
         if node_id is None:
@@ -145,11 +155,12 @@ class NetworkClient:
     # -- sending ------------------------------------------------------------------------
     def send(self, node_id: int, api_key: int, request, callback: Callable,
              *, expect_response: bool = True, version: int | None = None,
-             timeout_s: float | None = None) -> None:
+             timeout_s: float | None = None, defer_write: bool = False) -> None:
         """Queue ``request`` on node_id, which must be ready (see is_ready / maybe_connect).
 
         ``version`` defaults to the negotiated one; ``callback(response, exc)`` runs once in
-        the polling thread."""
+        the polling thread. With ``defer_write`` the frame is written by the next ``poll``
+        (together with every other frame queued before it, in one sendmsg)."""
         with self.lock:
             c = self.conns.get(node_id)
             if c is None or c.state != READY:
@@ -160,7 +171,10 @@ class NetworkClient:
                                    ErrorCode.UNSUPPORTED_VERSION)
             deadline = time.monotonic() + (self.request_timeout_s if timeout_s is None else timeout_s)
             c.queue_request(int(api_key), v, request, callback, deadline, expect_response)
-            self._try_write(c)
+            if defer_write:
+                self._unwritten.add(c)
+            else:
+                self._try_write(c)
 
     def _try_write(self, c: BrokerConnection) -> None:
         try:
@@ -203,8 +217,12 @@ class NetworkClient:
         self.metadata.request_update()
 
     def wakeup(self) -> None:
-        """Cut a blocking poll short. A no-op unless poll is in select: writing to the
-        socketpair costs a GIL handoff, which the per-batch producer path cannot afford."""
+        """Cut a blocking poll short, or make the next one not block. Writes to the
+        socketpair only while poll is in select (a write costs a GIL handoff); otherwise
+        the flag makes the next poll select with timeout 0. poll sets ``_selecting``
+        before it reads the flag, and we set the flag before we read ``_selecting``, so
+        a wakeup is never lost."""
+        self._wakeup_requested = True
         if not self._selecting:
             return
         try:
@@ -218,12 +236,20 @@ class NetworkClient:
         with self.lock:
             if self.closed:
                 raise E.IllegalStateError("the client is closed")
+            if self._unwritten:
+                for c in self._unwritten:
+                    if c.sock is not None:
+                        self._try_write(c)
+                self._unwritten.clear()
             now = time.monotonic()
             timeout_s = min(timeout_s, self._maybe_update_metadata(now))
             if self._completed:
                 timeout_s = 0
             timeout_s = min(timeout_s, self._next_deadline(now))
             self._selecting = True
+            if self._wakeup_requested:
+                self._wakeup_requested = False
+                timeout_s = 0
             try:
                 events = self.selector.select(max(0.0, timeout_s))
             finally:

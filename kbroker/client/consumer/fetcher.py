@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from kbroker.client import errors as E
 from kbroker.client.metadata import TopicPartition
-from kbroker.kernels import records
+from kbroker.kernels import consumer_records, records
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
 from kbroker.protocol.messages.list_offsets import (
@@ -97,6 +97,7 @@ class CompletedFetch:
 
 
 _new_tuple = tuple.__new__
+_build_records = consumer_records.build
 
 
 class Fetcher:
@@ -377,29 +378,32 @@ class Fetcher:
                     while i < len(recs) and recs[i].offset < pos:
                         i += 1
                 j = min(len(recs), i + (max_records - n))
-                if i or j < len(recs):
-                    recs = recs[i:j]
-                if recs:
+                if kd is None and vd is None:
+                    if j > i:     # ConsumerRecord tuples built in C, no slice copy
+                        lst.extend(_build_records(ConsumerRecord, recs, i, j, topic, part,
+                                                  b.timestamp_type, b.partition_leader_epoch))
+                        n += j - i
+                        last_offset = recs[j - 1].offset
+                else:
+                    if i or j < len(recs):
+                        recs = recs[i:j]
                     tstype = b.timestamp_type
                     ple = b.partition_leader_epoch
-                    if kd is None and vd is None:
-                        lst.extend([_new_tuple(ConsumerRecord, (topic, part, r.offset, r.timestamp, tstype,
-                                                                r.key, r.value, r.headers, ple))
-                                    for r in recs])
-                    else:
+                    if recs:
+                        last_offset = recs[-1].offset
                         for r in recs:
                             k = kd(r.key) if kd is not None else r.key
                             v = vd(r.value) if vd is not None else r.value
                             lst.append(_new_tuple(ConsumerRecord, (topic, part, r.offset, r.timestamp,
                                                                    tstype, k, v, r.headers, ple)))
-                    n += len(recs)
+                        n += len(recs)
                 if j >= len(b.records):
                     cf.batch_index += 1
                     cf.record_index = -1
                     st.position = b.next_offset
                 else:
                     cf.record_index = j
-                    st.position = recs[-1].offset + 1
+                    st.position = last_offset + 1
             if cf.batch_index >= len(batches):
                 self.completed.popleft()
             if not lst:

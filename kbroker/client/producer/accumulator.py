@@ -13,9 +13,13 @@ from a pool (Kafka's BufferPool); the reservation is returned when the batch
 completes. An append that needs a new batch while the pool is empty blocks up to
 max.block.ms, then raises BufferExhaustedError.
 
-Locking: one lock (``self._lock``) guards every deque and the pool; an append takes it
-once per record, the sender once per ready()/drain() pass. Batch completion (result
-and callbacks) happens outside the lock in the sender thread.
+Locking: one lock (``self._lock``) guards every deque, the ``open`` map and the pool. An
+append to a partition's open batch takes no lock: ``producer_append.append`` (Cython) looks
+up ``open[tp]`` and appends, atomically with respect to ``drain``, which closes a batch's
+appender (under the lock) before building it; a record is therefore in the built batch
+iff its append returned a future. Appends with a callback, and appends that need a new
+batch, take the lock. The sender takes it once per ready()/drain() pass. Batch
+completion (result and callbacks) happens outside the lock in the sender thread.
 """
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ from collections import deque
 from kbroker.client.errors import BufferExhaustedError, KafkaTimeoutError, RecordTooLargeError
 from kbroker.client.metadata import TopicPartition
 from kbroker.client.producer.future import BatchResult, RecordFuture
-from kbroker.kernels import records
+from kbroker.kernels import producer_append, records
+
+_fast_append = producer_append.append
 
 CODECS = {"none": records.NO_COMPRESSION, "gzip": records.GZIP, "snappy": records.SNAPPY,
           "lz4": records.LZ4, "zstd": records.ZSTD}
@@ -38,41 +44,49 @@ RECORD_OVERHEAD_MAX = 21
 class ProducerBatch:
     """One record batch for one partition, from first append to completion.
 
-    Owned by the appending thread while open (under the accumulator lock), by the sender
-    thread once drained. ``buffer`` holds the built wire bytes after the first drain."""
+    Open while its ``appender`` (a producer_append.OpenBatch over the Cython
+    BatchBuilder) takes records: it is then the last batch of its partition's deque
+    and the accumulator's ``open[tp]``. Closed for appends when full or drained
+    (``appender.close()``, under the accumulator lock); owned by the sender thread once
+    drained. ``buffer`` holds the built wire bytes after the first drain."""
 
-    __slots__ = ("tp", "builder", "result", "futures", "created", "attempts", "last_attempt",
-                 "buffer", "record_count", "reserved", "full", "drained", "producer_id",
-                 "producer_epoch", "base_sequence")
+    __slots__ = ("tp", "builder", "appender", "result", "created", "attempts", "last_attempt",
+                 "buffer", "reserved", "drained", "producer_id", "producer_epoch", "base_sequence")
 
     def __init__(self, tp: TopicPartition, builder, created: float, reserved: int):
         self.tp = tp
         self.builder = builder
         self.result = BatchResult(tp.topic, tp.partition)
-        self.futures: list[RecordFuture] | None = None   # only futures with callbacks
+        self.appender = producer_append.OpenBatch(builder, self.result, RecordFuture)
         self.created = created
         self.attempts = 0
         self.last_attempt = created
         self.buffer: bytes | None = None
-        self.record_count = 0
         self.reserved = reserved
-        self.full = False
         self.drained = 0.0
         self.producer_id = -1
         self.producer_epoch = -1
         self.base_sequence = -1
 
+    @property
+    def record_count(self) -> int:
+        return self.appender.record_count
+
+    @property
+    def full(self) -> bool:
+        """No more appends (full, drained, expired or aborted)."""
+        return self.appender.closed
+
     def close(self) -> bytes:
+        """Build the batch (once); appends must be closed already."""
         if self.buffer is None:
+            self.appender.close()
             self.buffer = self.builder.build()
             self.builder = None
         return self.buffer
 
     def complete(self, base_offset: int, log_append_time: int, error) -> None:
         self.result.complete(base_offset, log_append_time, error)
-        if self.futures:
-            for f in self.futures:
-                f._fire()
 
 
 class RecordAccumulator:
@@ -90,6 +104,9 @@ class RecordAccumulator:
         self._memory_cond = threading.Condition(self._lock)
         self._waiters = 0
         self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        #: the appender of each partition's open batch (the last of its deque). Read
+        #: without the lock by the fast path; changed only under the lock.
+        self.open: dict[TopicPartition, producer_append.OpenBatch] = {}
         self.incomplete: set[ProducerBatch] = set()
         self._flushes = 0
         self.closed = False
@@ -101,41 +118,35 @@ class RecordAccumulator:
                callback=None) -> RecordFuture:
         """Append one record; returns its future.
 
-        key and value are bytes or None. Raises BufferExhaustedError after max_block_s,
-        RecordTooLargeError for a record above max.request.size or buffer.memory.
-        The common case (room in the partition's open batch) is the first branch."""
-        with self._lock:
-            dq = self.batches.get(tp)
-            if dq:
-                b = dq[-1]
-                if not b.full and b.builder.append(timestamp, key, value, headers):
-                    f = RecordFuture(b.result, b.record_count, timestamp,
-                                     -1 if key is None else len(key), -1 if value is None else len(value))
-                    b.record_count += 1
-                    if callback is not None:
-                        self._add_callback(b, f, callback)
-                    return f
-        return self._append_new_batch(tp, timestamp, key, value, headers, max_block_s, callback)
+        key and value are bytes or None, headers a list/tuple of (str, bytes|None).
+        Raises BufferExhaustedError after max_block_s, RecordTooLargeError for a record
+        above max.request.size or buffer.memory. The common case (no callback, room in
+        the partition's open batch) is one Cython call and takes no lock."""
+        if callback is None:
+            f = _fast_append(self.open, tp, timestamp, key, value, headers)
+            if f is not None:
+                return f
+        return self._append_locked(tp, timestamp, key, value, headers, max_block_s, callback)
 
-    @staticmethod
-    def _add_callback(b: ProducerBatch, f: RecordFuture, callback) -> None:
-        f._callbacks = [callback]
-        if b.futures is None:
-            b.futures = [f]
-        else:
-            b.futures.append(f)
-
-    def _append_new_batch(self, tp, timestamp, key, value, headers, max_block_s, callback):
+    def _append_locked(self, tp, timestamp, key, value, headers, max_block_s, callback):
         if type(tp) is not TopicPartition:
             tp = TopicPartition(*tp)
-        ks = len(key) if key is not None else -1
-        vs = len(value) if value is not None else -1
         with self._lock:
+            # under the lock no drain can close the batch, so a callback registered
+            # here runs in the sender thread once the batch completes
+            ob = self.open.get(tp)
+            if ob is not None:
+                f = ob.try_append(timestamp, key, value, headers)
+                if f is not None:
+                    if callback is not None:
+                        ob.result.add_callback(f, callback)
+                    return f
+                del self.open[tp]            # full
             dq = self.batches.get(tp)
-            if dq:
-                dq[-1].full = True
-            else:
+            if dq is None:
                 dq = self.batches[tp] = deque()
+            ks = len(key) if key is not None else -1
+            vs = len(value) if value is not None else -1
             size = max(ks, 0) + max(vs, 0) + RECORD_OVERHEAD_MAX + records.RECORD_BATCH_OVERHEAD
             if headers:
                 size += sum(len(h[0]) + (len(h[1]) if h[1] is not None else 0) + 10 for h in headers)
@@ -150,22 +161,23 @@ class RecordAccumulator:
             reserve = max(self.batch_size, size)
             self._reserve(reserve, max_block_s)
             # another thread may have opened a batch while we waited for memory
-            if dq and not dq[-1].full and dq[-1].builder.append(timestamp, key, value, headers):
+            ob = self.open.get(tp)
+            f = ob.try_append(timestamp, key, value, headers) if ob is not None else None
+            if f is not None:
                 self._available += reserve
                 self._memory_cond.notify_all()
-                b = dq[-1]
             else:
-                if dq:
-                    dq[-1].full = True
+                if ob is not None:
+                    del self.open[tp]
                 builder = records.BatchBuilder(compression=self.compression, batch_size=self.batch_size)
-                builder.append(timestamp, key, value, headers)  # the first record always fits
                 b = ProducerBatch(tp, builder, time.monotonic(), reserve)
+                ob = b.appender
+                f = ob.try_append(timestamp, key, value, headers)   # the first record always fits
                 dq.append(b)
+                self.open[tp] = ob
                 self.incomplete.add(b)
-            f = RecordFuture(b.result, b.record_count, timestamp, ks, vs)
-            b.record_count += 1
             if callback is not None:
-                self._add_callback(b, f, callback)
+                ob.result.add_callback(f, callback)
         # a new batch (and, if there was one, a full one before it): let the sender look
         self._wakeup()
         return f
@@ -254,46 +266,68 @@ class RecordAccumulator:
                     next_check = min(next_check, wait)
         return ready_nodes, next_check, unknown
 
-    def drain(self, cluster, nodes, now: float, mute: bool) -> dict[int, list[ProducerBatch]]:
-        """Take at most one batch per partition for each ready node, up to
-        max.request.size per node. Batches are built (compressed) here."""
-        out: dict[int, list[ProducerBatch]] = {}
+    def drain(self, cluster, capacity: dict[int, int], now: float,
+              mute: bool) -> dict[int, list[list[ProducerBatch]]]:
+        """Batches for up to ``capacity[node]`` ProduceRequests to each ready node.
+
+        Each request holds at most one batch per partition (a v3+ ProduceRequest carries
+        one batch per partition) and at most max.request.size bytes. The first request
+        to a node takes every partition's head batch, as Kafka's drain does; the next
+        ones only batches ready on their own (full, lingered, flushing, retried) so an
+        open batch is not cut short. Draining several requests in one pass lets the
+        sender keep max.in.flight.requests.per.connection requests in flight with one
+        GIL acquisition and one socket write. Batches are built (compressed) outside the
+        lock. With ``mute`` (max.in.flight=1) a drained partition is muted until its
+        batch completes."""
+        out: dict[int, list[list[ProducerBatch]]] = {}
         with self._lock:
             tps = list(self.batches)
             if not tps:
                 return out
             start = self._drain_index % len(tps)
             self._drain_index += 1
-            order = tps[start:] + tps[:start]
-            size_by_node: dict[int, int] = {}
-            for tp in order:
-                dq = self.batches[tp]
-                if not dq or tp in self._muted:
-                    continue
-                leader = cluster.leader_for(tp)
-                if leader not in nodes:
-                    continue
-                b = dq[0]
-                if b.attempts > 0 and now < b.last_attempt + self.retry_backoff_s:
-                    continue
-                if b.builder is not None:
-                    est = b.builder.size_in_bytes()
-                else:
-                    est = len(b.buffer)
-                used = size_by_node.get(leader, 0)
-                if used and used + est > self.max_request_size:
-                    continue
-                size_by_node[leader] = used + est
-                dq.popleft()
-                b.full = True
-                out.setdefault(leader, []).append(b)
-                if mute:
-                    self._muted.add(tp)
+            order = [(tp, cluster.leader_for(tp)) for tp in tps[start:] + tps[:start]]
+            order = [(tp, leader) for tp, leader in order if capacity.get(leader, 0) > 0]
+            drain_all = self._waiters > 0 or self._flushes > 0 or self.closed
+            linger_s, backoff_s, max_size = self.linger_s, self.retry_backoff_s, self.max_request_size
+            rounds = max(capacity.values(), default=0)
+            for r in range(rounds):
+                this_round: dict[int, list[ProducerBatch]] = {}
+                size_by_node: dict[int, int] = {}
+                for tp, leader in order:
+                    if capacity[leader] <= r:
+                        continue
+                    dq = self.batches[tp]
+                    if not dq or tp in self._muted:
+                        continue
+                    b = dq[0]
+                    if b.attempts > 0 and now < b.last_attempt + backoff_s:
+                        continue
+                    if r and not (drain_all or b.full or len(dq) > 1 or b.attempts > 0
+                                  or now - b.created >= linger_s):
+                        continue
+                    est = b.builder.size_in_bytes() if b.builder is not None else len(b.buffer)
+                    used = size_by_node.get(leader, 0)
+                    if used and used + est > max_size:
+                        continue
+                    size_by_node[leader] = used + est
+                    dq.popleft()
+                    b.appender.close()
+                    if self.open.get(tp) is b.appender:
+                        del self.open[tp]
+                    this_round.setdefault(leader, []).append(b)
+                    if mute:
+                        self._muted.add(tp)
+                if not this_round:
+                    break
+                for node, bs in this_round.items():
+                    out.setdefault(node, []).append(bs)
         # building (and compressing) happens outside the lock so appenders keep going
-        for batches in out.values():
-            for b in batches:
-                b.close()
-                b.drained = now
+        for reqs in out.values():
+            for bs in reqs:
+                for b in bs:
+                    b.close()
+                    b.drained = now
         return out
 
     def unmute(self, tp: TopicPartition) -> None:
@@ -311,9 +345,13 @@ class RecordAccumulator:
         """Remove and return queued batches older than delivery.timeout.ms."""
         out = []
         with self._lock:
-            for dq in self.batches.values():
+            for tp, dq in self.batches.items():
                 while dq and now - dq[0].created >= self.delivery_timeout_s:
-                    out.append(dq.popleft())
+                    b = dq.popleft()
+                    b.appender.close()
+                    if self.open.get(tp) is b.appender:
+                        del self.open[tp]
+                    out.append(b)
         return out
 
     def abort_all(self) -> list[ProducerBatch]:
@@ -321,6 +359,9 @@ class RecordAccumulator:
             out = [b for dq in self.batches.values() for b in dq]
             for dq in self.batches.values():
                 dq.clear()
+            for b in out:
+                b.appender.close()
+            self.open.clear()
         return out
 
     def deallocate(self, b: ProducerBatch) -> None:

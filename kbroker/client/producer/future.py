@@ -2,10 +2,17 @@
 
 One ``BatchResult`` per producer batch is completed exactly once by the sender thread
 (``complete``) with the batch's base_offset (or an exception). Each record's
-``RecordFuture`` points at its batch's result plus its offset delta, so completing a
-batch of N records costs one Event.set(), not N. Per-record delivery callbacks run in
-the sender thread, in append order, right after the batch completes; a callback that
-raises is logged and does not stop the others.
+``RecordFuture`` is a 5-tuple (batch result, offset delta, timestamp, key size, value
+size): ``send`` builds it with one ``tuple.__new__`` (no Python ``__init__``, no lock,
+no Event), and the record's offset (base_offset + delta) is computed only when asked.
+Completing a batch of N records costs one flag store, not N; a ``threading.Event`` is
+made only for a batch somebody actually waits on.
+
+Delivery callbacks live on the BatchResult as (future, fn) pairs in registration order
+(= append order for ``send(on_delivery=...)``). They run in the sender thread right
+after the batch completes; a callback that raises is logged and does not stop the
+others. ``_CB_LOCK`` (one for all batches: callbacks and waits are rare next to
+appends) orders registration, waiting and completion.
 """
 from __future__ import annotations
 
@@ -16,6 +23,8 @@ from typing import NamedTuple
 from kbroker.client.errors import KafkaTimeoutError
 
 log = logging.getLogger(__name__)
+
+_CB_LOCK = threading.Lock()
 
 
 class RecordMetadata(NamedTuple):
@@ -30,9 +39,13 @@ class RecordMetadata(NamedTuple):
 
 
 class BatchResult:
-    """Completion state of one batch. ``base_offset`` -1 until known."""
+    """Completion state of one batch. ``base_offset`` -1 until known.
 
-    __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "_event")
+    ``done`` goes False -> True once, under ``_CB_LOCK``, after base_offset,
+    log_append_time and error were stored (so a reader that sees done=True sees them)."""
+
+    __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "done",
+                 "_event", "_callbacks")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -40,86 +53,126 @@ class BatchResult:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
-        self._event = threading.Event()
+        self.done = False
+        self._event: threading.Event | None = None
+        self._callbacks: list | None = None
 
     def complete(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         self.base_offset = base_offset
         self.log_append_time = log_append_time
         self.error = error
-        self._event.set()
+        with _CB_LOCK:
+            self.done = True
+            ev, cbs, self._callbacks = self._event, self._callbacks, None
+        if ev is not None:
+            ev.set()
+        if cbs:
+            for fut, fn in cbs:
+                fut._run(fn)
 
     def is_done(self) -> bool:
-        return self._event.is_set()
+        return self.done
 
     def wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
+        if self.done:
+            return True
+        with _CB_LOCK:
+            if self.done:
+                return True
+            ev = self._event
+            if ev is None:
+                ev = self._event = threading.Event()
+        return ev.wait(timeout)
+
+    def add_callback(self, fut: "RecordFuture", fn) -> bool:
+        """Register fn for fut; False if the batch is already done (caller runs it)."""
+        with _CB_LOCK:
+            if self.done:
+                return False
+            if self._callbacks is None:
+                self._callbacks = [(fut, fn)]
+            else:
+                self._callbacks.append((fut, fn))
+            return True
 
 
-class RecordFuture:
-    """The future ``Producer.send`` returns; ``get(timeout)`` -> RecordMetadata or raises."""
+_new_tuple = tuple.__new__
 
-    __slots__ = ("_result", "_delta", "_timestamp", "_key_size", "_value_size", "_callbacks")
 
-    def __init__(self, result: BatchResult, delta: int, timestamp: int, key_size: int, value_size: int):
-        self._result = result
-        self._delta = delta
-        self._timestamp = timestamp
-        self._key_size = key_size
-        self._value_size = value_size
-        self._callbacks = None
+class RecordFuture(tuple):
+    """The future ``Producer.send`` returns; ``get(timeout)`` -> RecordMetadata or raises.
+
+    A tuple (result, delta, timestamp, key_size, value_size); make one with
+    ``RecordFuture.of(...)`` (or ``tuple.__new__(RecordFuture, (...))`` on hot paths)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, result: BatchResult, delta: int, timestamp: int, key_size: int,
+           value_size: int) -> "RecordFuture":
+        return _new_tuple(cls, (result, delta, timestamp, key_size, value_size))
+
+    def __repr__(self):
+        r = self[0]
+        state = ("pending" if not r.done else "failed" if r.error is not None
+                 else f"offset={r.base_offset + self[1] if r.base_offset >= 0 else -1}")
+        return f"<RecordFuture {r.topic}-{r.partition} {state}>"
+
+    def __eq__(self, other):       # identity, like any future (not tuple equality)
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    __hash__ = object.__hash__
+
+    @property
+    def _result(self) -> BatchResult:
+        """The batch's result (records of one batch share it)."""
+        return self[0]
 
     def done(self) -> bool:
-        return self._result.is_done()
+        return self[0].done
 
     def succeeded(self) -> bool:
-        return self._result.is_done() and self._result.error is None
+        r = self[0]
+        return r.done and r.error is None
 
     def failed(self) -> bool:
-        return self._result.is_done() and self._result.error is not None
+        r = self[0]
+        return r.done and r.error is not None
 
     def exception(self, timeout: float | None = None):
-        if not self._result.wait(timeout):
+        r = self[0]
+        if not r.wait(timeout):
             raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
-        return self._result.error
+        return r.error
 
     def _metadata(self) -> RecordMetadata:
-        r = self._result
-        offset = r.base_offset + self._delta if r.base_offset >= 0 else -1
-        ts = r.log_append_time if r.log_append_time >= 0 else self._timestamp
-        return RecordMetadata(r.topic, r.partition, offset, ts, self._key_size, self._value_size)
+        r, delta, timestamp, key_size, value_size = self
+        offset = r.base_offset + delta if r.base_offset >= 0 else -1
+        ts = r.log_append_time if r.log_append_time >= 0 else timestamp
+        return RecordMetadata(r.topic, r.partition, offset, ts, key_size, value_size)
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
-        if not self._result.wait(timeout):
+        r = self[0]
+        if not r.wait(timeout):
             raise KafkaTimeoutError(f"record not acknowledged within {timeout}s")
-        if self._result.error is not None:
-            raise self._result.error
+        if r.error is not None:
+            raise r.error
         return self._metadata()
 
     result = get  # concurrent.futures spelling
 
     def add_callback(self, fn) -> "RecordFuture":
         """fn(err, metadata) once the record completes (runs now if already done)."""
-        if self._result.is_done():
+        if not self[0].add_callback(self, fn):
             self._run(fn)
-        else:
-            if self._callbacks is None:
-                self._callbacks = []
-            self._callbacks.append(fn)
-            if self._result.is_done() and self._callbacks:   # raced with completion
-                cbs, self._callbacks = self._callbacks, None
-                for f in cbs:
-                    self._run(f)
         return self
 
     def _run(self, fn) -> None:
-        err = self._result.error
+        err = self[0].error
         try:
             fn(err, None if err is not None else self._metadata())
         except Exception:
             log.exception("delivery callback raised")
-
-    def _fire(self) -> None:
-        cbs, self._callbacks = self._callbacks, None
-        if cbs:
-            for f in cbs:
-                self._run(f)

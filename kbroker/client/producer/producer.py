@@ -17,11 +17,11 @@ from kbroker.client import errors as E
 from kbroker.client.config import PRODUCER, ClientConfig
 from kbroker.client.metadata import Metadata
 from kbroker.client.network_client import NetworkClient
-from kbroker.client.producer.accumulator import RecordAccumulator
+from kbroker.client.producer.accumulator import RecordAccumulator, _fast_append
 from kbroker.client.producer.partitioner import BuiltInPartitioner
 from kbroker.client.producer.sender import Sender
 
-_time = time.time
+_time_ns = time.time_ns
 
 
 def _to_bytes(v, what):
@@ -46,6 +46,7 @@ class Producer:
         self.metadata = Metadata(cfg)
         self.client = NetworkClient(cfg, self.metadata)
         self.accumulator = RecordAccumulator(cfg, self.client.wakeup)
+        self._open_batches = self.accumulator.open
         self.partitioner = BuiltInPartitioner(cfg["batch.size"], cfg["partitioner.ignore.keys"])
         self.sender = Sender(cfg, self.client, self.metadata, self.accumulator)
         self._closed = False
@@ -64,10 +65,10 @@ class Producer:
             raise E.IllegalStateError("Cannot perform operation after producer has been closed")
         if self._key_ser is not None:
             key = self._key_ser(key)
-        if key is not None and type(key) is not bytes:
-            key = _to_bytes(key, "key")
         if self._value_ser is not None:
             value = self._value_ser(value)
+        if key is not None and type(key) is not bytes:
+            key = _to_bytes(key, "key")
         if value is not None and type(value) is not bytes:
             value = _to_bytes(value, "value")
         if headers:
@@ -92,11 +93,15 @@ class Producer:
         elif partition < 0:
             raise ValueError(f"Invalid partition given with record: {partition} is not in the range [0...{len(parts)}].")
         if timestamp_ms is None:
-            timestamp_ms = int(_time() * 1000)
-        block = self._max_block_s if deadline is None else max(0.0, deadline - time.monotonic())
+            timestamp_ms = _time_ns() // 1_000_000
         # a plain tuple finds the TopicPartition key (same hash and equality), and is cheaper
-        fut = self.accumulator.append((topic, partition), timestamp_ms, key, value,
-                                      headers, block, on_delivery)
+        fut = None
+        if on_delivery is None:    # the accumulator's lock-free fast path, inlined
+            fut = _fast_append(self._open_batches, (topic, partition), timestamp_ms, key, value, headers)
+        if fut is None:
+            block = self._max_block_s if deadline is None else max(0.0, deadline - time.monotonic())
+            fut = self.accumulator.append((topic, partition), timestamp_ms, key, value,
+                                          headers, block, on_delivery)
         if sticky:
             self.partitioner.on_append(topic, partition, (len(value) if value is not None else 0) + 20,
                                        cluster, False)

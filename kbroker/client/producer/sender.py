@@ -1,10 +1,13 @@
 """Sender: the producer's background I/O thread (Kafka's Sender).
 
 Each pass (``run_once``): ask the accumulator which leaders have ready batches, connect
-to those not ready, drain at most one batch per partition per ready leader, send ONE
-ProduceRequest per broker holding all its drained batches, expire batches older than
-delivery.timeout.ms, then ``NetworkClient.poll`` until a response, a wakeup (a new or
-full batch, a flush) or the next linger deadline.
+to those not ready, drain batches for as many ProduceRequests as each ready leader has
+room for (max.in.flight.requests.per.connection minus those in flight; each request
+holds at most one batch per partition), queue them all, expire batches older than
+delivery.timeout.ms, then ``NetworkClient.poll``, which writes every queued request in
+one sendmsg and waits until a response, a wakeup (a new or full batch, a flush) or the
+next linger deadline. Taking the GIL once per pass rather than once per batch is what
+lets one Python sender thread keep up with a busy application thread.
 
 Responses: NONE completes the batch (offset = base_offset + delta per record);
 a retriable error puts the batch back at the head of its partition's deque (after
@@ -148,17 +151,22 @@ class Sender(threading.Thread):
         if unknown:
             self.metadata.add_topics(*unknown)
             self.metadata.request_update()
-        not_ready = [n for n in ready if not self.client.is_ready(n)]
-        for n in not_ready:
-            self.client.maybe_connect(n)
-            ready.discard(n)
+        capacity = {}
+        not_ready = False
+        for n in ready:
+            room = self.client.available_requests(n)
+            if room:
+                capacity[n] = room
+            elif not self.client.maybe_connect(n):
+                not_ready = True    # connecting (or backing off): look again soon
         timeout = next_check
-        if ready:
-            batches = self.accumulator.drain(cluster, ready, now, self.guarantee_order)
-            for node, bs in batches.items():
-                self._send_produce(node, bs, now)
-            if batches:
-                timeout = 0 if self.accumulator.batches and any(self.accumulator.batches.values()) else timeout
+        if capacity:
+            requests = self.accumulator.drain(cluster, capacity, now, self.guarantee_order)
+            for node, reqs in requests.items():
+                for bs in reqs:
+                    self._send_produce(node, bs)
+            # what stayed queued is either not ready (next_check covers it; a batch made
+            # since ready() woke the client) or waits for room, which a response makes
         for b in self.accumulator.expired_batches(now):
             self._finish(b, -1, -1, self.accumulator.expire_error(b, now))
         if not_ready:
@@ -200,7 +208,7 @@ class Sender(threading.Thread):
                          InitProducerIdRequest(transactional_id=None,
                                                transaction_timeout_ms=2147483647), done)
 
-    def _send_produce(self, node: int, batches, now: float) -> None:
+    def _send_produce(self, node: int, batches) -> None:
         topics: dict[str, list] = {}
         by_tp = {}
         for b in batches:
@@ -216,7 +224,10 @@ class Sender(threading.Thread):
         def on_response(resp, exc, by_tp=by_tp):
             self._handle_produce_response(by_tp, resp, exc)
         try:
-            self.client.send(node, _PRODUCE, req, on_response, expect_response=expect)
+            # written by the poll that ends this pass: every request drained in the pass
+            # goes out in one sendmsg
+            self.client.send(node, _PRODUCE, req, on_response, expect_response=expect,
+                             defer_write=True)
         except E.KafkaError as e:
             self._handle_produce_response(by_tp, None, e)
 
