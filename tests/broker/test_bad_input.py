@@ -10,7 +10,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.broker.test_clients_confluent import consume_assigned, create_topic, produce
+from tests.broker.kafka_helpers import consume_assigned, create_topic, produce
 
 
 def _api_versions_v0(correlation_id=7):

@@ -8,49 +8,7 @@ ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
 
-
-def _topic(prefix="t"):
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def create_topic(bootstrap, name, partitions=1, config=None):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
-                                        config=config or {})], operation_timeout=10)[name]
-    fut.result(timeout=15)
-    return admin
-
-
-def produce(bootstrap, topic, messages, **conf):
-    """messages: list of (partition, key, value, headers). Returns delivery reports."""
-    reports = []
-    p = Producer({"bootstrap.servers": bootstrap, **conf})
-
-    def cb(err, msg):
-        reports.append((err, msg.partition(), msg.offset(), msg.key(), msg.value()))
-
-    for part, key, value, headers in messages:
-        kw = {"partition": part} if part is not None else {}
-        p.produce(topic, value=value, key=key, headers=headers, on_delivery=cb, **kw)
-        p.poll(0)
-    assert p.flush(30) == 0
-    return reports
-
-
-def consume_assigned(bootstrap, topic, partitions, expected, offset=ck.OFFSET_BEGINNING, timeout_s=30):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused-" + uuid.uuid4().hex,
-                  "enable.auto.commit": False, "enable.partition.eof": False})
-    c.assign([TopicPartition(topic, p, offset) for p in partitions])
-    out = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < expected and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        assert m.error() is None, m.error()
-        out.append(m)
-    c.close()
-    return out
+from tests.broker.kafka_helpers import _topic, consume_assigned, create_topic, produce  # noqa: E402
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])

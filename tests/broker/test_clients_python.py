@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from tests.broker.test_clients_confluent import create_topic
+from tests.broker.kafka_helpers import create_topic
 
 
 def _topic():

@@ -260,7 +260,7 @@ def test_huge_counts_at_known_positions(broker, key, version, offset, blob):
 
 def test_real_client_still_works_after_fuzzing(broker):
     pytest.importorskip("confluent_kafka")
-    from tests.broker.test_clients_confluent import consume_assigned, create_topic, produce
+    from tests.broker.kafka_helpers import consume_assigned, create_topic, produce
 
     topic = f"fz-alive-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic)

@@ -21,7 +21,7 @@ import pytest
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
-from tests.broker.test_clients_confluent import create_topic, produce  # noqa: E402
+from tests.broker.kafka_helpers import create_topic, produce  # noqa: E402
 
 SESSION_MS = 6000  # the broker's default group.min.session.timeout.ms
 

@@ -19,7 +19,7 @@ ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from kbroker.testing import KBrokerProcess  # noqa: E402
-from tests.broker.test_clients_confluent import create_topic, produce  # noqa: E402
+from tests.broker.kafka_helpers import create_topic, produce  # noqa: E402
 
 OVERRIDES = {
     "num.partitions": 1, "group.initial.rebalance.delay.ms": 0,

@@ -25,7 +25,7 @@ from kbroker.protocol.messages.init_producer_id import InitProducerIdRequest
 from kbroker.protocol.messages.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 
 ck = pytest.importorskip("confluent_kafka")
-from tests.broker.test_clients_confluent import consume_assigned, create_topic  # noqa: E402
+from tests.broker.kafka_helpers import consume_assigned, create_topic  # noqa: E402
 
 INT32_MAX = 0x7FFFFFFF
 

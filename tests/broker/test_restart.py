@@ -4,7 +4,7 @@ import uuid
 
 from confluent_kafka import Producer
 
-from tests.broker.test_clients_confluent import consume_assigned, create_topic
+from tests.broker.kafka_helpers import consume_assigned, create_topic
 
 
 def _produce_n(bootstrap, topic, n, start=0):
