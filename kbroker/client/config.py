@@ -6,8 +6,9 @@ Java client. ``ClientConfig(defs, props)`` validates every value and raises
 ``KafkaConfigError`` naming the key; unknown keys are rejected the same way.
 
 Defaults are Kafka 4.0's (ProducerConfig / ConsumerConfig / AdminClientConfig). Notable
-choices: ``linger.ms`` = 5 (Kafka 4.0, KIP-1030); ``enable.idempotence`` = False here,
-unlike Kafka's True (KIP-679) -- see kbroker/client/producer/sender.py for the seam.
+choices: ``linger.ms`` = 5 (Kafka 4.0, KIP-1030); ``enable.idempotence`` = True (KIP-679)
+unless the user set a conflicting ``acks`` / ``max.in.flight.requests.per.connection`` /
+``retries`` without asking for idempotence, in which case it is off, as in the Java client.
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ PRODUCER = COMMON + [
     _int("retries", 2147483647, 0),
     _int("delivery.timeout.ms", 120000, 0),
     _int("max.in.flight.requests.per.connection", 5, 1),
-    ConfigDef("enable.idempotence", bool, False),
+    ConfigDef("enable.idempotence", bool, True),
     ConfigDef("partitioner.ignore.keys", bool, False),
     ConfigDef("partitioner.class", (type(None), object), None, None,
               "callable(topic, key_bytes, num_partitions) -> partition, or None for the built-in"),
@@ -168,12 +169,18 @@ class ClientConfig:
                     raise KafkaConfigError(f"Missing required configuration {d.name!r}")
                 values[d.name] = d.default
         self._values = values
+        self._explicit = frozenset(merged)  # keys the user set (defaults excluded)
         self._post_checks()
 
     def _post_checks(self):
         v = self._values
         if "acks" in v:
             v["acks"] = -1 if str(v["acks"]) in ("all", "-1") else int(v["acks"])
+            if "enable.idempotence" not in self._explicit and (
+                    v["acks"] != -1 or v["max.in.flight.requests.per.connection"] > 5 or v["retries"] == 0):
+                # Java's ProducerConfig: idempotence is on by default, but conflicting settings the
+                # user chose without asking for idempotence turn it off instead of failing
+                v["enable.idempotence"] = False
             if v.get("enable.idempotence") and v["acks"] != -1:
                 raise KafkaConfigError("Must set acks to all in order to use the idempotent "
                                        "producer (configuration acks)")

@@ -210,7 +210,8 @@ def silent():
 
 
 def test_buffer_memory_blocks_then_raises_after_max_block_ms(silent):
-    p = Producer({"bootstrap.servers": f"127.0.0.1:{silent.port}", "buffer.memory": 40000,
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{silent.port}", "enable.idempotence": False,
+                  "buffer.memory": 40000,
                   "batch.size": 16384, "max.block.ms": 300, "request.timeout.ms": 5000,
                   "delivery.timeout.ms": 10000, "linger.ms": 0})
     try:
@@ -229,7 +230,8 @@ def test_buffer_memory_blocks_then_raises_after_max_block_ms(silent):
 
 
 def test_unanswered_produce_fails_with_timeout(silent):
-    p = Producer({"bootstrap.servers": f"127.0.0.1:{silent.port}", "request.timeout.ms": 300,
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{silent.port}", "enable.idempotence": False,
+                  "request.timeout.ms": 300,
                   "delivery.timeout.ms": 800, "linger.ms": 0, "retry.backoff.ms": 50})
     try:
         f = p.send("t", b"v", partition=0)
@@ -256,3 +258,17 @@ def test_record_too_large(silent):
             p.send("t", b"x" * 2000, partition=0)
     finally:
         p.close(0)
+
+
+def test_idempotence_default_follows_the_java_client():
+    from kbroker.client.config import PRODUCER as PRODUCER_CONFIG, ClientConfig
+    from kbroker.client.errors import KafkaConfigError as CfgErr
+
+    base = {"bootstrap.servers": "127.0.0.1:1"}
+    assert ClientConfig(PRODUCER_CONFIG, base)["enable.idempotence"] is True
+    # a conflicting setting the user chose, without asking for idempotence, turns it off
+    assert ClientConfig(PRODUCER_CONFIG, {**base, "acks": "1"})["enable.idempotence"] is False
+    assert ClientConfig(PRODUCER_CONFIG, {**base, "retries": 0})["enable.idempotence"] is False
+    # asking for both is an error naming acks
+    with pytest.raises(CfgErr, match="acks"):
+        ClientConfig(PRODUCER_CONFIG, {**base, "acks": "1", "enable.idempotence": True})
