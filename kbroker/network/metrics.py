@@ -1,8 +1,10 @@
 """Plain counters and gauges of the network layer, later exported to Prometheus.
 
-Each counter has exactly one writer thread (a processor's :class:`ProcessorStats`, a
-handler's :class:`HandlerStats`), so no locks are taken on the hot path; readers in other
-threads see plain ints, and aggregate on read. Names follow Kafka's JMX metrics
+Most counters have exactly one writer thread (a processor's :class:`ProcessorStats`, a
+handler's :class:`HandlerStats`), so no locks are taken for them; the response-side
+counters of a processor are also written by threads that send a response directly, so
+their writers hold ``ProcessorStats.lock``. Readers in other threads see plain ints, and
+aggregate on read. Names follow Kafka's JMX metrics
 (``kafka.network:type=RequestChannel,name=RequestQueueSize``, ``NetworkProcessorAvgIdlePercent``,
 ``kafka.server:type=KafkaRequestHandlerPool,name=RequestHandlerAvgIdlePercent``,
 ``kafka.network:type=RequestMetrics,name=TotalTimeMs,request=...``).
@@ -27,15 +29,21 @@ API_FIELD_NAMES = ("count", "total_ns", "request_queue_ns", "handle_ns",
 
 
 class ProcessorStats:
-    """Counters of one network processor. Written only by that processor's thread."""
+    """Counters of one network processor.
+
+    Written by that processor's thread, except ``bytes_out``, ``responses_sent``,
+    ``responses_no_op``, ``responses_dropped`` and ``api``, which any thread writing a
+    response for that processor updates: every writer of those holds ``lock``.
+    """
 
     __slots__ = ("processor_id", "started_ns", "idle_ns", "blocked_since_ns",
                  "bytes_in", "bytes_out", "requests_received", "responses_sent",
                  "responses_no_op", "responses_dropped", "connections_created",
-                 "connections_closed", "invalid_receives", "idle_closed", "api")
+                 "connections_closed", "invalid_receives", "idle_closed", "api", "lock")
 
     def __init__(self, processor_id: int) -> None:
         self.processor_id = processor_id
+        self.lock = threading.Lock()
         self.started_ns = time.monotonic_ns()
         self.idle_ns = 0               # total time spent blocked in select()
         self.blocked_since_ns = 0      # != 0 while blocked in select()

@@ -16,24 +16,46 @@ the processor checks the prefix against the parts before writing.
 Per-connection ordering (Kafka's guarantee): after a whole request has been read the
 connection is *muted* (not read) until its response has been completely written, or a
 no-op response arrived; so at most one request per connection is in flight and responses
-go out in request order. Bytes of pipelined requests wait in the kernel's socket buffer,
-which also gives TCP back-pressure to a client that pipelines too much.
+go out in request order. Bytes of pipelined requests wait in the kernel's socket buffer
+(or in the connection's read buffer), which also gives TCP back-pressure to a client that
+pipelines too much.
 
 The run loop is a list of small steps, as in Kafka's ``Processor.run``::
 
     configure_new_connections   sockets handed over by the acceptor
     enqueue_blocked_requests    retry requests refused by a full request queue
     process_new_responses       responses queued by handlers: start writing / unmute / close
-    poll                        select(), then read and write ready sockets
-    process_completed_receives  whole frames -> Request -> request queue; mute
+    process_resumed             connections unmuted by a direct send that have bytes to read
     process_completed_sends     response written -> metrics; unmute
     process_disconnected        peer closed / I/O error -> forget the connection
     close_idle_connections      connections.max.idle.ms
+    process_completed_receives  whole frames -> request queue (just before blocking in poll,
+                                so the woken handler thread finds the GIL free)
+    poll                        epoll_wait, then read and write ready sockets
 
-Thread-safety: everything except :meth:`accept`, :meth:`enqueue_response`,
-:meth:`wakeup`, :meth:`begin_shutdown` and the gauges is touched only by the processor's
-own thread. Requests refused by the full request queue are kept in ``_blocked`` (FIFO)
-and while any is kept the processor reads from no socket.
+Costs per request, measured (single-record produce, 2 cores): every system call made
+while another thread waits for the GIL is a GIL hand-over, i.e. a context switch. So:
+
+* Reads are buffered: one ``recv`` into a 64 KiB scratch buffer usually brings a whole
+  frame (size prefix included) or several pipelined ones; a frame larger than what has
+  arrived gets its own buffer, filled in place (no copy of large payloads).
+* Sockets are registered once, edge-triggered (``EPOLLIN | EPOLLOUT | EPOLLET``), so
+  muting and unmuting is bookkeeping, not an ``epoll_ctl``. ``readable`` remembers that
+  the socket may hold unread bytes: set by every EPOLLIN event, cleared by a short read.
+  Without epoll (``poll``: level-triggered) the interest mask is changed instead.
+* A response is written by the thread that produces it (:meth:`enqueue_response`, the
+  *direct send*) when the connection is waiting for exactly that response: no queue, no
+  wake-up of this thread, no second GIL hand-over. Whatever does not fit in the socket
+  buffer, and every failure, is handed to this thread, which finishes or closes.
+
+Thread-safety: the read side of a connection (``rbuf``, ``payload``, reading the socket)
+and the connection map are touched only by the processor's own thread. The write side
+(``response``, ``send_*``), ``closed`` and the socket's lifetime are guarded by the
+connection's ``lock``, which a direct send holds for its whole attempt and the processor
+holds while it writes or closes; so no thread writes to a closed (possibly reused) file
+descriptor. ``inflight`` is set by the processor (mute) and cleared by whoever completes
+the response (unmute). Requests refused by the full request queue are kept in
+``_blocked`` (FIFO) and while any is kept the processor reads from no socket.
 """
 from __future__ import annotations
 
@@ -43,6 +65,7 @@ import os
 import queue
 import select
 import socket
+import struct
 import threading
 import time
 from typing import Optional
@@ -65,7 +88,14 @@ _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 _SENDFILE_MAX = 1 << 30       # cap per os.sendfile() call
 _POLL_TIMEOUT_S = 0.3         # Kafka's Processor poll timeout
+_READ_CHUNK = 1 << 16         # scratch buffer for one recv; larger frames get their own buffer
 _monotonic_ns = time.monotonic_ns
+_unpack_size = struct.Struct(">i").unpack_from
+
+# _write results
+_WRITE_DONE = 1
+_WRITE_PARTIAL = 0            # the socket buffer is full: wait for EVENT_WRITE
+_WRITE_FAILED = -1            # conn.write_error says why
 
 
 class _Waker:
@@ -127,24 +157,37 @@ class _Waker:
 class _Poller:
     """fd -> object registry over ``epoll`` (``poll`` where there is no epoll).
 
-    Unlike ``selectors``, an fd may stay registered with an empty interest mask, so
-    muting/unmuting a connection is one ``epoll_ctl`` and no Python bookkeeping. The
-    kernel reports ERR/HUP even for an empty mask: a muted connection that is reset by
-    its peer is noticed at once.
+    With epoll (``edge_triggered``) a connection is registered once for
+    ``EPOLLIN | EPOLLOUT | EPOLLET`` and never modified: an event means "something
+    changed", and the processor keeps its own ``readable`` flag. With ``poll`` the
+    interest mask is level-triggered and modified to mute/unmute; an fd may stay
+    registered with an empty mask. Either way the kernel reports ERR/HUP at once, so a
+    muted connection that is reset by its peer is noticed.
     """
 
     def __init__(self) -> None:
         if hasattr(select, "epoll"):
             self._p = select.epoll()
             self._scale = 1.0
+            self.edge_triggered = True
         else:  # pragma: no cover - non-Linux
             self._p = select.poll()
             self._scale = 1000.0
+            self.edge_triggered = False
         self._objects: dict[int, object] = {}
 
     def register(self, fd: int, events: int, obj) -> None:
         self._p.register(fd, events)
         self._objects[fd] = obj
+
+    def register_connection(self, fd: int, obj) -> int:
+        """Register a connection socket; returns the events registered."""
+        if self.edge_triggered:
+            events = EVENT_READ | EVENT_WRITE | select.EPOLLET
+        else:  # pragma: no cover - non-Linux
+            events = EVENT_READ
+        self.register(fd, events, obj)
+        return events
 
     def modify(self, fd: int, events: int) -> None:
         self._p.modify(fd, events)
@@ -168,18 +211,22 @@ class _Poller:
 
 
 class _Connection:
-    """One client connection; owned by its processor's thread.
+    """One client connection; owned by its processor's thread (see the module docstring
+    for what other threads may touch, under ``lock``).
 
-    Read state: ``size_read`` bytes of the size prefix are in ``size_buf``; once it is
-    complete, ``payload`` is a ``bytearray(size)`` of which ``payload_read`` bytes are
-    filled. Write state: ``send_parts[send_index:]`` remain, the first of them from
-    ``send_offset`` on. ``inflight`` is the request being handled (the connection is
-    muted while it is set). ``events`` is the interest currently registered (0 = none).
+    Read state: ``rbuf`` holds bytes read past the last whole frame (a partial size
+    prefix or frame, or whole pipelined frames), or is None; ``payload`` is a frame too
+    large for what has arrived, a ``bytearray(size)`` of which ``payload_read`` bytes are
+    filled. ``readable``: the socket may hold unread bytes. Write state:
+    ``send_parts[send_index:]`` remain, the first of them from ``send_offset`` on;
+    ``write_error`` is set when a direct send failed. ``inflight`` is the request being
+    handled (the connection is muted while it is set). ``events`` is the interest
+    currently registered.
     """
 
-    __slots__ = ("sock", "fd", "connection_id", "client_address", "size_buf", "size_view",
-                 "size_read", "payload", "payload_view", "payload_read", "inflight",
-                 "response", "send_parts", "send_sizes", "send_index", "send_offset",
+    __slots__ = ("sock", "fd", "connection_id", "client_address", "lock", "rbuf", "readable",
+                 "payload", "payload_view", "payload_read", "inflight", "response",
+                 "send_parts", "send_sizes", "send_index", "send_offset", "write_error",
                  "events", "read_paused", "last_active_ns", "closed")
 
     def __init__(self, sock: socket.socket, connection_id: str, client_address: tuple,
@@ -188,9 +235,9 @@ class _Connection:
         self.fd = sock.fileno()
         self.connection_id = connection_id
         self.client_address = client_address
-        self.size_buf = bytearray(4)
-        self.size_view = memoryview(self.size_buf)
-        self.size_read = 0
+        self.lock = threading.Lock()
+        self.rbuf: Optional[bytearray] = None
+        self.readable = True            # whatever arrived before registration
         self.payload: Optional[bytearray] = None
         self.payload_view: Optional[memoryview] = None
         self.payload_read = 0
@@ -200,6 +247,7 @@ class _Connection:
         self.send_sizes: Optional[list] = None
         self.send_index = 0
         self.send_offset = 0
+        self.write_error: Optional[str] = None
         self.events = 0
         self.read_paused = False
         self.last_active_ns = now_ns
@@ -208,6 +256,41 @@ class _Connection:
 
 class InvalidReceive(Exception):
     """A frame that cannot be a request (Kafka's ``InvalidReceiveException``)."""
+
+
+def _response_parts(response_parts) -> tuple[list, list]:
+    """``(parts, sizes)`` of a size-prefixed response frame, empty parts dropped.
+
+    Raises ValueError / TypeError for a part that is not a buffer or FileRegion, or when
+    the frame does not start with a 4-byte size prefix equal to the bytes that follow (a
+    wrong size would desynchronise the client's stream).
+    """
+    parts = []
+    sizes = []
+    total = 0
+    for part in response_parts:
+        if type(part) is bytes or type(part) is bytearray:
+            n = len(part)
+        elif isinstance(part, FileRegion):
+            n = part.size
+            if n < 0 or part.position < 0:
+                raise ValueError(f"bad FileRegion {part!r}")
+        else:
+            part = memoryview(part)        # TypeError for non-buffers: caller closes
+            if part.format != "B" or part.ndim != 1:
+                part = part.cast("B")
+            n = part.nbytes
+        if n == 0:
+            continue
+        parts.append(part)
+        sizes.append(n)
+        total += n
+    if not parts or isinstance(parts[0], FileRegion) or sizes[0] < 4:
+        raise ValueError("a response frame must start with its 4-byte size prefix")
+    declared = _unpack_size(parts[0], 0)[0]
+    if declared != total - 4:
+        raise ValueError(f"response size prefix {declared} != {total - 4} bytes that follow")
+    return parts, sizes
 
 
 class Processor(threading.Thread):
@@ -232,16 +315,22 @@ class Processor(threading.Thread):
             if connections_max_idle_ms >= 0 else 3600 * 10**9)
 
         self._poller = _Poller()
+        # Direct sends need the edge-triggered registration: unmuting must not have to
+        # change the interest mask (only this thread may).
+        self._direct_send = self._poller.edge_triggered
         self._waker = _Waker()
         self._poller.register(self._waker.fileno(), EVENT_READ, None)
+        self._scratch = bytearray(_READ_CHUNK)
+        self._scratch_view = memoryview(self._scratch)
         self._connections: dict[str, _Connection] = {}
         self._connection_index = 0
         self._new_connections: queue.Queue = queue.Queue(connection_queue_size)
         self._responses: collections.deque = collections.deque()
+        self._resumed: collections.deque = collections.deque()    # _Connection
         self._selecting = False
         self._blocked: collections.deque = collections.deque()   # (conn, Request)
         self._paused: list[_Connection] = []
-        self._completed_receives: list = []      # (conn, payload)
+        self._completed_receives: list = []      # (conn, Request), muted, not yet queued
         self._completed_sends: list[_Connection] = []
         self._disconnected: list[tuple[_Connection, str]] = []
         self._now_ns = _monotonic_ns()
@@ -267,7 +356,18 @@ class Processor(threading.Thread):
         return True
 
     def enqueue_response(self, response: Response) -> None:
-        """Queue a response (any thread). Wakes the selector only if it is blocked."""
+        """Answer a request (any thread).
+
+        A SEND or NO_OP response to the request its connection is waiting for is done
+        right here (the direct send); the processor only hears about it if bytes are left
+        to write, the write failed, or the connection has more requests to read. Anything
+        else (CLOSE, a response to a connection that is gone or busy) is queued for the
+        processor, which is woken only if it is blocked in poll.
+        """
+        if self._direct_send and response.kind != Response.CLOSE:
+            conn = response.request.connection
+            if conn is not None and self._send_directly(conn, response):
+                return
         self._responses.append(response)
         if self._selecting:
             self._waker.wake()
@@ -299,6 +399,62 @@ class Processor(threading.Thread):
         if self.is_alive():
             self.join()
 
+    def _send_directly(self, conn: _Connection, response: Response) -> bool:
+        """The direct send, on the responding thread. True when the response was dealt
+        with here (written and the connection unmuted, or handed to the processor to
+        finish); False to queue it instead (the processor then drops, closes or sends)."""
+        request = response.request
+        kind = response.kind
+        if kind == Response.SEND:
+            try:
+                parts, sizes = _response_parts(response.parts)
+            except (TypeError, ValueError):
+                return False                 # the processor fails it again and closes
+        elif kind != Response.NO_OP:
+            return False
+        stats = self._stats
+        handover = False
+        with conn.lock:
+            if conn.closed or conn.inflight is not request or conn.response is not None:
+                return False                 # gone, or a second answer: the processor drops it
+            request.response_dequeued_ns = _monotonic_ns()
+            if kind == Response.NO_OP:
+                request.send_complete_ns = request.response_dequeued_ns
+                with stats.lock:
+                    stats.responses_no_op += 1
+                    self._update_request_metrics(request, 0)
+            else:
+                conn.response = response
+                conn.send_parts = parts
+                conn.send_sizes = sizes
+                conn.send_index = 0
+                conn.send_offset = 0
+                result = self._write(conn)
+                if result != _WRITE_DONE:
+                    # Bytes left (EVENT_WRITE will follow: the buffer is full) or a failure:
+                    # the processor finishes or closes; it finds conn.response is response.
+                    handover = True
+                else:
+                    conn.response = None
+                    conn.send_parts = None
+                    conn.send_sizes = None
+                    request.send_complete_ns = _monotonic_ns()
+                    with stats.lock:
+                        stats.responses_sent += 1
+                        self._update_request_metrics(request, sum(sizes))
+            if not handover:
+                conn.inflight = None         # unmute
+        if handover:
+            self._responses.append(response)
+            if self._selecting:
+                self._waker.wake()
+        elif conn.rbuf is not None or conn.readable or conn.payload is not None:
+            # Requests may be waiting: only the processor reads.
+            self._resumed.append(conn)
+            if self._selecting:
+                self._waker.wake()
+        return True
+
     # -- the loop ---------------------------------------------------------------------
     def run(self) -> None:
         try:
@@ -315,11 +471,12 @@ class Processor(threading.Thread):
             self._configure_new_connections()
             self._enqueue_blocked_requests()
             self._process_new_responses()
-            self._poll()
-            self._process_completed_receives()
+            self._process_resumed()
             self._process_completed_sends()
             self._process_disconnected()
             self._close_idle_connections()
+            self._process_completed_receives()
+            self._poll()
         except Exception:
             # Per-connection errors are handled where they happen; anything here is a bug,
             # but one bad connection must not stop the others from being served.
@@ -327,6 +484,10 @@ class Processor(threading.Thread):
 
     def _drain(self) -> None:
         """Shutdown: no more reads; finish in-flight requests until the deadline."""
+        for conn, request in self._completed_receives:   # read, never handed on
+            if conn.inflight is request:
+                conn.inflight = None
+        self._completed_receives.clear()
         for conn in list(self._connections.values()):
             conn.read_paused = True
             self._update_interest(conn)
@@ -336,10 +497,10 @@ class Processor(threading.Thread):
             try:
                 self._enqueue_blocked_requests()
                 self._process_new_responses()
-                self._poll(max_timeout_s=0.05)
-                self._completed_receives.clear()
+                self._resumed.clear()
                 self._process_completed_sends()
                 self._process_disconnected()
+                self._poll(max_timeout_s=0.05)
             except Exception:
                 log.exception("processor %d: error while draining", self.processor_id)
                 break
@@ -347,6 +508,8 @@ class Processor(threading.Thread):
     # -- steps ----------------------------------------------------------------------------
     def _configure_new_connections(self) -> None:
         new = self._new_connections
+        if not new.queue:          # unlocked peek; accept() wakes us after its put
+            return
         while True:
             try:
                 sock, addr = new.get_nowait()
@@ -368,11 +531,11 @@ class Processor(threading.Thread):
             self._connections[connection_id] = conn
             self._stats.connections_created += 1
             try:
-                self._poller.register(conn.fd, EVENT_READ, conn)
-                conn.events = EVENT_READ
+                conn.events = self._poller.register_connection(conn.fd, conn)
             except (OSError, ValueError) as e:
                 self._close(conn, f"could not register with the selector: {e}")
                 continue
+            # Bytes that arrived before registration: epoll reports them at once.
             log.debug("processor %d listening to new connection %s",
                       self.processor_id, connection_id)
 
@@ -394,19 +557,24 @@ class Processor(threading.Thread):
             if not conn.closed:
                 conn.read_paused = False
                 self._update_interest(conn)
+                self._maybe_read(conn)
 
     def _process_new_responses(self) -> None:
         responses = self._responses
         while responses:
             response = responses.popleft()
             request = response.request
-            request.response_dequeued_ns = _monotonic_ns()
             conn = self._connections.get(request.connection_id)
+            if conn is not None and conn.response is response:
+                self._continue_direct_send(conn)
+                continue
+            request.response_dequeued_ns = _monotonic_ns()
             if conn is None or conn.inflight is not request or conn.response is not None:
                 # Kafka: "Attempting to send response via channel for which there is no
                 # open connection" - the client went away (or the idle reaper closed it).
                 # Also a second response to a request already being answered.
-                self._stats.responses_dropped += 1
+                with self._stats.lock:
+                    self._stats.responses_dropped += 1
                 log.debug("processor %d: dropping %r, connection gone",
                           self.processor_id, response)
                 continue
@@ -415,11 +583,13 @@ class Processor(threading.Thread):
                 if kind == Response.SEND:
                     self._start_send(conn, response)
                 elif kind == Response.NO_OP:
-                    self._stats.responses_no_op += 1
                     request.send_complete_ns = request.response_dequeued_ns
-                    self._update_request_metrics(request, 0)
+                    with self._stats.lock:
+                        self._stats.responses_no_op += 1
+                        self._update_request_metrics(request, 0)
                     conn.inflight = None
                     self._update_interest(conn)
+                    self._maybe_read(conn)
                 elif kind == Response.CLOSE:
                     self._close(conn, "handler asked to close the connection")
                 else:
@@ -429,51 +599,51 @@ class Processor(threading.Thread):
                               self.processor_id, conn.connection_id)
                 self._close(conn, f"error processing response: {e!r}")
 
+    def _continue_direct_send(self, conn: _Connection) -> None:
+        """A direct send left bytes to write, or failed: finish it here."""
+        error = conn.write_error
+        if error is not None:
+            self._disconnected.append((conn, error))
+        elif conn.send_parts is not None:
+            with conn.lock:
+                if conn.closed:
+                    return
+                result = self._write(conn)
+            if result == _WRITE_DONE:
+                self._completed_sends.append(conn)
+            elif result == _WRITE_FAILED:
+                self._disconnected.append((conn, conn.write_error))
+
+    def _process_resumed(self) -> None:
+        resumed = self._resumed
+        while resumed:
+            self._maybe_read(resumed.popleft())
+
     def _start_send(self, conn: _Connection, response: Response) -> None:
-        """Begin writing a response frame. Its parts must start with the 4-byte size
-        prefix, which must equal the bytes that follow (checked: a wrong size would
-        desynchronise the client's stream)."""
-        parts = []
-        sizes = []
-        total = 0
-        for part in response.parts:
-            if isinstance(part, FileRegion):
-                n = part.size
-                if n < 0 or part.position < 0:
-                    raise ValueError(f"bad FileRegion {part!r}")
-            elif type(part) is bytes or type(part) is bytearray:
-                n = len(part)
-            else:
-                part = memoryview(part)        # TypeError for non-buffers: caller closes
-                if part.format != "B" or part.ndim != 1:
-                    part = part.cast("B")
-                n = part.nbytes
-            if n == 0:
-                continue
-            parts.append(part)
-            sizes.append(n)
-            total += n
-        if not parts or isinstance(parts[0], FileRegion) or sizes[0] < 4:
-            raise ValueError("a response frame must start with its 4-byte size prefix")
-        declared = int.from_bytes(parts[0][:4], "big", signed=True)
-        if declared != total - 4:
-            raise ValueError(f"response size prefix {declared} != {total - 4} bytes that follow")
-        conn.response = response
-        conn.send_parts = parts
-        conn.send_sizes = sizes
-        conn.send_index = 0
-        conn.send_offset = 0
-        # Write right away: the socket buffer is usually empty, which saves a poll round.
-        if self._write(conn):
+        """Begin writing a response frame (see :func:`_response_parts` for the checks)."""
+        parts, sizes = _response_parts(response.parts)
+        with conn.lock:
+            if conn.closed:
+                return
+            conn.response = response
+            conn.send_parts = parts
+            conn.send_sizes = sizes
+            conn.send_index = 0
+            conn.send_offset = 0
+            # Write right away: the socket buffer is usually empty, which saves a poll round.
+            result = self._write(conn)
+        if result == _WRITE_DONE:
             self._completed_sends.append(conn)
-        elif not conn.closed:
+        elif result == _WRITE_FAILED:
+            self._disconnected.append((conn, conn.write_error))
+        else:
             self._update_interest(conn)
 
     def _poll(self, max_timeout_s: float = _POLL_TIMEOUT_S) -> None:
         stats = self._stats
         self._selecting = True
-        if (self._responses or self._new_connections.qsize() or self._completed_sends
-                or self._disconnected):
+        if (self._responses or self._resumed or self._new_connections.queue
+                or self._completed_sends or self._disconnected or self._completed_receives):
             timeout = 0
         else:
             timeout = min(max_timeout_s,
@@ -499,37 +669,42 @@ class Processor(threading.Thread):
                 continue
             if mask & EVENT_WRITE and conn.send_parts is not None:
                 conn.last_active_ns = now
-                if self._write(conn):
+                with conn.lock:
+                    # Only a send this thread owns; a direct send in progress on another
+                    # thread holds the lock and hands over whatever it leaves.
+                    result = (self._write(conn) if conn.response is not None
+                              and conn.send_parts is not None and not conn.closed
+                              else _WRITE_PARTIAL)
+                if result == _WRITE_DONE:
                     self._completed_sends.append(conn)
-                elif not conn.closed:
-                    self._update_interest(conn)
-            if mask & EVENT_READ and conn.inflight is None and not conn.read_paused:
-                if self._blocked or not self._running:
-                    # Request queue full (or shutting down): stop reading this socket.
-                    conn.read_paused = True
-                    self._paused.append(conn)
-                    self._update_interest(conn)
+                elif result == _WRITE_FAILED:
+                    self._disconnected.append((conn, conn.write_error))
                     continue
-                conn.last_active_ns = now
-                self._read(conn)
+            if mask & EVENT_READ:
+                # Dekker pair with _send_directly: set readable, then look at inflight.
+                conn.readable = True
+                if conn.inflight is None and not conn.read_paused:
+                    if self._blocked or not self._running:
+                        # Request queue full (or shutting down): stop reading this socket.
+                        conn.read_paused = True
+                        self._paused.append(conn)
+                        self._update_interest(conn)
+                        continue
+                    conn.last_active_ns = now
+                    self._read(conn)
 
     def _process_completed_receives(self) -> None:
         receives = self._completed_receives
         if not receives:
             return
         self._completed_receives = []
-        stats = self._stats
-        for conn, payload in receives:
+        channel = self._channel
+        blocked = self._blocked
+        for conn, request in receives:
             if conn.closed:
                 continue
-            now = _monotonic_ns()
-            request = Request(self.processor_id, conn.connection_id, self.listener_name,
-                              conn.client_address, memoryview(payload), now)
-            stats.requests_received += 1
-            conn.inflight = request          # mute: one request in flight per connection
-            self._update_interest(conn)
-            if self._blocked or not self._channel.try_send_request(request, self):
-                self._blocked.append((conn, request))
+            if blocked or not channel.try_send_request(request, self):
+                blocked.append((conn, request))
 
     def _process_completed_sends(self) -> None:
         sends = self._completed_sends
@@ -539,22 +714,25 @@ class Processor(threading.Thread):
         stats = self._stats
         now = _monotonic_ns()
         for conn in sends:
-            response = conn.response
-            sizes = conn.send_sizes
-            conn.response = None
-            conn.send_parts = None
-            conn.send_sizes = None
+            with conn.lock:
+                response = conn.response
+                sizes = conn.send_sizes
+                conn.response = None
+                conn.send_parts = None
+                conn.send_sizes = None
             if response is None:
                 continue
             request = response.request
             request.send_complete_ns = now
-            stats.responses_sent += 1
-            self._update_request_metrics(request, sum(sizes))
+            with stats.lock:
+                stats.responses_sent += 1
+                self._update_request_metrics(request, sum(sizes))
             if conn.closed:
                 continue
             if conn.inflight is request:
                 conn.inflight = None            # unmute
             self._update_interest(conn)
+            self._maybe_read(conn)
 
     def _process_disconnected(self) -> None:
         disconnected = self._disconnected
@@ -578,53 +756,128 @@ class Processor(threading.Thread):
                               f"{self._max_idle_ns // 1_000_000}")
 
     # -- I/O ----------------------------------------------------------------------------
+    def _maybe_read(self, conn: _Connection) -> None:
+        """Read the next request of an unmuted connection if bytes may be waiting
+        (edge-triggered: no new event comes for bytes that arrived while it was muted)."""
+        if (conn.inflight is None and not conn.read_paused and not conn.closed
+                and self._running and not self._blocked
+                and (conn.readable or conn.rbuf is not None)):
+            self._read(conn)
+
     def _read(self, conn: _Connection) -> None:
-        """Read at most one frame; a complete frame goes to ``_completed_receives``."""
+        """Read until one whole frame is here (it becomes the connection's in-flight
+        request, muting it) or the socket has no more bytes; a short read clears
+        ``readable``."""
         sock = conn.sock
+        stats = self._stats
         try:
-            if conn.payload is None:
-                n = sock.recv_into(conn.size_view[conn.size_read:])
+            while True:
+                payload = conn.payload
+                if payload is not None:
+                    # A large frame: read straight into its own buffer.
+                    view = conn.payload_view[conn.payload_read:]
+                    want = len(view)
+                    n = sock.recv_into(view)
+                    if n == 0:
+                        self._disconnected.append((conn, "peer closed the connection mid-frame"))
+                        return
+                    stats.bytes_in += n
+                    conn.payload_read += n
+                    if n < want:
+                        conn.readable = False
+                    if conn.payload_read == len(payload):
+                        conn.payload = None
+                        conn.payload_view = None
+                        self._receive(conn, payload)
+                        return
+                    if not conn.readable:
+                        return
+                    continue
+                rbuf = conn.rbuf
+                if rbuf is not None and self._take_frame(conn, rbuf):
+                    return
+                if conn.payload is not None:
+                    continue
+                if not conn.readable:
+                    return
+                scratch = self._scratch
+                n = sock.recv_into(self._scratch_view)
                 if n == 0:
-                    self._disconnected.append((conn, "peer closed the connection"))
+                    self._disconnected.append((conn, "peer closed the connection"
+                                               if rbuf is None else
+                                               "peer closed the connection mid-frame"))
                     return
-                self._stats.bytes_in += n
-                read = conn.size_read = conn.size_read + n
-                if read < 4:
-                    return
-                size = int.from_bytes(conn.size_buf, "big", signed=True)
-                if size < REQUEST_HEADER_PREFIX_SIZE or size > self._max_request_size:
-                    raise InvalidReceive(
-                        f"Invalid receive (size = {size}"
-                        + (f" larger than {self._max_request_size})"
-                           if size > self._max_request_size else
-                           f", a request frame has at least {REQUEST_HEADER_PREFIX_SIZE} bytes)"))
-                buf = conn.payload = bytearray(size)
-                conn.payload_view = memoryview(buf)
-                conn.payload_read = 0
-            # Usually the payload arrived with its size: read on without another select.
-            n = sock.recv_into(conn.payload_view[conn.payload_read:])
-            if n == 0:
-                self._disconnected.append((conn, "peer closed the connection mid-frame"))
-                return
-            self._stats.bytes_in += n
-            conn.payload_read += n
-            if conn.payload_read == len(conn.payload):
-                self._completed_receives.append((conn, conn.payload))
-                conn.payload = None
-                conn.payload_view = None
-                conn.size_read = 0
+                stats.bytes_in += n
+                if n < _READ_CHUNK:
+                    conn.readable = False
+                if rbuf is None:
+                    if n >= 4 and _unpack_size(scratch, 0)[0] == n - 4:
+                        # The usual case: exactly one whole frame arrived.
+                        self._check_size(n - 4)
+                        self._receive(conn, scratch[4:n])
+                        return
+                    conn.rbuf = scratch[:n]
+                else:
+                    rbuf += self._scratch_view[:n]
         except (BlockingIOError, InterruptedError):
-            return
+            conn.readable = False
         except InvalidReceive as e:
-            self._stats.invalid_receives += 1
+            stats.invalid_receives += 1
             log.warning("processor %d: closing connection %s from %s: %s", self.processor_id,
                         conn.connection_id, conn.client_address, e)
             self._disconnected.append((conn, str(e)))
         except OSError as e:
             self._disconnected.append((conn, f"read failed: {e}"))
 
-    def _write(self, conn: _Connection) -> bool:
-        """Write as much of the pending response as the socket takes. True when complete."""
+    def _check_size(self, size: int) -> None:
+        if size < REQUEST_HEADER_PREFIX_SIZE or size > self._max_request_size:
+            raise InvalidReceive(
+                f"Invalid receive (size = {size}"
+                + (f" larger than {self._max_request_size})"
+                   if size > self._max_request_size else
+                   f", a request frame has at least {REQUEST_HEADER_PREFIX_SIZE} bytes)"))
+
+    def _take_frame(self, conn: _Connection, rbuf: bytearray) -> bool:
+        """Take the first frame out of the buffered bytes: True if one was whole (it is
+        received). Otherwise a frame larger than the bytes here moves to its own
+        ``payload`` buffer once its size is known; False."""
+        have = len(rbuf)
+        if have < 4:
+            return False
+        size = _unpack_size(rbuf, 0)[0]
+        self._check_size(size)
+        end = 4 + size
+        if have >= end:
+            frame = rbuf[4:end]
+            if have == end:
+                conn.rbuf = None
+            else:
+                del rbuf[:end]
+            self._receive(conn, frame)
+            return True
+        if size > _READ_CHUNK:
+            payload = conn.payload = bytearray(size)
+            conn.payload_view = memoryview(payload)
+            payload[:have - 4] = rbuf[4:]
+            conn.payload_read = have - 4
+            conn.rbuf = None
+        return False
+
+    def _receive(self, conn: _Connection, frame: bytearray) -> None:
+        """A whole request frame: mute the connection (one request in flight) and queue
+        the request for the next hand-off to the handlers."""
+        request = Request(self.processor_id, conn.connection_id, self.listener_name,
+                          conn.client_address, memoryview(frame), _monotonic_ns())
+        request.connection = conn
+        self._stats.requests_received += 1
+        conn.inflight = request          # mute
+        self._update_interest(conn)
+        self._completed_receives.append((conn, request))
+
+    def _write(self, conn: _Connection) -> int:
+        """Write as much of the pending response as the socket takes (conn.lock held, on
+        any thread). ``_WRITE_DONE``, ``_WRITE_PARTIAL`` (the socket buffer is full, so an
+        EVENT_WRITE will follow) or ``_WRITE_FAILED`` (``conn.write_error`` says why)."""
         parts = conn.send_parts
         sizes = conn.send_sizes
         i = conn.send_index
@@ -645,7 +898,7 @@ class Processor(threading.Thread):
                     off += n
                     if off < sizes[i]:
                         if n < min(remaining, _SENDFILE_MAX):
-                            return False   # socket buffer full: wait for EVENT_WRITE
+                            return _WRITE_PARTIAL
                         continue
                     i += 1
                     off = 0
@@ -656,6 +909,8 @@ class Processor(threading.Thread):
                     j += 1
                 if off:
                     bufs = [memoryview(part)[off:], *parts[i + 1:j]]
+                elif j == i + 1:
+                    bufs = (part,)
                 else:
                     bufs = parts[i:j]
                 flags = _MSG_MORE if j < nparts else 0
@@ -671,35 +926,38 @@ class Processor(threading.Thread):
                         off += n
                         n = 0
                 if i < j:
-                    return False
-            return True
+                    return _WRITE_PARTIAL
+            return _WRITE_DONE
         except (BlockingIOError, InterruptedError):
-            return False
-        except (OSError, EOFError, ValueError, TypeError) as e:
-            # ValueError/TypeError: a closed file behind a FileRegion, or a bad part.
-            self._disconnected.append((conn, f"write failed: {e!r}"))
-            return False
+            return _WRITE_PARTIAL
+        except Exception as e:
+            # OSError: reset / broken pipe; ValueError/TypeError: a closed file behind a
+            # FileRegion, or a bad part; EOFError: a region beyond the end of its file.
+            conn.write_error = f"write failed: {e!r}"
+            return _WRITE_FAILED
         finally:
             conn.send_index = i
             conn.send_offset = off
             if out:
-                self._stats.bytes_out += out
+                stats = self._stats
+                with stats.lock:
+                    stats.bytes_out += out
 
     # -- helpers --------------------------------------------------------------------------
     def _update_interest(self, conn: _Connection) -> None:
-        events = 0
+        if self._poller.edge_triggered:
+            return          # registered once for both directions
+        events = 0          # pragma: no cover - non-Linux
         if conn.send_parts is not None:
             events = EVENT_WRITE
         elif conn.inflight is None and not conn.read_paused:
             events = EVENT_READ
-        self._set_events(conn, events)
-
-    def _set_events(self, conn: _Connection, events: int) -> None:
         if events != conn.events:
             self._poller.modify(conn.fd, events)
             conn.events = events
 
     def _update_request_metrics(self, request: Request, bytes_out: int) -> None:
+        """Per-api counters; the caller holds ``self._stats.lock``."""
         s = self._stats.api.get(request.api_key)
         if s is None:
             s = self._stats.api_stats(request.api_key)
@@ -717,24 +975,28 @@ class Processor(threading.Thread):
         s[API_RESPONSE_SEND_NS] += end - request.response_dequeued_ns
 
     def _close(self, conn: _Connection, reason: str) -> None:
-        if conn.closed:
-            return
-        conn.closed = True
-        log.debug("processor %d: closing %s: %s", self.processor_id, conn.connection_id, reason)
-        try:
-            self._poller.unregister(conn.fd)
-        except (KeyError, ValueError, OSError):
-            pass
-        conn.events = 0
-        try:
-            conn.sock.close()
-        except OSError:
-            pass
+        with conn.lock:                  # waits for a direct send in progress
+            if conn.closed:
+                return
+            conn.closed = True
+            log.debug("processor %d: closing %s: %s", self.processor_id, conn.connection_id,
+                      reason)
+            try:
+                self._poller.unregister(conn.fd)
+            except (KeyError, ValueError, OSError):
+                pass
+            conn.events = 0
+            try:
+                conn.sock.close()
+            except OSError:
+                pass
+            conn.inflight = None
+            conn.response = None
+            conn.send_parts = None
+            conn.rbuf = None
+            conn.payload = conn.payload_view = None
         if self._connections.get(conn.connection_id) is conn:
             del self._connections[conn.connection_id]
-        conn.inflight = None
-        conn.response = None
-        conn.send_parts = None
         self._stats.connections_closed += 1
         self._quotas.dec(conn.client_address[0])
 
@@ -749,6 +1011,7 @@ class Processor(threading.Thread):
             sock.close()
             self._quotas.dec(addr[0])
         self._responses.clear()
+        self._resumed.clear()
         self._blocked.clear()
         self._poller.close()
         self._waker.close()

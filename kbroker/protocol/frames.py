@@ -144,8 +144,10 @@ def frame_size(parts) -> int:
 
 
 def _frame(header: bytes, body: list) -> list:
-    size = len(header) + frame_size(body)
     first = body[0]
+    if len(body) == 1 and type(first) is bytes:     # the usual response: one bytes part
+        return [b"".join((_i32_pack(len(header) + len(first)), header, first))]
+    size = len(header) + frame_size(body)
     if isinstance(first, bytes):
         return [b"".join((_i32_pack(size), header, first))] + body[1:]
     return [_i32_pack(size) + header] + body

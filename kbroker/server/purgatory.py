@@ -269,7 +269,12 @@ class DelayedOperationPurgatory:
 
     def check_and_complete(self, key: Hashable) -> int:
         """Try to complete the operations watched under ``key``; how many completed here."""
-        shard = self._shard(key)
+        shard = self._shards[hash(key) % _SHARDS]
+        if key not in shard.watchers:
+            # Unlocked peek (a dict lookup is atomic): nothing watched, the common case
+            # on every append. An operation being watched right now is not missed: its
+            # try_complete_else_watch tries again after watching.
+            return 0
         with shard.lock:
             watchers = shard.watchers.get(key)
             if watchers is None:

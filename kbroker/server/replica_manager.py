@@ -160,11 +160,23 @@ class ReplicaManager:
                 appended.append(tp)
         for tp in appended:
             self._after_append(tp)
-        if required_acks == -1 and appended:
+        if required_acks == -1 and appended and not self._acks_all_reached(appended, results):
             op = DelayedProduce(timeout_ms, self, results, respond)
             self.produce_purgatory.try_complete_else_watch(op, appended)
         else:
             respond(results)
+
+    def _acks_all_reached(self, appended, results) -> bool:
+        """True when the high watermark already passed every appended batch, so acks=all
+        is answered at once, without a DelayedProduce (same answer: its first
+        try_complete would succeed). Single replica: always, once ``_after_append`` has
+        moved the high watermark; with followers, the purgatory waits for them."""
+        partitions = self._partitions
+        for tp in appended:
+            part = partitions.get(tp)
+            if part is None or part.log.high_watermark <= results[tp].last_offset:
+                return False
+        return True
 
     def _after_append(self, tp: TopicPartition) -> None:
         part = self._partitions.get(tp)

@@ -32,10 +32,13 @@ def handle_produce(broker, ctx, req) -> None:
         _respond_errors(ctx, req, results)
         return
     entries = {}
+    order = []
     for t in req.topic_data:
+        name = t.name
         for p in t.partition_data:
-            entries[(t.name, p.index)] = p.records
-    order = [(t.name, p.index) for t in req.topic_data for p in t.partition_data]
+            tp = (name, p.index)
+            entries[tp] = p.records
+            order.append(tp)
 
     def respond(results) -> None:
         if acks == 0:
@@ -54,10 +57,16 @@ def handle_produce(broker, ctx, req) -> None:
                                           log_append_time_ms=r.log_append_time_ms,
                                           log_start_offset=r.log_start_offset)
             if v >= 8:
-                pr.record_errors = [BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
-                                    for i, m in r.record_errors]
-                pr.error_message = r.error_message if r.error != ErrorCode.NONE else None
-            topics.setdefault(tp[0], []).append(pr)
+                if r.record_errors:
+                    pr.record_errors = [BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                                        for i, m in r.record_errors]
+                if r.error != ErrorCode.NONE:
+                    pr.error_message = r.error_message
+            ps = topics.get(tp[0])
+            if ps is None:
+                topics[tp[0]] = [pr]
+            else:
+                ps.append(pr)
         ctx.respond(ProduceResponse(
             responses=[TopicProduceResponse(name=n, partition_responses=ps) for n, ps in topics.items()],
             throttle_time_ms=0))
