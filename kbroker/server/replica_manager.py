@@ -276,7 +276,7 @@ class ReplicaManager:
                 log.exception("error reading %s-%d at offset %d", tp[0], tp[1], st.fetch_offset)
                 r = FetchPartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR)
             results[tp] = r
-            size = _region_size(r.records)
+            size = region_size(r.records)
             if size:
                 remaining = max(0, remaining - size)
                 min_one_message = False
@@ -313,7 +313,7 @@ class ReplicaManager:
         """Answer now when there is enough data, an error, or no wait; else park a
         DelayedFetch watched on every partition fetched."""
         results = self.read_from_local_log(fetch_infos, max_bytes, True, isolation_level, replica_id)
-        total = sum(_region_size(r.records) for r in results.values())
+        total = sum(region_size(r.records) for r in results.values())
         errors = any(r.error != ErrorCode.NONE for r in results.values())
         if max_wait_ms <= 0 or not fetch_infos or total >= min_bytes or errors:
             respond(results)
@@ -323,7 +323,8 @@ class ReplicaManager:
         self.fetch_purgatory.try_complete_else_watch(op, [tp for tp, _ in fetch_infos])
 
 
-def _region_size(r) -> int:
+def region_size(r) -> int:
+    """Bytes in a records value: a FileRegion, bytes-like, or None (0)."""
     if r is None:
         return 0
     size = getattr(r, "size", None)

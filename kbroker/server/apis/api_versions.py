@@ -1,6 +1,8 @@
 """ApiVersions: exactly the (api key, version range) pairs this broker implements."""
 from __future__ import annotations
 
+import re
+
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.api_versions import ApiVersion, ApiVersionsResponse
 from kbroker.server.apis import ApiHandler
@@ -15,13 +17,14 @@ def api_versions_response(apis, error_code: int = ErrorCode.NONE) -> ApiVersions
     )
 
 
+#: Kafka's ApiVersionsRequest.isValid pattern for client software name and version
+_SOFTWARE_NAME_VERSION = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+
 def handle_api_versions(broker, ctx, req) -> None:
     if ctx.api_version >= 3:
         name, version = req.client_software_name, req.client_software_version
-        import re
-
-        valid = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
-        if not valid.match(name or "") or not valid.match(version or ""):
+        if not _SOFTWARE_NAME_VERSION.match(name or "") or not _SOFTWARE_NAME_VERSION.match(version or ""):
             ctx.respond(ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST))
             return
     ctx.respond(api_versions_response(broker.apis))

@@ -10,6 +10,7 @@ from kbroker.protocol.messages.fetch import FetchableTopicResponse, FetchRespons
 from kbroker.server.apis import ApiHandler
 from kbroker.server.delayed import FetchPartitionStatus
 from kbroker.server.fetch_session import CachedPartition, FetchSessionError
+from kbroker.server.replica_manager import region_size as _region_size
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -66,7 +67,7 @@ def handle_fetch(broker, ctx, req) -> None:
         ids = {}
         for tp, cp in fetch_list:
             r = results[tp]
-            has_records = r.records is not None and _size(r.records) > 0
+            has_records = _region_size(r.records) > 0
             if not fctx.include(tp, cp, r.error, r.high_watermark, r.last_stable_offset,
                                 r.log_start_offset, has_records):
                 continue
@@ -91,11 +92,6 @@ def handle_fetch(broker, ctx, req) -> None:
 
     broker.replica_manager.fetch_messages(req.max_wait_ms, req.min_bytes, max_bytes, isolation, infos, respond,
                                           replica_id)
-
-
-def _size(r) -> int:
-    s = getattr(r, "size", None)
-    return s if isinstance(s, int) else len(r)
 
 
 HANDLERS = {ApiKey.FETCH: ApiHandler(4, 16, handle_fetch)}
