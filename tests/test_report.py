@@ -64,7 +64,7 @@ def make_run(results, *, seed, rate=10_000.0, lat_us=2000.0, n_intervals=24, war
         clock.t = 1000.0 + k + 1
     clock.t += 0.2              # short final interval: trimmed by the report
     run_dir = tw.close()
-    return run_dir, {k: np.concatenate(v) for k, v in raw.items()}
+    return run_dir, {k: np.concatenate(v) if v else np.array([]) for k, v in raw.items()}
 
 
 def exact(samples, q):
@@ -190,6 +190,26 @@ def test_same_distribution_not_flagged(spark, tmp_path):   # noqa: F811
     assert verdict["status"] == "ok"
     flagged = [m["metric"] for m in verdict["comparisons"][0]["metrics"] if m["regression"]]
     assert flagged == []
+
+
+# -- a run that ends inside its warm-up still has numbers --------------------------------
+def test_run_shorter_than_warmup_keeps_all_intervals(spark, tmp_path):   # noqa: F811
+    """A fast consume of a small topic can end before its warm-up does: the report keeps
+    that run's intervals instead of showing no throughput at all."""
+    short_dir, _ = make_run(tmp_path / "runs", seed=31, rate=5_000.0, n_intervals=2, warmup_s=3,
+                            run_id="short")
+    make_run(tmp_path / "runs", seed=32, rate=5_000.0, run_id="normal")
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(tmp_path / "runs"), "--omb", "--out", str(out)],
+                    spark=spark) == cli.EXIT_OK
+    verdict, md, _ = read_outputs(out)
+    runs = {r["run_id"]: r for r in verdict["runs"]}
+    short, normal = runs["short"], runs["normal"]
+    # both full 1 s intervals kept, the 0.2 s tail still dropped
+    assert short["kept_intervals"] == 2
+    assert 4_500 < short["send_rps"] < 5_500 and short["publish_n"] == 2 * 300
+    # a normal run is still trimmed: 24 intervals minus 2 of warm-up, tail dropped
+    assert normal["kept_intervals"] == 22
 
 
 # -- malformed inputs are reported and skipped ------------------------------------------

@@ -79,8 +79,15 @@ class ConfluentConsumer:
     name = "confluent"
 
     def __init__(self, bootstrap: str, settings: dict):
+        # fetch.queue.backoff.ms: librdkafka (2.2+) stops fetching for this long, 1000 ms by
+        # default, whenever its local queue holds more than queued.min.messages (100k).
+        # A broker that answers a 1 MiB fetch in ~1.5 ms fills that queue faster than a
+        # Python loop drains it, and the run then measures the client's sleeps (one full
+        # second per ~100k records) instead of the broker. Both brokers of a --vs run get
+        # the same setting; --consumer-config fetch.queue.backoff.ms=1000 restores it.
         conf = {"bootstrap.servers": bootstrap, "group.id": "bench-consume",
-                "enable.auto.commit": False, "auto.offset.reset": "earliest", **_QUIET,
+                "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                "fetch.queue.backoff.ms": 10, **_QUIET,
                 **_str_settings(settings)}
         self._c = confluent_kafka.Consumer(conf)
 

@@ -2,8 +2,10 @@
 
 Interval trimming (per run): an interval is *kept* when it starts at or after
 ``warmup_s`` and lasts at least half the nominal ``interval_ms`` (drops the
-short final interval). Throughput = records (bytes) per kept interval divided
-by its duration; MB = 10**6 bytes.
+short final interval). A run too short to keep any interval that way (a fast
+consume of a small topic ends inside its warm-up) keeps its full intervals, or
+failing those all of non-zero duration, so it still has numbers. Throughput = records (bytes)
+per kept interval divided by its duration; MB = 10**6 bytes.
 
 Latency percentiles come from *merged* histograms: bucket counts of all kept
 intervals are summed in Spark per key (a run, or a group of runs), then the
@@ -44,10 +46,18 @@ def interval_rates(spark, iv, meta: pd.DataFrame):
         meta[["run_id", "warmup_s", "interval_ms"]].astype(
             {"warmup_s": "float64", "interval_ms": "int64"}),
         "run_id string, warmup_s double, interval_ms long")
+    from pyspark.sql import Window
     d = F.col("duration_ms").cast("double")
+    run = Window.partitionBy("run_id")
+    full = F.col("duration_ms") * 2 >= F.col("interval_ms")
+    trimmed = (F.col("start_ms") >= F.col("warmup_s") * 1000.0) & full
+    any_trimmed = F.max(trimmed.cast("int")).over(run) == 1
+    any_full = F.max(full.cast("int")).over(run) == 1
+    kept = (F.when(any_trimmed, trimmed)            # the rule
+            .when(any_full, full)                   # ended inside its warm-up
+            .otherwise(F.col("duration_ms") > 0))   # shorter than one interval
     return (iv.join(F.broadcast(m), "run_id")
-            .withColumn("kept", (F.col("start_ms") >= F.col("warmup_s") * 1000.0)
-                        & (F.col("duration_ms") * 2 >= F.col("interval_ms")))
+            .withColumn("kept", kept)
             .withColumn("send_rps", F.when(d > 0, F.col("records_sent") * 1000.0 / d))
             .withColumn("recv_rps", F.when(d > 0, F.col("records_received") * 1000.0 / d))
             .withColumn("send_mbps", F.when(d > 0, F.col("bytes_sent") / d / 1000.0))
