@@ -351,7 +351,9 @@ def omb_matches(t: Tables, omb_list: list[dict[str, Any]], ours: str = "kbroker"
             "group": gid, "workload": workload_label(first), "runs": sorted(g.run_id),
             "machine": machine_label(first), "broker": ours, "client": first.client,
             "send_rps": _num(ivk.send_rps.mean()) if not ivk.empty else None,
-            "send_mbps": _num(ivk.send_mbps.mean()) if not ivk.empty else None}
+            "send_mbps": _num(ivk.send_mbps.mean()) if not ivk.empty else None,
+            "recv_rps": _num(ivk.recv_rps.mean()) if not ivk.empty else None,
+            "recv_mbps": _num(ivk.recv_mbps.mean()) if not ivk.empty else None}
         for metric in LATENCY_METRICS:
             p = _pct(t, "group", gid, metric)
             if p is not None:

@@ -15,27 +15,39 @@ _PCT_TICKS = [2, 10, 100, 1_000, 10_000, 100_000, 1_000_000]
 _PCT_LABELS = ["50%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%"]
 
 
-def _short(run_id: str, broker: str) -> str:
-    return f"{broker}: {run_id[-24:]}"
-
-
 def throughput_over_time(intervals: pd.DataFrame, meta: pd.DataFrame, out: Path) -> Path | None:
+    """One panel per workload (a max-rate run and a 5,000 msg/s run do not share a
+    y axis), a line per run labelled broker, round and run time."""
     if intervals.empty:
         return None
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    brokers = dict(zip(meta.run_id, meta.broker))
-    warm = dict(zip(meta.run_id, meta.warmup_s))
-    for run_id, g in intervals.groupby("run_id"):
-        col = "send_rps" if g.send_rps.fillna(0).sum() > 0 else "recv_rps"
-        t = g.start_ms / 1000.0
-        line, = ax.plot(t, g[col], lw=1.2, label=_short(run_id, brokers.get(run_id, "?")))
-        if warm.get(run_id):
-            ax.axvline(warm[run_id], color=line.get_color(), ls=":", lw=0.8)
-    ax.set_xlabel("time since run start (s); dotted = end of warm-up")
-    ax.set_ylabel("records/s (sent, or received for consumer runs)")
-    ax.set_title("Throughput per interval")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    m = meta.set_index("run_id")
+    names = m["wl_name"] if "wl_name" in m else pd.Series("", index=m.index)
+    workloads = sorted({str(names.get(r, "")) for r in intervals.run_id.unique()})
+    fig, axes = plt.subplots(len(workloads), 1, figsize=(9, 2.6 * len(workloads) + 0.8),
+                             squeeze=False)
+    for ax, wl in zip(axes[:, 0], workloads):
+        for run_id, g in intervals.groupby("run_id"):
+            if str(names.get(run_id, "")) != wl:
+                continue
+            warm = m["warmup_s"].get(run_id)
+            # the warm-up and the kept intervals; not the short final one, whose rate
+            # (a flush's tail over a fraction of an interval) would dwarf the rest
+            g = g[g.kept | (g.start_ms < (warm or 0) * 1000.0)]
+            col = "send_rps" if g.send_rps.fillna(0).sum() > 0 else "recv_rps"
+            rnd = m["round"].get(run_id) if "round" in m else None
+            label = (f"{m['broker'].get(run_id, '?')}"
+                     + (f" r{int(rnd)}" if rnd is not None and pd.notna(rnd) else "")
+                     + f" {run_id[9:15]}")      # HHMMSS of the run id's UTC timestamp
+            line, = ax.plot(g.start_ms / 1000.0, g[col], lw=1.2, label=label)
+            if warm:
+                ax.axvline(warm, color=line.get_color(), ls=":", lw=0.8)
+        ax.set_title(wl or "(no workload name)", fontsize=9)
+        ax.set_ylabel("records/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="best", ncol=2)
+    axes[-1, 0].set_xlabel("time since run start (s); dotted = end of warm-up; "
+                           "records sent, or received for consumer runs")
+    fig.suptitle("Throughput per interval")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -120,7 +120,10 @@ def build_document(model: dict[str, Any]) -> list[tuple]:
     for m in model["omb_matches"]:
         o = m["ours"]
         d.append(("h3", f"{o['workload']} ({o['client']} client)"))
-        rows = [["kbroker (ours)", o["machine"], _f(o.get("send_rps")), _f(o.get("send_mbps"))]
+        consumed = not o.get("send_rps") and bool(o.get("recv_rps"))   # a consume-only run
+        rate = ("recv_rps", "recv_mbps") if consumed else ("send_rps", "send_mbps")
+        rows = [["kbroker (ours)" + (", records consumed" if consumed else ""), o["machine"],
+                 _f(o.get(rate[0])), _f(o.get(rate[1]))]
                 + _pcts(o, "publish")[:4] + [_pcts(o, "e2e")[2], "-"]]
         for x in m["matches"]:
             rows.append([f"Apache Kafka {x['kafka_version']} - {x['source']} - {x['file']}",
