@@ -4,8 +4,8 @@ Interval trimming (per run): an interval is *kept* when it starts at or after
 ``warmup_s`` and lasts at least half the nominal ``interval_ms`` (drops the
 short final interval). A run too short to keep any interval that way (a fast
 consume of a small topic ends inside its warm-up) keeps its full intervals, or
-failing those all of non-zero duration, so it still has numbers. Throughput = records (bytes)
-per kept interval divided by its duration; MB = 10**6 bytes.
+failing those all of non-zero duration, so it still has numbers. Throughput =
+records (bytes) per kept interval divided by its duration; MB = 10**6 bytes.
 
 Latency percentiles come from *merged* histograms: bucket counts of all kept
 intervals are summed in Spark per key (a run, or a group of runs), then the

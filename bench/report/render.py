@@ -46,7 +46,8 @@ def build_document(model: dict[str, Any]) -> list[tuple]:
                    f"alpha = {model['alpha']:g}. Latencies in ms from merged HdrHistogram-style "
                    f"buckets (2 significant digits; a percentile is the upper bound of its "
                    f"bucket). MB = 10^6 bytes. Throughput CIs are 95 % Student-t over kept "
-                   f"intervals (warm-up and short final interval trimmed; a run that ends inside its warm-up keeps its full intervals)."))
+                   f"intervals (warm-up and short final interval trimmed; a run that ends "
+                   f"inside its warm-up keeps its full intervals)."))
     if model["skipped"]:
         d.append(("h2", "Skipped inputs"))
         d.append(("table", ["path", "reason"], [[s["path"], s["reason"]] for s in model["skipped"]]))
