@@ -42,7 +42,6 @@ import logging
 import os
 import random
 import shutil
-import struct
 import threading
 import time
 from typing import Callable
@@ -65,11 +64,6 @@ from kbroker.log.producer_state import (
 )
 from kbroker.log.recovery import load_log
 from kbroker.log.segment import DELETED_SUFFIX, LogSegment, iter_batch_headers
-
-# One v2 batch's length field (byte 8) and producer id (byte 43): the append path's
-# check for a plain (non-idempotent) single batch without walking the framing.
-_BATCH_LENGTH = struct.Struct(">i")
-_PRODUCER_ID = struct.Struct(">q")
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +285,7 @@ class Log:
                         raise RecordTooLargeError(
                             f"The record batch size in the append to {self.name} is {size} bytes which "
                             f"exceeds the maximum configured value of {config.max_message_bytes}.")
-            pending = self._analyze_producer_state_locked(buf, n, infos, assign_offsets)
+            pending = self._analyze_producer_state_locked(buf, infos, assign_offsets)
             if pending is not None and pending.duplicate is not None:
                 return self._duplicate_append_info(pending.duplicate)
             if seg.should_roll(n, max_ts, next_offset - 1, self._time_ms(), config.segment_bytes,
@@ -319,19 +313,15 @@ class Log:
             self.flush()
         return LogAppendInfo(first, next_offset - 1, max_ts, off_max, -1, log_start, count, n)
 
-    def _analyze_producer_state_locked(self, buf, n: int, infos, assign_offsets: bool):
-        """Validate the idempotent batches of ``buf`` (``n`` bytes of whole v2 batches,
-        framing checked by ``_prepare``, offsets assigned) against ``producer_state``;
-        None when no batch has a producer id. Lock held."""
+    def _analyze_producer_state_locked(self, buf, infos, assign_offsets: bool):
+        """Validate the idempotent batches of ``buf`` (offsets already assigned) against
+        ``producer_state``; None when no batch has a producer id. Lock held."""
         if infos is not None:  # validate_batches' BatchInfos: skip the header walk for plain producers
             for info in infos:
                 if info.producer_id != NO_PRODUCER_ID:
                     break
             else:
                 return None
-        elif (_BATCH_LENGTH.unpack_from(buf, 8)[0] + 12 == n
-              and _PRODUCER_ID.unpack_from(buf, 43)[0] == NO_PRODUCER_ID):
-            return None            # one plain batch: nothing for the producer state
         if isinstance(buf, memoryview) and buf.format != "B":
             buf = buf.cast("B")
         batches = [(h, h.base_offset) for h in iter_batch_headers(buf) if h.producer_id != NO_PRODUCER_ID]
