@@ -6,6 +6,7 @@ behaviour must stay exactly Kafka's, so every test also checks the answers.
 """
 from __future__ import annotations
 
+import collections
 import select
 import socket
 import struct
@@ -81,6 +82,131 @@ def test_pipelined_frames_in_one_segment_are_answered_in_order():
             for i in range(200):
                 assert read_echo(s) == (i, b"p%d" % i)
     assert max(seen_inflight) == 1
+
+
+def test_pipelined_frames_are_served_back_to_back_by_the_answering_handler(monkeypatch):
+    """Whole pipelined frames waiting in the read buffer are taken by the thread that
+    answered the previous request and handled by it next (the channel's next slot):
+    one handler serves them all, the processor is not woken per request, answers stay
+    in order with one request in flight, and every request is counted once."""
+    wakes = []
+    real_wake = processor_mod._Waker.wake
+    threads = []
+    active = [0]
+    max_active = [0]
+    lock = threading.Lock()
+
+    def counting_wake(self):
+        wakes.append(threading.current_thread().name)
+        real_wake(self)
+
+    def handle(channel, request):
+        with lock:
+            active[0] += 1
+            max_active[0] = max(max_active[0], active[0])
+            threads.append(threading.current_thread().name)
+            active[0] -= 1
+        echo(channel, request)
+
+    n = 100
+    with running_server(handle, io_threads=4, num_network_threads=1) as server:
+        with connect(server.bound_port()) as s:
+            s.sendall(frame(0, b"warm-up"))
+            assert read_echo(s) == (0, b"warm-up")
+            threads.clear()
+            monkeypatch.setattr(processor_mod._Waker, "wake", counting_wake)
+            s.sendall(b"".join(frame(i, b"q%d" % i) for i in range(1, n + 1)))  # one segment
+            for i in range(1, n + 1):
+                assert read_echo(s) == (i, b"q%d" % i)
+            monkeypatch.setattr(processor_mod._Waker, "wake", real_wake)
+        wait_until(lambda: server.metrics.totals()["responses_sent"] == n + 1,
+                   what="all responses counted")
+        assert server.metrics.totals()["requests_received"] == n + 1
+        assert server.channel.request_queue_size() == 0
+    assert max_active[0] == 1
+    assert len(threads) == n
+    # The processor reads the segment and hands on the first frame; the handler that
+    # answers it takes the next, and so on.
+    assert len(set(threads)) == 1, collections.Counter(threads)
+    assert len(wakes) <= 1, wakes
+
+
+def test_pipelined_frames_with_a_full_request_queue_are_kept_by_the_processor():
+    """A pipelined frame taken by the answering thread while the request queue is full
+    goes back to the processor (as a blocked request) and is still answered in order."""
+    release = threading.Event()
+    refused = []
+
+    def handle(channel, request):
+        if request.api_key == 1:                 # connection X: holds handler A
+            release.wait(5)
+        elif request.api_key == 18 and request.correlation_id == 0:
+            # handler B, first frame of the pipelining connection: wait until Y's
+            # request fills the queue, so taking the next frame is refused
+            wait_until(lambda: channel.request_queue_size() == 1, what="queue full")
+        echo(channel, request)
+
+    with running_server(handle, io_threads=2, num_network_threads=1,
+                        queued_max_requests=1) as server:
+        channel = server.channel
+        real_try = channel.try_send_request
+
+        def spying_try(request, processor, to_caller=False):
+            ok = real_try(request, processor, to_caller)
+            if to_caller and not ok:
+                refused.append(request.correlation_id)
+            return ok
+
+        channel.try_send_request = spying_try
+        port = server.bound_port()
+        with connect(port) as x, connect(port) as y, connect(port) as s:
+            x.sendall(frame(0, b"hold", api_key=1))
+            wait_until(lambda: server.metrics.totals()["requests_received"] == 1
+                       and channel.request_queue_size() == 0, what="X's request taken")
+            s.sendall(b"".join(frame(i, b"r%d" % i) for i in range(20)))
+            wait_until(lambda: server.metrics.totals()["requests_received"] == 2,
+                       what="first pipelined frame taken")
+            y.sendall(frame(7, b"y", api_key=2))
+            wait_until(lambda: refused, what="a refused next request")
+            release.set()
+            assert read_echo(x) == (0, b"hold")
+            assert read_echo(y) == (7, b"y")
+            for i in range(20):
+                assert read_echo(s) == (i, b"r%d" % i)
+    assert refused == [1]
+
+
+def test_next_slot_is_used_only_by_handler_threads_and_never_overtakes_the_queue():
+    channel = RequestChannel(queue_size=10)
+
+    class Sink:
+        def wakeup(self):
+            pass
+
+    sink = Sink()
+    a, b, c = object(), object(), object()
+    # Not a handler thread: to_caller is ignored, the request is queued.
+    assert channel.try_send_request(a, sink, to_caller=True)
+    assert channel.receive_request(0.01) is a
+    channel.register_handler_thread()
+    # Something queued: the next request queues behind it (FIFO).
+    assert channel.try_send_request(a, sink)
+    assert channel.try_send_request(b, sink, to_caller=True)
+    assert channel.receive_request(0.01) is a
+    assert channel.receive_request(0.01) is b
+    # Queue empty: kept in this thread's slot, counted, returned first.
+    assert channel.try_send_request(b, sink, to_caller=True)
+    assert channel.request_queue_size() == 1
+    assert channel.try_send_request(c, sink, to_caller=True)  # slot taken: queued
+    assert channel.request_queue_size() == 2
+    got = []
+    t = threading.Thread(target=lambda: got.append(channel.receive_request(1)))
+    t.start()
+    t.join(5)
+    assert got == [c]                     # another thread never sees this one's slot
+    assert channel.receive_request(0.01) is b
+    assert channel.receive_request(0.01) is None
+    assert channel.request_queue_size() == 0
 
 
 def test_frame_split_across_many_segments_and_large_frames():

@@ -161,10 +161,19 @@ class RequestChannel:
     GIL hand-over) per request just to find the queue empty again; measured with
     num.io.threads=8 that was ~5 context switches per request instead of ~1.
 
+    A handler thread that answers a request may queue the next request of the same
+    connection (a pipelined frame already read, see ``Processor._send_directly``) for
+    itself: :meth:`try_send_request` with ``to_caller=True`` keeps it in that thread's
+    *next* slot, which its next :meth:`receive_request` returns, when the queue is empty
+    (so it overtakes nothing). The request is counted like a queued one; nothing is
+    woken, so a pipelining connection is served back to back without a thread
+    hand-over per request. Other threads (purgatory reapers, timers) queue as usual.
+
     Thread-safety: every method may be called from any thread. ``_lock`` guards the
     queue, ``_idle`` (waiting handlers, most recently idle last), ``_size`` (requests
-    counted: queued or handed to a handler that has not yet returned them from
-    receive_request) and ``_waiters`` (processors refused since the last dequeue).
+    counted: queued, in a next slot, or handed to a handler that has not yet returned
+    them from receive_request) and ``_waiters`` (processors refused since the last
+    dequeue). A next slot (``_local.next``) is touched only by its own thread.
     Invariant: ``0 <= _size <= queue_size``; shutdown sentinels are not counted.
     """
 
@@ -178,6 +187,7 @@ class RequestChannel:
         self._size = 0
         self._waiters: list[ResponseSink] = []
         self._processors: dict[int, ResponseSink] = {}
+        self._local = threading.local()       # .next: a handler thread's next slot
 
     # -- processors -------------------------------------------------------------------
     def add_processor(self, processor_id: int, processor: ResponseSink) -> None:
@@ -188,19 +198,27 @@ class RequestChannel:
     def remove_processor(self, processor_id: int) -> None:
         self._processors.pop(processor_id, None)
 
-    def try_send_request(self, request: Request, processor: ResponseSink) -> bool:
+    def try_send_request(self, request: Request, processor: ResponseSink,
+                         to_caller: bool = False) -> bool:
         """Queue ``request`` unless the queue is full.
 
         On refusal ``processor.wakeup()`` will be called once a slot frees up; the
-        processor must keep the request and retry.
+        processor must keep the request and retry. ``to_caller``: a handler thread keeps
+        it in its next slot when that is free and nothing is queued (see the class
+        docstring); from any other thread the flag is ignored.
         """
+        local = self._local
         with self._lock:
             if self._size >= self.queue_size:
                 if processor not in self._waiters:
                     self._waiters.append(processor)
                 return False
             self._size += 1
-            self._put_locked(request)
+            if (to_caller and not self._queue
+                    and getattr(local, "next", False) is None):
+                local.next = request
+            else:
+                self._put_locked(request)
         return True
 
     def _put_locked(self, item) -> None:
@@ -213,8 +231,23 @@ class RequestChannel:
             self._queue.append(item)
 
     # -- handlers ---------------------------------------------------------------------
+    def register_handler_thread(self) -> None:
+        """Give the calling thread (a request handler) a next slot."""
+        self._local.next = None
+
     def receive_request(self, timeout_s: float | None = None):
-        """Next request, ``None`` on timeout, or :data:`SHUTDOWN`."""
+        """Next request (the caller's next slot first), ``None`` on timeout, or
+        :data:`SHUTDOWN`."""
+        local = self._local
+        request = getattr(local, "next", None)
+        if request is not None:
+            local.next = None
+            with self._lock:
+                waiters = self._dequeued_locked()
+            if waiters:
+                for processor in waiters:
+                    processor.wakeup()
+            return request
         with self._lock:
             if self._queue:
                 request = self._queue.popleft()

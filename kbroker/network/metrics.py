@@ -32,8 +32,9 @@ class ProcessorStats:
     """Counters of one network processor.
 
     Written by that processor's thread, except ``bytes_out``, ``responses_sent``,
-    ``responses_no_op``, ``responses_dropped`` and ``api``, which any thread writing a
-    response for that processor updates: every writer of those holds ``lock``.
+    ``responses_no_op``, ``responses_dropped``, ``requests_received`` and ``api``, which
+    any thread writing a response for that processor (and taking the next pipelined
+    request) updates: every writer of those holds ``lock``.
     """
 
     __slots__ = ("processor_id", "started_ns", "idle_ns", "blocked_since_ns",

@@ -47,9 +47,17 @@ while another thread waits for the GIL is a GIL hand-over, i.e. a context switch
   *direct send*) when the connection is waiting for exactly that response: no queue, no
   wake-up of this thread, no second GIL hand-over. Whatever does not fit in the socket
   buffer, and every failure, is handed to this thread, which finishes or closes.
+* Pipelined requests: when the direct send has written the response and the next frame
+  of that connection is already whole in its read buffer, the responding thread takes
+  it as the connection's in-flight request (the connection stays muted) and, on a
+  handler thread, keeps it for its own next turn (``RequestChannel`` next slot). A
+  client that pipelines (librdkafka with ``linger.ms=0``) is then served back to back,
+  still one request at a time and in order, without two thread hand-overs per request.
 
 Thread-safety: the read side of a connection (``rbuf``, ``payload``, reading the socket)
-and the connection map are touched only by the processor's own thread. The write side
+and the connection map are touched only by the processor's own thread, except that a
+responding thread holding ``lock`` may take a whole frame out of ``rbuf`` while the
+connection is still muted (the processor reads only unmuted connections). The write side
 (``response``, ``send_*``), ``closed`` and the socket's lifetime are guarded by the
 connection's ``lock``, which a direct send holds for its whole attempt and the processor
 holds while it writes or closes; so no thread writes to a closed (possibly reused) file
@@ -414,6 +422,7 @@ class Processor(threading.Thread):
             return False
         stats = self._stats
         handover = False
+        following = None
         with conn.lock:
             if conn.closed or conn.inflight is not request or conn.response is not None:
                 return False                 # gone, or a second answer: the processor drops it
@@ -443,10 +452,18 @@ class Processor(threading.Thread):
                         stats.responses_sent += 1
                         self._update_request_metrics(request, sum(sizes))
             if not handover:
-                conn.inflight = None         # unmute
+                following = (self._take_buffered_request(conn)
+                             if conn.rbuf is not None and self._running
+                             and not self._blocked and not conn.read_paused else None)
+                conn.inflight = following    # unmute, or stay muted for the next request
         if handover:
             self._responses.append(response)
             if self._selecting:
+                self._waker.wake()
+        elif following is not None:
+            if not self._channel.try_send_request(following, self, to_caller=True):
+                # Request queue full: the processor keeps it, as one it read itself.
+                self._blocked.append((conn, following))
                 self._waker.wake()
         elif conn.rbuf is not None or conn.readable or conn.payload is not None:
             # Requests may be waiting: only the processor reads.
@@ -454,6 +471,36 @@ class Processor(threading.Thread):
             if self._selecting:
                 self._waker.wake()
         return True
+
+    def _take_buffered_request(self, conn: _Connection) -> Optional[Request]:
+        """The next request of a connection whose response was just written on this
+        (responding) thread, if its frame is already whole in ``rbuf``; else None and
+        nothing changes. ``conn.lock`` held and ``conn.inflight`` still set: while it is,
+        the processor does not touch the read side, so the responding thread owns it
+        here. A frame with a bad size is left for the processor to reject."""
+        rbuf = conn.rbuf
+        have = len(rbuf)
+        if have < 4:
+            return None
+        size = _unpack_size(rbuf, 0)[0]
+        end = 4 + size
+        if (have < end or size < REQUEST_HEADER_PREFIX_SIZE
+                or size > self._max_request_size):
+            return None
+        frame = rbuf[4:end]
+        if have == end:
+            conn.rbuf = None
+        else:
+            del rbuf[:end]
+        now = _monotonic_ns()
+        request = Request(self.processor_id, conn.connection_id, self.listener_name,
+                          conn.client_address, memoryview(frame), now)
+        request.connection = conn
+        conn.last_active_ns = now
+        stats = self._stats
+        with stats.lock:
+            stats.requests_received += 1
+        return request
 
     # -- the loop ---------------------------------------------------------------------
     def run(self) -> None:
@@ -869,7 +916,9 @@ class Processor(threading.Thread):
         request = Request(self.processor_id, conn.connection_id, self.listener_name,
                           conn.client_address, memoryview(frame), _monotonic_ns())
         request.connection = conn
-        self._stats.requests_received += 1
+        stats = self._stats
+        with stats.lock:                 # a responding thread counts pipelined ones too
+            stats.requests_received += 1
         conn.inflight = request          # mute
         self._update_interest(conn)
         self._completed_receives.append((conn, request))

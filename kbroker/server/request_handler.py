@@ -41,6 +41,7 @@ class KafkaRequestHandler(threading.Thread):
         handle = self._handle
         stats = self._stats
         receive = channel.receive_request
+        channel.register_handler_thread()
         while True:
             t0 = _monotonic_ns()
             stats.blocked_since_ns = t0
