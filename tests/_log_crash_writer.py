@@ -32,7 +32,8 @@ def main() -> None:
             recs = [(1000 + off + i, None, b"%d|" % (off + i) + pad, []) for i in range(n)]
             buf += records.encode_batch(recs)
             off += n
-        info = lg.append(buf)
+        # as ReplicaManager appends (validated, with the batch infos): the broker's path
+        info = lg.append(buf, records.validate_batches(buf))
         out.write(f"{info.first_offset} {info.last_offset}\n")
         out.flush()
 

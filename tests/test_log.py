@@ -13,6 +13,26 @@ from kbroker.records.region import FileRegion
 from _log_util import Clock, batch, read_all
 
 
+@pytest.fixture(autouse=True, params=["no_infos", "broker_infos"])
+def append_path(request, monkeypatch):
+    """Every test twice: ``Log.append(buf)`` as written, and with the batch infos of
+    ``validate_batches`` as ReplicaManager passes them (the one-kernel-call fast path
+    for batches without producer ids); buffers that do not validate go without."""
+    if request.param == "broker_infos":
+        real = Log.append
+
+        def append(self, buf, infos=None, **kw):
+            if infos is None:
+                try:
+                    infos = records.validate_batches(buf)
+                except Exception:
+                    infos = None
+            return real(self, buf, infos, **kw)
+
+        monkeypatch.setattr(Log, "append", append)
+    return request.param
+
+
 def open_log(tmp_path, clock=None, **overrides):
     return Log.open(str(tmp_path / "topic-0"), LogConfig(overrides), time_ms=clock or Clock())
 
@@ -325,3 +345,4 @@ def test_layering_storage_does_not_import_server_or_network():
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 for n in names:
                     assert not n.startswith(("kbroker.network", "kbroker.server", "kbroker.protocol")), (py, n)
+

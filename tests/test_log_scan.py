@@ -146,3 +146,127 @@ def test_prepare_append_twins_agree():
     ra = c_scan.prepare_append(a, 10, -1, 0, 123, 4000, 4096, 1010, 3, True)
     rb = r_scan.prepare_append(b, 10, -1, 0, 123, 4000, 4096, 1010, 3, True)
     assert ra == rb and a == b
+
+
+def _indexes(tmp_path, tag, base=0):
+    from kbroker.kernels import offset_index, time_index
+    oi = offset_index.OffsetIndex(str(tmp_path / f"{tag}.index"), base, 1 << 20, writable=True)
+    ti = time_index.TimeIndex(str(tmp_path / f"{tag}.timeindex"), base, 1 << 20, writable=True)
+    return oi, ti
+
+
+def _append_all(mod, tmp_path, tag, data, chunks, seg_max=-1, seg_off=-1):
+    """Append ``data`` cut at ``chunks`` through ``mod.append_batches``; the file,
+    the results and the index entries."""
+    oi, ti = _indexes(tmp_path, tag, base=100)
+    fd = os.open(str(tmp_path / f"{tag}.log"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        pos, nxt, since, results = 0, 100, 0, []
+        for lo, hi in zip(chunks, chunks[1:]):
+            buf = bytearray(data[lo:hi])
+            r = mod.append_batches(buf, fd, pos, nxt, 3, 100, since, 4096, seg_max, seg_off,
+                                   (1 << 63) - 1, oi, ti, True, False)
+            results.append(r)
+            pos += len(buf)
+            nxt, since, seg_max, seg_off = r[1], r[5], r[6], r[7]
+        with open(str(tmp_path / f"{tag}.log"), "rb") as f:
+            written = f.read()
+        entries = ([oi.entry(i) for i in range(oi.entries)], [ti.entry(i) for i in range(ti.entries)])
+        return written, results, entries
+    finally:
+        os.close(fd)
+        oi.close()
+        ti.close()
+
+
+def test_append_batches_twins_agree_and_match_prepare_append(tmp_path):
+    data, positions = make_log(30, value_size=900)
+    cuts = [0, positions[1], positions[7], positions[8], positions[20], len(data)]
+    c = _append_all(c_scan, tmp_path, "c", data, cuts, seg_max=1010, seg_off=100)
+    r = _append_all(r_scan, tmp_path, "r", data, cuts, seg_max=1010, seg_off=100)
+    assert c == r
+    written, results, (offset_entries, time_entries) = c
+    # the bytes are what prepare_append makes of the same batches, offsets from 100
+    ref = bytearray(data)
+    _, nxt, count, max_ts, off_max, _, _, entries = r_scan.prepare_append(
+        ref, 100, 3, 100, 0, 0, 4096, 1010, 100, True)
+    assert written == bytes(ref)
+    assert results[-1][1] == nxt == 160 and sum(x[2] for x in results) == count == 30
+    assert (results[-1][6], results[-1][7]) == (max_ts, off_max) == (1029, 159)
+    assert offset_entries == [(o, p) for o, p, _, _ in entries]
+    assert offset_entries and time_entries
+    # the first chunk's own maxima (1000 < the segment's 1010) next to the segment's
+    assert results[0][3:5] == (1000, 101) and results[0][6:8] == (1010, 100)
+
+
+@pytest.mark.parametrize("roll_after,next_offset,base", [
+    (1002, 0, 0),                       # a timestamp above the segment.ms limit
+    ((1 << 63) - 1, (1 << 31) - 1, 0),  # last offset beyond the 32-bit relative range
+    ((1 << 63) - 1, 0, 10),             # a last offset below the segment's base offset
+])
+def test_append_batches_returns_none_and_writes_nothing_when_the_segment_must_roll(
+        scan_mod, tmp_path, roll_after, next_offset, base):
+    data, _ = make_log(5)
+    oi, ti = _indexes(tmp_path, "x", base=base)
+    fd = os.open(str(tmp_path / "x.log"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        buf = bytearray(data)
+        assert scan_mod.append_batches(buf, fd, 0, next_offset, -1, base, 0, 10, -1, -1,
+                                       roll_after, oi, ti, True, False) is None
+        assert os.fstat(fd).st_size == 0 and oi.entries == 0 and ti.entries == 0
+    finally:
+        os.close(fd)
+        oi.close()
+        ti.close()
+
+
+def test_append_batches_write_error_truncates_and_raises(scan_mod, tmp_path):
+    data, _ = make_log(3)
+    oi, ti = _indexes(tmp_path, "e")
+    path = str(tmp_path / "e.log")
+    with open(path, "wb") as f:
+        f.write(b"z" * 10)
+    fd = os.open(path, os.O_RDONLY)       # writes fail with EBADF
+    try:
+        with pytest.raises(OSError):
+            scan_mod.append_batches(bytearray(data), fd, 10, 0, -1, 0, 0, 4096, -1, -1,
+                                    (1 << 63) - 1, oi, ti, True, True)
+        assert oi.entries == 0
+    finally:
+        os.close(fd)
+        oi.close()
+        ti.close()
+    oi, ti = _indexes(tmp_path, "f")
+    try:
+        with pytest.raises(CorruptRecordError):
+            scan_mod.append_batches(bytearray(data[:-3]), -1, 0, 0, -1, 0, 0, 4096, -1, -1,
+                                    (1 << 63) - 1, oi, ti, True, False)
+    finally:
+        oi.close()
+        ti.close()
+
+
+@pytest.mark.parametrize("room", ["offset", "time"])
+def test_append_batches_needs_room_for_all_its_index_entries(scan_mod, tmp_path, room):
+    """An append whose index entries would not all fit writes nothing (the caller
+    rolls first), so no written batch is ever left unknown to its segment."""
+    from kbroker.kernels import offset_index, time_index
+    # ~1.9 KB batches, 5000 bytes since the last entry: entries before the 1st and 4th
+    data, _ = make_log(6, value_size=900)
+    # room for one entry: one offset slot, or two time slots (the last is kept free)
+    oi = offset_index.OffsetIndex(str(tmp_path / "r.index"), 0, (1 if room == "offset" else 100) * 8,
+                                  writable=True)
+    ti = time_index.TimeIndex(str(tmp_path / "r.timeindex"), 0, (2 if room == "time" else 100) * 12,
+                              writable=True)
+    fd = os.open(str(tmp_path / "r.log"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        args = (0, 0, -1, 0, 5000, 4096, -1, -1, (1 << 63) - 1, oi, ti, True, False)
+        assert scan_mod.append_batches(bytearray(data), fd, *args) is None   # 2 entries
+        assert os.fstat(fd).st_size == 0 and oi.entries == 0 and ti.entries == 0
+        one, _ = make_log(1, value_size=900)
+        assert scan_mod.append_batches(bytearray(one), fd, *args) is not None  # 1 entry
+        assert oi.entries == 1
+    finally:
+        os.close(fd)
+        oi.close()
+        ti.close()

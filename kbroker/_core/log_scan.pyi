@@ -31,3 +31,9 @@ def prepare_append(buf: Buffer, next_offset: int, leader_epoch: int, segment_bas
                    max_timestamp_so_far: int, offset_of_max_timestamp_so_far: int,
                    assign_offsets: bool = True
                    ) -> tuple[int, int, int, int, int, int, int, list[tuple[int, int, int, int]] | None]: ...
+def append_batches(buf: Buffer, fd: int, position: int, next_offset: int, leader_epoch: int,
+                   segment_base_offset: int, bytes_since_last_index_entry: int,
+                   index_interval_bytes: int, segment_max_timestamp: int,
+                   segment_offset_of_max_timestamp: int, roll_after_timestamp: int,
+                   offset_index: object, time_index: object, assign_offsets: bool = True,
+                   fsync: bool = False) -> tuple[int, int, int, int, int, int, int, int] | None: ...

@@ -33,6 +33,10 @@ Functions:
   of validated batches, rewrites ``base_offset`` (and optionally
   ``partition_leader_epoch``) in place — neither is covered by the CRC — and
   computes the index entries the segment must add.
+* ``append_batches(buf, fd, ...)`` — the whole append to the active segment in
+  one call: ``prepare_append``, the roll conditions that depend on the
+  batches, ``pwrite`` (GIL released, optional ``fdatasync``) and the index
+  entries; nothing is written when the segment must roll first.
 
 Not thread-safe with respect to the buffers passed in; holds no state.
 """
@@ -40,10 +44,14 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.stdlib cimport malloc, realloc, free
-from posix.unistd cimport pread
+from libc.string cimport memcpy, strerror
+from posix.types cimport off_t
+from libc.errno cimport errno, EINTR
+from posix.unistd cimport pread, pwrite, ftruncate, fdatasync
 
 from kbroker._core.hton cimport load_i32, load_i64, load_u32, store_i32, store_i64
 from kbroker._core.crc32c cimport crc32c_update
+from kbroker._core.offset_index cimport MmapIndex
 from kbroker._core.errors import CorruptRecordError
 
 cdef enum:
@@ -479,4 +487,151 @@ def prepare_append(buf, int64_t next_offset, int32_t leader_epoch, int64_t segme
         return (first_offset, next_offset, count, max_timestamp_so_far, offset_of_max_timestamp_so_far,
                 first_ts, bytes_since_last_index_entry, entries)
     finally:
+        PyBuffer_Release(&view)
+
+
+def append_batches(buf, int fd, int64_t position, int64_t next_offset, int32_t leader_epoch,
+                   int64_t segment_base_offset, int64_t bytes_since_last_index_entry,
+                   int64_t index_interval_bytes, int64_t segment_max_timestamp,
+                   int64_t segment_offset_of_max_timestamp, int64_t roll_after_timestamp,
+                   MmapIndex offset_index not None, MmapIndex time_index not None,
+                   bint assign_offsets=True, bint fsync=False):
+    """Append whole v2 batches (already validated) at ``position`` of the active
+    segment's ``.log`` (file descriptor ``fd``), in one call.
+
+    Prepares the batches as :func:`prepare_append` does (offsets assigned from
+    ``next_offset``, or checked; leader epoch stamped), then decides the roll
+    conditions that depend on them (Kafka's ``LogSegment.shouldRoll``): the
+    largest timestamp is above ``roll_after_timestamp`` (segment.ms counted from
+    the segment's rolling timestamp; the caller checks size, age without
+    timestamps and full indexes), or the last offset does not fit the segment's
+    32-bit relative range, or an index has no room for this append's entries
+    (the time index keeps its last slot, as Kafka's ``TimeIndex.isFull``). If
+    so, returns None and writes nothing (the buffer's offsets may already be
+    rewritten: preparing again gives the same bytes). So once the bytes are
+    written, nothing can fail before the segment learns of them.
+
+    Else ``pwrite`` s the bytes with the GIL released (``fdatasync`` after when
+    ``fsync``) and adds the index entries to ``offset_index`` / ``time_index``
+    (time entries carry the segment's running maximum, seeded with
+    ``segment_max_timestamp`` / ``segment_offset_of_max_timestamp``). A failed
+    write truncates the file back to ``position`` and raises OSError.
+
+    Returns ``(first_offset, next_offset, batch_count, max_timestamp,
+    offset_of_max_timestamp, bytes_since_last_index_entry,
+    segment_max_timestamp, segment_offset_of_max_timestamp)``: the maxima of
+    these batches alone, then the segment's running maxima after the append.
+    """
+    cdef Py_buffer view
+    cdef unsigned char* p
+    cdef unsigned char* b
+    cdef Py_ssize_t pos = 0, n, size, done
+    cdef ssize_t w
+    cdef int64_t batch_length, bo, last, ts, rel, first_offset = -1, count = 0
+    cdef int64_t seg_pos = position, max_ts = -1, off_max = -1
+    cdef int64_t seg_max = segment_max_timestamp, seg_off = segment_offset_of_max_timestamp
+    cdef int err = 0, i, n_entries = 0
+    # index entries: (last offset, position, segment max ts, its offset); few per call
+    cdef int64_t small[4][4]
+    cdef int64_t* ent = &small[0][0]
+    cdef int cap = 4
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE | PyBUF_WRITABLE if assign_offsets or leader_epoch >= 0 else PyBUF_SIMPLE)
+    try:
+        p = <unsigned char*>view.buf
+        n = view.len
+        if n == 0:
+            raise CorruptRecordError("empty append")
+        while pos < n:
+            if n - pos < HEADER_SIZE:
+                raise CorruptRecordError(f"partial batch header at byte {pos} of {n}")
+            b = p + pos
+            batch_length = load_i32(b + 8)
+            if batch_length < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(f"batch length {batch_length} below the v2 minimum at byte {pos}")
+            size = LOG_OVERHEAD + batch_length
+            if size > n - pos:
+                raise CorruptRecordError(f"batch at byte {pos} of size {size} overruns the buffer ({n})")
+            if b[16] != 2:
+                raise CorruptRecordError(f"unsupported magic {b[16]} at byte {pos}")
+            rel = load_i32(b + 23)
+            if rel < 0:
+                raise CorruptRecordError(f"negative last_offset_delta at byte {pos}")
+            if assign_offsets:
+                bo = next_offset
+                store_i64(b, bo)
+            else:
+                bo = load_i64(b)
+                if bo < next_offset:
+                    raise ValueError(f"out of order offsets: batch base offset {bo} < next offset {next_offset}")
+            last = bo + rel
+            if leader_epoch >= 0:
+                store_i32(b + 12, leader_epoch)
+            ts = load_i64(b + 35)
+            if count == 0:
+                first_offset = bo
+            if ts > max_ts:
+                max_ts = ts
+                off_max = last
+            if ts > seg_max:
+                seg_max = ts
+                seg_off = last
+            if bytes_since_last_index_entry > index_interval_bytes:
+                if n_entries == cap:
+                    if ent == &small[0][0]:
+                        ent = <int64_t*>malloc(cap * 2 * 4 * sizeof(int64_t))
+                        if ent == NULL:
+                            ent = &small[0][0]
+                            raise MemoryError()
+                        memcpy(ent, &small[0][0], cap * 4 * sizeof(int64_t))
+                    else:
+                        b = <unsigned char*>realloc(ent, cap * 2 * 4 * sizeof(int64_t))
+                        if b == NULL:
+                            raise MemoryError()
+                        ent = <int64_t*>b
+                    cap *= 2
+                ent[n_entries * 4] = last
+                ent[n_entries * 4 + 1] = seg_pos
+                ent[n_entries * 4 + 2] = seg_max
+                ent[n_entries * 4 + 3] = seg_off
+                n_entries += 1
+                bytes_since_last_index_entry = 0
+            seg_pos += size
+            bytes_since_last_index_entry += size
+            next_offset = last + 1
+            count += 1
+            pos += size
+        if (max_ts > roll_after_timestamp or next_offset - 1 - segment_base_offset > INT32_MAX
+                or next_offset - 1 < segment_base_offset):
+            return None
+        if n_entries:
+            offset_index._ensure()
+            time_index._ensure()
+            if (offset_index._max_entries - offset_index._entries < n_entries
+                    or time_index._max_entries - 1 - time_index._entries < n_entries):
+                return None
+        with nogil:
+            done = 0
+            while done < n:
+                w = pwrite(fd, p + done, <size_t>(n - done), <off_t>(position + done))
+                if w < 0:
+                    if errno == EINTR:
+                        continue
+                    err = errno
+                    break
+                done += w
+            if err == 0 and fsync and fdatasync(fd) != 0:
+                err = errno
+            if err != 0:
+                ftruncate(fd, <off_t>position)
+        if err != 0:
+            raise OSError(err, strerror(err))
+        for i in range(n_entries):
+            offset_index.append(ent[i * 4], ent[i * 4 + 1])
+            if ent[i * 4 + 2] >= 0:
+                time_index.maybe_append(ent[i * 4 + 2], ent[i * 4 + 3])
+        return (first_offset, next_offset, count, max_ts, off_max, bytes_since_last_index_entry,
+                seg_max, seg_off)
+    finally:
+        if ent != &small[0][0]:
+            free(ent)
         PyBuffer_Release(&view)

@@ -75,6 +75,10 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
 
+#: ``LogAppendInfo(...)`` without the NamedTuple's Python-level ``__new__`` (hot path)
+_new_tuple = tuple.__new__
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -244,8 +248,11 @@ class Log:
     # -- append -------------------------------------------------------------------------
     def append(self, buf, infos=None, *, leader_epoch: int = -1, assign_offsets: bool = True) -> LogAppendInfo:
         """Append whole v2 record batches (already validated, e.g. by
-        ``kernels.records.validate_batches``; ``infos`` is accepted for that
-        API and not needed: the framing is re-walked in C).
+        ``kernels.records.validate_batches``, whose BatchInfos are ``infos``).
+        With ``infos`` and no producer ids among them, the append is one kernel
+        call (``LogSegment.try_append``: framing walk, offsets, roll check,
+        write, index entries); otherwise, or when the segment must roll first,
+        the general path below (producer state, roll) does the same work.
 
         ``assign_offsets``: leader append — base offsets are rewritten in
         place so the batches get offsets ``log_end_offset ..`` without gaps.
@@ -264,9 +271,13 @@ class Log:
         batches appends nothing and returns that batch's original offsets
         (``batch_count`` 0), as Kafka answers a duplicate.
         """
-        if isinstance(buf, bytes) and (assign_offsets or leader_epoch >= 0):
-            buf = bytearray(buf)
-        n = buf.nbytes if isinstance(buf, memoryview) else len(buf)
+        t = type(buf)
+        if t is bytearray:
+            n = len(buf)
+        else:
+            if isinstance(buf, bytes) and (assign_offsets or leader_epoch >= 0):
+                buf = bytearray(buf)
+            n = buf.nbytes if isinstance(buf, memoryview) else len(buf)
         config = self.config
         if n > config.segment_bytes:
             raise RecordBatchTooLargeError(
@@ -276,24 +287,45 @@ class Log:
             if self._closed:
                 raise KafkaStorageError(f"log {self.name} is closed")
             seg = self._segments[-1]
-            prep = self._prepare(buf, seg, leader_epoch, assign_offsets)
-            first, next_offset, count, max_ts, off_max, first_ts, bsince, entries = prep
-            if n > config.max_message_bytes:
-                sizes = [i.size_in_bytes for i in infos] if infos is not None else ([n] if count == 1 else [])
-                for size in sizes:
-                    if size > config.max_message_bytes:
-                        raise RecordTooLargeError(
-                            f"The record batch size in the append to {self.name} is {size} bytes which "
-                            f"exceeds the maximum configured value of {config.max_message_bytes}.")
-            pending = self._analyze_producer_state_locked(buf, infos, assign_offsets)
-            if pending is not None and pending.duplicate is not None:
-                return self._duplicate_append_info(pending.duplicate)
-            if seg.should_roll(n, max_ts, next_offset - 1, self._time_ms(), config.segment_bytes,
-                               config.segment_ms):
-                seg = self._roll_locked(first if not assign_offsets else None)
+            pending = None
+            fast = None
+            if infos is not None and n <= config.max_message_bytes:
+                # The fast path: batches without producer ids (nothing to check against
+                # producer_state), one kernel call from header walk to index entries.
+                for info in infos:
+                    if info.producer_id != NO_PRODUCER_ID:
+                        break
+                else:
+                    try:
+                        fast = seg.try_append(buf, n, self._leo, leader_epoch, self._time_ms,
+                                              config.segment_bytes, config.segment_ms,
+                                              assign_offsets)
+                    except ValueError as e:
+                        if assign_offsets or type(e) is not ValueError:
+                            raise
+                        raise UnexpectedAppendOffsetError(str(e)) from None
+            if fast is not None:
+                first, next_offset, count, max_ts, off_max, _, _, _ = fast
+            else:
+                # Idempotent batches, a segment to roll first, or no BatchInfos.
                 prep = self._prepare(buf, seg, leader_epoch, assign_offsets)
                 first, next_offset, count, max_ts, off_max, first_ts, bsince, entries = prep
-            seg.append(buf, max_ts, off_max, bsince, entries)
+                if n > config.max_message_bytes:
+                    sizes = [i.size_in_bytes for i in infos] if infos is not None else ([n] if count == 1 else [])
+                    for size in sizes:
+                        if size > config.max_message_bytes:
+                            raise RecordTooLargeError(
+                                f"The record batch size in the append to {self.name} is {size} bytes which "
+                                f"exceeds the maximum configured value of {config.max_message_bytes}.")
+                pending = self._analyze_producer_state_locked(buf, infos, assign_offsets)
+                if pending is not None and pending.duplicate is not None:
+                    return self._duplicate_append_info(pending.duplicate)
+                if seg.should_roll(n, max_ts, next_offset - 1, self._time_ms(), config.segment_bytes,
+                                   config.segment_ms):
+                    seg = self._roll_locked(first if not assign_offsets else None)
+                    prep = self._prepare(buf, seg, leader_epoch, assign_offsets)
+                    first, next_offset, count, max_ts, off_max, first_ts, bsince, entries = prep
+                seg.append(buf, max_ts, off_max, bsince, entries)
             self._leo = next_offset
             if pending is not None:
                 self.producer_state.apply_append(pending.updated_producers, next_offset)
@@ -311,7 +343,7 @@ class Log:
             self._run_pending_roll_flush()
         if need_flush:
             self.flush()
-        return LogAppendInfo(first, next_offset - 1, max_ts, off_max, -1, log_start, count, n)
+        return _new_tuple(LogAppendInfo, (first, next_offset - 1, max_ts, off_max, -1, log_start, count, n))
 
     def _analyze_producer_state_locked(self, buf, infos, assign_offsets: bool):
         """Validate the idempotent batches of ``buf`` (offsets already assigned) against

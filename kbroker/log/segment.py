@@ -47,6 +47,7 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 INT32_MAX = 0x7FFFFFFF
+_INT64_MAX = (1 << 63) - 1
 _MAX_TS = struct.Struct(">q")
 
 
@@ -289,6 +290,60 @@ class LogSegment:
                 if ts >= 0:
                     ti.maybe_append(ts, ts_offset)
         self.bytes_since_last_index_entry = bytes_since
+
+    def try_append(self, buf, n: int, next_offset: int, leader_epoch: int,
+                   time_ms: Callable[[], int], segment_bytes: int, segment_ms: int,
+                   assign_offsets: bool):
+        """The append in one kernel call (``log_scan.append_batches``): ``n`` bytes of
+        whole batches (validated, no producer ids to check) go to the end of this
+        segment, offsets assigned from ``next_offset`` (or checked), with their index
+        entries. None, with nothing written, when :meth:`should_roll` would be true;
+        then the caller rolls and appends the slow way. Raises what
+        ``prepare_append`` raises, KafkaStorageError on I/O failure.
+
+        Returns ``(first_offset, next_offset, batch_count, max_timestamp,
+        offset_of_max_timestamp, ...)``, the maxima those of these batches."""
+        size = self.size
+        if size > segment_bytes - n:
+            return None
+        if not self._writable_indexes:
+            self.prepare_writable()
+        oi = self.offset_index
+        ti = self.time_index
+        if oi.is_full or ti.is_full:
+            return None
+        roll_after = _INT64_MAX
+        if size > 0:
+            limit = segment_ms - self.roll_jitter_ms
+            t = self._rolling_ts if self._rolling_ts_loaded else self.rolling_based_timestamp
+            if t is not None and t >= 0:
+                roll_after = t + limit           # roll when max_ts - t > limit
+                if roll_after > _INT64_MAX:
+                    roll_after = _INT64_MAX
+            elif time_ms() - self.created_ms > limit:
+                return None
+        if not self._max_ts_loaded:
+            self._load_largest_timestamp()
+        try:
+            f = self._file
+            r = _scan.append_batches(buf, f.fd if f is not None else self.fd, size, next_offset,
+                                     leader_epoch,
+                                     self.base_offset, self.bytes_since_last_index_entry,
+                                     self.index_interval_bytes, self._max_ts,
+                                     self._offset_of_max_ts, roll_after, oi, ti,
+                                     assign_offsets, self.fsync_every_append)
+        except OSError as e:
+            raise KafkaStorageError(f"error while appending to {self.log_path}: {e}") from e
+        if r is None:
+            return None
+        if size == 0:
+            self._rolling_ts = r[3]
+            self._rolling_ts_loaded = True
+        self.size = size + n
+        self.bytes_since_last_index_entry = r[5]
+        self._max_ts = r[6]
+        self._offset_of_max_ts = r[7]
+        return r
 
     # -- reads -------------------------------------------------------------------
     def translate_offset(self, offset: int, starting_position: int = 0):

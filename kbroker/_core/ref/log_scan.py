@@ -266,3 +266,46 @@ def prepare_append(buf, next_offset: int, leader_epoch: int, segment_base_offset
                 first_ts, bytes_since_last_index_entry, entries)
     finally:
         mv.release()
+
+
+def append_batches(buf, fd: int, position: int, next_offset: int, leader_epoch: int,
+                   segment_base_offset: int, bytes_since_last_index_entry: int,
+                   index_interval_bytes: int, segment_max_timestamp: int,
+                   segment_offset_of_max_timestamp: int, roll_after_timestamp: int,
+                   offset_index, time_index, assign_offsets: bool = True, fsync: bool = False):
+    """Twin of the compiled ``append_batches``: ``prepare_append``, the roll check,
+    ``os.pwrite`` (+ ``os.fdatasync``), index entries."""
+    first, nxt, count, _, _, _, since, _ = prepare_append(
+        buf, next_offset, leader_epoch, segment_base_offset, position,
+        bytes_since_last_index_entry, index_interval_bytes, -1, -1, assign_offsets)
+    # the same walk again for the maxima of these batches alone and the index entries
+    # with the segment's running maximum (prepare_append takes one running maximum)
+    _, _, _, max_ts, off_max, _, _, _ = prepare_append(
+        buf, first, -1, segment_base_offset, position, 0, 1 << 62, -1, -1, False)
+    _, _, _, seg_max, seg_off, _, _, entries = prepare_append(
+        buf, first, -1, segment_base_offset, position, bytes_since_last_index_entry,
+        index_interval_bytes, segment_max_timestamp, segment_offset_of_max_timestamp, False)
+    if (max_ts > roll_after_timestamp or nxt - 1 - segment_base_offset > INT32_MAX
+            or nxt - 1 < segment_base_offset):
+        return None
+    if entries and (offset_index.max_entries - offset_index.entries < len(entries)
+                    or time_index.max_entries - 1 - time_index.entries < len(entries)):
+        return None
+    view = memoryview(buf).cast("B")
+    done = 0
+    try:
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], position + done)
+        if fsync:
+            os.fdatasync(fd)
+    except OSError:
+        try:
+            os.ftruncate(fd, position)
+        except OSError:
+            pass
+        raise
+    for offset, pos, ts, ts_offset in entries or ():
+        offset_index.append(offset, pos)
+        if ts >= 0:
+            time_index.maybe_append(ts, ts_offset)
+    return (first, nxt, count, max_ts, off_max, since, seg_max, seg_off)
