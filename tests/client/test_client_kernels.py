@@ -6,7 +6,7 @@ import pytest
 
 from kbroker._core import producer_append as compiled
 from kbroker._core.ref import producer_append as twin
-from kbroker.client.producer.future import BatchResult, RecordFuture
+from kbroker.client.producer.future import BatchResult, RecordFuture, RecordMetadata
 from kbroker.kernels import records
 
 IMPLS = [pytest.param(compiled, id="cython"), pytest.param(twin, id="python")]
@@ -95,6 +95,153 @@ def test_close_races_append_without_losing_records(impl):
         got = [r.value for b in records.decode_batches(buf) for r in b.records] if futures else []
         assert got == [b"%d" % f[2] for f in futures]
         assert ob.record_count == len(futures)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_callbacks_registered_by_append_run_in_order_with_metadata(impl):
+    ob, result = _batch(impl)
+    seen = []
+    open_batches = {("t", 3): ob}
+    impl.append(open_batches, ("t", 3), 1000, b"k", b"v" * 4, (), lambda e, md: seen.append(("a", e, md)))
+    ob.try_append(1001, None, b"w", ())                      # no callback
+    ob.try_append(1002, None, None, (), lambda e, md: seen.append(("c", e, md)))
+    assert seen == [] and len(result.callbacks) == 4
+    result.complete(70, -1, None)
+    assert [(tag, e) for tag, e, _ in seen] == [("a", None), ("c", None)]
+    a, c = seen[0][2], seen[1][2]
+    assert type(a) is RecordMetadata and tuple(a) == ("t", 3, 70, 1000, 1, 4)
+    assert tuple(c) == ("t", 3, 72, 1002, -1, -1) and c.offset == 72
+    # the result is done: a callback registered now runs at once, in this thread
+    ob.try_append(1003, None, b"x", (), lambda e, md: seen.append(("d", e, md)))
+    assert seen[-1][0] == "d" and seen[-1][2].offset == 73
+    assert result.callbacks is None                  # the future -> result cycle is broken
+
+
+def test_compiled_futures_are_not_gc_tracked():
+    import gc
+    ob, result = _batch(compiled)
+    f = ob.try_append(1, None, b"x", (), lambda e, md: None)
+    assert not gc.is_tracked(f) and gc.is_tracked(result)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_run_callbacks_error_log_append_time_and_raising_callback(impl):
+    result = BatchResult("t", 0)
+    futs = [RecordFuture.of(result, d, 10 + d, -1, 1) for d in range(3)]
+    seen, errors = [], []
+
+    def boom(e, md):
+        raise RuntimeError("callback bug")
+    result.base_offset, result.log_append_time, result.error = 5, 999, None
+    cbs = [futs[0], lambda e, md: seen.append(md), futs[1], boom, futs[2], lambda e, md: seen.append(md)]
+
+    def on_error():
+        import sys
+        errors.append(sys.exc_info()[1])
+    impl.run_callbacks(cbs, result, RecordMetadata, on_error)
+    assert [(m.offset, m.timestamp) for m in seen] == [(5, 999), (7, 999)]
+    assert [str(e) for e in errors] == ["callback bug"]
+    result.error, seen[:] = ValueError("failed"), []
+    impl.run_callbacks(cbs[:2], result, RecordMetadata, on_error)
+    assert seen == [None]
+    result.error, result.base_offset = None, -1            # acks=0: offset unknown
+    impl.run_callbacks(cbs[:2], result, RecordMetadata, on_error)
+    assert seen[-1].offset == -1
+    with pytest.raises(TypeError):
+        impl.run_callbacks(cbs, result, list, on_error)
+    with pytest.raises(ValueError):
+        impl.run_callbacks(cbs[:3], result, RecordMetadata, on_error)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_callback_registration_races_completion_and_runs_exactly_once(impl):
+    """Appends with callbacks race the batch's completion: every returned future's
+    callback runs exactly once, either from the completer's list or at once."""
+    for _ in range(20):
+        ob, result = _batch(impl, batch_size=1 << 22)
+        calls = []
+        futures = []
+        go = threading.Event()
+
+        def appender():
+            go.wait(5)
+            for i in range(3000):
+                f = ob.try_append(i, None, b"x", (), lambda e, md, i=i: calls.append(i))
+                futures.append(f)
+        t = threading.Thread(target=appender)
+        t.start()
+        go.set()
+        result.complete(0, -1, None)
+        t.join(10)
+        assert not t.is_alive()
+        assert sorted(calls) == list(range(3000)) == [f[1] for f in futures]
+
+
+class _Sticky:
+    __slots__ = ("partition", "produced_bytes")
+
+    def __init__(self, partition):
+        self.partition, self.produced_bytes = partition, 0
+
+
+class _Metadata:
+    def __init__(self, topics):
+        self.cluster = type("Cluster", (), {})()
+        self.cluster.topics = topics
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_send_path_picks_partition_appends_and_accounts_sticky_bytes(impl):
+    import time
+    from kbroker.kernels import murmur2
+    meta = _Metadata({"t": [0, 1, 2], "u": [0]})
+    batches = {tp: _batch(impl)[0] for tp in (("t", 0), ("t", 1), ("t", 2))}
+    sticky = {"t": _Sticky(1)}
+    full = []
+    sp = impl.SendPath(meta, batches, sticky, 250, False, murmur2.partition_for_key,
+                       lambda *a: full.append(a))
+    seen = []
+    f = sp.send("t", b"v" * 100, None, None, 1234, lambda e, md: seen.append(md))
+    assert f[0] is batches[("t", 1)].result and tuple(f)[1:] == (0, 1234, -1, 100)
+    assert sticky["t"].produced_bytes == 120 and full == []
+    before = time.time_ns() // 1_000_000
+    f = sp.send("t", b"v" * 100, None, None, None, None)           # time stamped now
+    assert before <= f[2] <= time.time_ns() // 1_000_000 + 1
+    assert sticky["t"].produced_bytes == 240 and full == []
+    sp.send("t", None, None, None, 5, None)                          # a tombstone: 20 bytes
+    assert sticky["t"].produced_bytes == 260
+    assert full == [("t", 1, 0, meta.cluster, False)]
+    k = b"some key"
+    f = sp.send("t", b"x", k, None, 7, None)                         # keyed: murmur2
+    assert f[0] is batches[("t", murmur2.partition_for_key(k, 3))].result
+    f = sp.send("t", b"x", None, 2, 7, None)                         # explicit partition
+    assert f[0] is batches[("t", 2)].result and sticky["t"].produced_bytes == 260
+    batches[("t", 1)].result.complete(0, -1, None)
+    assert [md.offset for md in seen] == [0]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_send_path_leaves_everything_else_to_the_general_path(impl):
+    from kbroker.kernels import murmur2
+    meta = _Metadata({"t": [0, 1], "u": [0], "w": [0]})
+    ob, _ = _batch(impl)
+    batches = {("t", 0): ob}
+    sticky = {"t": _Sticky(0), "w": _Sticky(3)}
+    sp = impl.SendPath(meta, batches, sticky, 1 << 20, False, murmur2.partition_for_key,
+                       lambda *a: pytest.fail("no switch expected"))
+    cases = [("t", "str value", None, 0, 1), ("t", bytearray(b"x"), None, 0, 1),
+             ("t", b"x", "str key", 0, 1), ("nope", b"x", None, 0, 1),   # no metadata
+             ("t", b"x", None, 2, 1), ("t", b"x", None, -1, 1),         # out of range
+             ("t", b"x", None, 1, 1),                                   # no open batch
+             ("u", b"x", None, None, 1),                                # no sticky state
+             ("w", b"x", None, None, 1),                                # sticky beyond count
+             ("t", b"x", None, 1.0, 1), ("t", b"x", None, 0, 1.5),      # wrong types
+             ("t", b"x", None, 2 ** 70, 1)]
+    for topic, value, key, partition, ts in cases:
+        assert sp.send(topic, value, key, partition, ts, None) is None, (topic, value, key, partition, ts)
+    ob.close()
+    assert sp.send("t", b"x", None, 0, 1, None) is None                 # closed batch
+    assert ob.record_count == 0 and sticky["t"].produced_bytes == 0
 
 
 def test_record_future_is_compared_by_identity():

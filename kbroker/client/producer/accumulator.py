@@ -17,8 +17,8 @@ Locking: one lock (``self._lock``) guards every deque, the ``open`` map and the 
 append to a partition's open batch takes no lock: ``producer_append.append`` (Cython) looks
 up ``open[tp]`` and appends, atomically with respect to ``drain``, which closes a batch's
 appender (under the lock) before building it; a record is therefore in the built batch
-iff its append returned a future. Appends with a callback, and appends that need a new
-batch, take the lock. The sender takes it once per ready()/drain() pass. Batch
+iff its append returned a future; the same call registers the record's delivery
+callback. Only appends that need a new batch take the lock. The sender takes it once per ready()/drain() pass. Batch
 completion (result and callbacks) happens outside the lock in the sender thread.
 """
 from __future__ import annotations
@@ -120,26 +120,21 @@ class RecordAccumulator:
 
         key and value are bytes or None, headers a list/tuple of (str, bytes|None).
         Raises BufferExhaustedError after max_block_s, RecordTooLargeError for a record
-        above max.request.size or buffer.memory. The common case (no callback, room in
-        the partition's open batch) is one Cython call and takes no lock."""
-        if callback is None:
-            f = _fast_append(self.open, tp, timestamp, key, value, headers)
-            if f is not None:
-                return f
+        above max.request.size or buffer.memory. The common case (room in the
+        partition's open batch) is one Cython call and takes no lock."""
+        f = _fast_append(self.open, tp, timestamp, key, value, headers, callback)
+        if f is not None:
+            return f
         return self._append_locked(tp, timestamp, key, value, headers, max_block_s, callback)
 
     def _append_locked(self, tp, timestamp, key, value, headers, max_block_s, callback):
         if type(tp) is not TopicPartition:
             tp = TopicPartition(*tp)
         with self._lock:
-            # under the lock no drain can close the batch, so a callback registered
-            # here runs in the sender thread once the batch completes
             ob = self.open.get(tp)
             if ob is not None:
-                f = ob.try_append(timestamp, key, value, headers)
+                f = ob.try_append(timestamp, key, value, headers, callback)
                 if f is not None:
-                    if callback is not None:
-                        ob.result.add_callback(f, callback)
                     return f
                 del self.open[tp]            # full
             dq = self.batches.get(tp)
@@ -162,7 +157,7 @@ class RecordAccumulator:
             self._reserve(reserve, max_block_s)
             # another thread may have opened a batch while we waited for memory
             ob = self.open.get(tp)
-            f = ob.try_append(timestamp, key, value, headers) if ob is not None else None
+            f = ob.try_append(timestamp, key, value, headers, callback) if ob is not None else None
             if f is not None:
                 self._available += reserve
                 self._memory_cond.notify_all()
@@ -172,12 +167,10 @@ class RecordAccumulator:
                 builder = records.BatchBuilder(compression=self.compression, batch_size=self.batch_size)
                 b = ProducerBatch(tp, builder, time.monotonic(), reserve)
                 ob = b.appender
-                f = ob.try_append(timestamp, key, value, headers)   # the first record always fits
+                f = ob.try_append(timestamp, key, value, headers, callback)  # the first record always fits
                 dq.append(b)
                 self.open[tp] = ob
                 self.incomplete.add(b)
-            if callback is not None:
-                ob.result.add_callback(f, callback)
         # a new batch (and, if there was one, a full one before it): let the sender look
         self._wakeup()
         return f

@@ -8,11 +8,14 @@ no Event), and the record's offset (base_offset + delta) is computed only when a
 Completing a batch of N records costs one flag store, not N; a ``threading.Event`` is
 made only for a batch somebody actually waits on.
 
-Delivery callbacks live on the BatchResult as (future, fn) pairs in registration order
-(= append order for ``send(on_delivery=...)``). They run in the sender thread right
-after the batch completes; a callback that raises is logged and does not stop the
-others. ``_CB_LOCK`` (one for all batches: callbacks and waits are rare next to
-appends) orders registration, waiting and completion.
+Delivery callbacks live on the BatchResult as a flat list (future, fn, future, fn, ...)
+in registration order (= append order for ``send(on_delivery=...)``, which registers in
+the same Cython call that appends: kbroker/_core/producer_append.pyx says why that is
+atomic with completion). They run in the sender thread right after the batch completes
+(``producer_append.run_callbacks``: RecordMetadata built in C); a callback that raises is
+logged and does not stop the others. ``_CB_LOCK`` (one for all batches: waits and
+late ``add_callback`` calls are rare next to appends) orders registration, waiting and
+completion for Python code.
 """
 from __future__ import annotations
 
@@ -21,10 +24,16 @@ import threading
 from typing import NamedTuple
 
 from kbroker.client.errors import KafkaTimeoutError
+from kbroker.kernels import producer_append
 
 log = logging.getLogger(__name__)
 
 _CB_LOCK = threading.Lock()
+_run_callbacks = producer_append.run_callbacks
+
+
+def _callback_raised() -> None:
+    log.exception("delivery callback raised")
 
 
 class RecordMetadata(NamedTuple):
@@ -42,10 +51,11 @@ class BatchResult:
     """Completion state of one batch. ``base_offset`` -1 until known.
 
     ``done`` goes False -> True once, under ``_CB_LOCK``, after base_offset,
-    log_append_time and error were stored (so a reader that sees done=True sees them)."""
+    log_append_time and error were stored (so a reader that sees done=True sees them),
+    and before ``callbacks`` (future, fn, ... while not done) is taken and set to None."""
 
     __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "done",
-                 "_event", "_callbacks")
+                 "_event", "callbacks")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -55,7 +65,7 @@ class BatchResult:
         self.error: BaseException | None = None
         self.done = False
         self._event: threading.Event | None = None
-        self._callbacks: list | None = None
+        self.callbacks: list | None = []
 
     def complete(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         self.base_offset = base_offset
@@ -63,12 +73,11 @@ class BatchResult:
         self.error = error
         with _CB_LOCK:
             self.done = True
-            ev, cbs, self._callbacks = self._event, self._callbacks, None
+            ev, cbs, self.callbacks = self._event, self.callbacks, None
         if ev is not None:
             ev.set()
         if cbs:
-            for fut, fn in cbs:
-                fut._run(fn)
+            _run_callbacks(cbs, self, RecordMetadata, _callback_raised)
 
     def is_done(self) -> bool:
         return self.done
@@ -89,10 +98,7 @@ class BatchResult:
         with _CB_LOCK:
             if self.done:
                 return False
-            if self._callbacks is None:
-                self._callbacks = [(fut, fn)]
-            else:
-                self._callbacks.append((fut, fn))
+            self.callbacks.extend((fut, fn))
             return True
 
 

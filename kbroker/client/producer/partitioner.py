@@ -10,6 +10,10 @@ partition until about batch.size bytes were produced to it, then moves to anothe
 partition picked at random among those with a leader (KIP-794's uniform sticky
 partitioner, without its load-based weighting). This keeps batches full at low rates.
 
+``sticky`` (topic -> StickyState) is shared with the Cython send path
+(``producer_append.SendPath``), which reads the partition and adds produced bytes, and
+calls ``on_append`` once a partition got ``sticky_batch_size`` bytes.
+
 Thread-safety: ``partition`` / ``on_append`` are called by application threads in
 ``Producer.send`` without a lock; concurrent senders may race on a topic's sticky
 state, which only affects which partition an unkeyed record picks (never correctness).
@@ -36,22 +40,22 @@ class BuiltInPartitioner:
         # Kafka switches after batch.size bytes (sticky_batch_size); at least 1 byte
         self.sticky_batch_size = max(1, batch_size)
         self.ignore_keys = ignore_keys
-        self._sticky: dict[str, StickyState] = {}
+        self.sticky: dict[str, StickyState] = {}
 
     def partition(self, topic: str, key_bytes, cluster) -> int:
         parts = cluster.topics[topic]
         if key_bytes is not None and not self.ignore_keys:
             return partition_for_key(key_bytes, len(parts))
-        st = self._sticky.get(topic)
+        st = self.sticky.get(topic)
         if st is None or st.partition >= len(parts):
-            st = self._sticky[topic] = StickyState(self._next(topic, cluster, -1))
+            st = self.sticky[topic] = StickyState(self._next(topic, cluster, -1))
         return st.partition
 
     def on_append(self, topic: str, partition: int, appended_bytes: int, cluster,
                   batch_closed: bool) -> None:
         """Account bytes sent to the sticky partition; switch once it got a batch's worth
         (or when the batch it was filling is closed)."""
-        st = self._sticky.get(topic)
+        st = self.sticky.get(topic)
         if st is None or st.partition != partition:
             return
         st.produced_bytes += appended_bytes

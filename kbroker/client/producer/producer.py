@@ -3,7 +3,10 @@
 ``send`` runs in the caller's thread: serialize key and value (key.serializer /
 value.serializer, else bytes/str/None), wait for the topic's metadata (up to
 max.block.ms), pick the partition (BuiltInPartitioner or partitioner.class), append to
-the RecordAccumulator and return a ``RecordFuture`` at once. The Sender thread does all
+the RecordAccumulator and return a ``RecordFuture`` at once. Without serializers or a
+partitioner.class, a record with bytes key/value and no headers for a known topic whose
+batch has room takes one Cython call (``producer_append.SendPath``); everything else,
+and the first record of each batch, takes the general path below. The Sender thread does all
 network I/O. Delivery callbacks ``on_delivery(err, metadata)`` (confluent-kafka's
 argument order) run in the sender thread: keep them short.
 
@@ -18,8 +21,9 @@ from kbroker.client.config import PRODUCER, ClientConfig
 from kbroker.client.metadata import Metadata
 from kbroker.client.network_client import NetworkClient
 from kbroker.client.producer.accumulator import RecordAccumulator, _fast_append
-from kbroker.client.producer.partitioner import BuiltInPartitioner
+from kbroker.client.producer.partitioner import BuiltInPartitioner, partition_for_key
 from kbroker.client.producer.sender import Sender
+from kbroker.kernels import producer_append
 
 _time_ns = time.time_ns
 
@@ -50,6 +54,14 @@ class Producer:
         self.partitioner = BuiltInPartitioner(cfg["batch.size"], cfg["partitioner.ignore.keys"])
         self.sender = Sender(cfg, self.client, self.metadata, self.accumulator)
         self._closed = False
+        #: the Cython send path, or None when serializers / partitioner.class are set
+        #: (and after close): send() then always takes the general path
+        self._fast_send = None
+        if self._key_ser is None and self._value_ser is None and self._custom_partitioner is None:
+            self._fast_send = producer_append.SendPath(
+                self.metadata, self._open_batches, self.partitioner.sticky,
+                self.partitioner.sticky_batch_size, self.partitioner.ignore_keys,
+                partition_for_key, self.partitioner.on_append).send
         self.sender.start()
 
     # -- send ---------------------------------------------------------------------------
@@ -61,6 +73,11 @@ class Producer:
         topic's metadata is not available within max.block.ms, BufferExhaustedError if
         buffer.memory stays full that long, RecordTooLargeError for an oversized record.
         ``on_delivery(err, metadata)`` runs in the sender thread once the record is done."""
+        fast = self._fast_send
+        if fast is not None and not headers:
+            fut = fast(topic, value, key, partition, timestamp_ms, on_delivery)
+            if fut is not None:
+                return fut
         if self._closed:
             raise E.IllegalStateError("Cannot perform operation after producer has been closed")
         if self._key_ser is not None:
@@ -95,9 +112,9 @@ class Producer:
         if timestamp_ms is None:
             timestamp_ms = _time_ns() // 1_000_000
         # a plain tuple finds the TopicPartition key (same hash and equality), and is cheaper
-        fut = None
-        if on_delivery is None:    # the accumulator's lock-free fast path, inlined
-            fut = _fast_append(self._open_batches, (topic, partition), timestamp_ms, key, value, headers)
+        # the accumulator's lock-free fast path, inlined
+        fut = _fast_append(self._open_batches, (topic, partition), timestamp_ms, key, value,
+                           headers, on_delivery)
         if fut is None:
             block = self._max_block_s if deadline is None else max(0.0, deadline - time.monotonic())
             fut = self.accumulator.append((topic, partition), timestamp_ms, key, value,
@@ -152,6 +169,7 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        self._fast_send = None
         self.sender.initiate_close()
         self.sender.join(timeout)
         if self.sender.is_alive():
