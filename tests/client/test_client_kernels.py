@@ -105,7 +105,7 @@ def test_callbacks_registered_by_append_run_in_order_with_metadata(impl):
     impl.append(open_batches, ("t", 3), 1000, b"k", b"v" * 4, (), lambda e, md: seen.append(("a", e, md)))
     ob.try_append(1001, None, b"w", ())                      # no callback
     ob.try_append(1002, None, None, (), lambda e, md: seen.append(("c", e, md)))
-    assert seen == [] and len(result.callbacks) == 4
+    assert seen == [] and len(result.callbacks) == 6
     result.complete(70, -1, None)
     assert [(tag, e) for tag, e, _ in seen] == [("a", None), ("c", None)]
     a, c = seen[0][2], seen[1][2]
@@ -117,11 +117,35 @@ def test_callbacks_registered_by_append_run_in_order_with_metadata(impl):
     assert result.callbacks is None                  # the future -> result cycle is broken
 
 
-def test_compiled_futures_are_not_gc_tracked():
+def test_compiled_futures_and_callbacks_in_flight_are_not_gc_tracked():
+    """Futures are never tracked; a callback is off the collector's lists while its
+    batch holds it and tracked again before it runs, also when shared by batches."""
+    import functools
     import gc
-    ob, result = _batch(compiled)
-    f = ob.try_append(1, None, b"x", (), lambda e, md: None)
-    assert not gc.is_tracked(f) and gc.is_tracked(result)
+    ob_a, result_a = _batch(compiled)
+    ob_b, result_b = _batch(compiled)
+    ran = []
+
+    def on_delivery(tag, err, md):
+        ran.append((tag, gc.is_tracked(cb), md.offset))
+    cb = functools.partial(on_delivery, "cb")
+    shared = functools.partial(on_delivery, "shared")
+    f = ob_a.try_append(1, None, b"x", (), cb)
+    ob_a.try_append(2, None, b"x", (), shared)
+    ob_b.try_append(3, None, b"x", (), shared)       # already untracked by batch a
+    assert not gc.is_tracked(f) and gc.is_tracked(result_a)
+    assert not gc.is_tracked(cb) and not gc.is_tracked(shared)
+    assert result_a.callbacks[2::3] == [True, True] and result_b.callbacks[2::3] == [False]
+    gc.collect()                                     # nothing held by a batch is freed
+    result_a.complete(10, -1, None)
+    assert ran == [("cb", True, 10), ("shared", True, 11)]
+    assert gc.is_tracked(cb) and gc.is_tracked(shared)
+    result_b.complete(20, -1, None)
+    assert ran[-1] == ("shared", True, 20) and gc.is_tracked(shared)
+    # a callable that is not a GC object (a static type) is left alone
+    ob_c, result_c = _batch(compiled)
+    ob_c.try_append(1, None, b"x", (), int)
+    assert result_c.callbacks[1:] == [int, False] and not gc.is_tracked(int)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -133,7 +157,8 @@ def test_run_callbacks_error_log_append_time_and_raising_callback(impl):
     def boom(e, md):
         raise RuntimeError("callback bug")
     result.base_offset, result.log_append_time, result.error = 5, 999, None
-    cbs = [futs[0], lambda e, md: seen.append(md), futs[1], boom, futs[2], lambda e, md: seen.append(md)]
+    cbs = [futs[0], lambda e, md: seen.append(md), False, futs[1], boom, False,
+           futs[2], lambda e, md: seen.append(md), False]
 
     def on_error():
         import sys
@@ -142,15 +167,15 @@ def test_run_callbacks_error_log_append_time_and_raising_callback(impl):
     assert [(m.offset, m.timestamp) for m in seen] == [(5, 999), (7, 999)]
     assert [str(e) for e in errors] == ["callback bug"]
     result.error, seen[:] = ValueError("failed"), []
-    impl.run_callbacks(cbs[:2], result, RecordMetadata, on_error)
+    impl.run_callbacks(cbs[:3], result, RecordMetadata, on_error)
     assert seen == [None]
     result.error, result.base_offset = None, -1            # acks=0: offset unknown
-    impl.run_callbacks(cbs[:2], result, RecordMetadata, on_error)
+    impl.run_callbacks(cbs[:3], result, RecordMetadata, on_error)
     assert seen[-1].offset == -1
     with pytest.raises(TypeError):
         impl.run_callbacks(cbs, result, list, on_error)
     with pytest.raises(ValueError):
-        impl.run_callbacks(cbs[:3], result, RecordMetadata, on_error)
+        impl.run_callbacks(cbs[:4], result, RecordMetadata, on_error)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -63,14 +63,15 @@ def append(open_batches, tp, timestamp, key, value, headers, callback=None):
 
 def run_callbacks(callbacks, result, metadata_type, on_error):
     _check_tuple_type(metadata_type, "metadata_type")
-    if len(callbacks) & 1:
-        raise ValueError("callbacks must alternate future, callback")
-    err = result.error
-    base, append_time = result.base_offset, result.log_append_time
-    for i in range(0, len(callbacks), 2):
-        fut, fn = callbacks[i], callbacks[i + 1]
+    if len(callbacks) % 3:
+        raise ValueError("callbacks must be (future, callback, untracked) triples")
+    for fut in callbacks[::3]:
         if not isinstance(fut, tuple) or len(fut) < 5:
             raise TypeError("a future is a 5-tuple (result, delta, timestamp, key_size, value_size)")
+    err = result.error
+    base, append_time = result.base_offset, result.log_append_time
+    for i in range(0, len(callbacks), 3):
+        fut, fn = callbacks[i], callbacks[i + 1]
         try:
             if err is not None:
                 fn(err, None)

@@ -8,11 +8,13 @@ no Event), and the record's offset (base_offset + delta) is computed only when a
 Completing a batch of N records costs one flag store, not N; a ``threading.Event`` is
 made only for a batch somebody actually waits on.
 
-Delivery callbacks live on the BatchResult as a flat list (future, fn, future, fn, ...)
-in registration order (= append order for ``send(on_delivery=...)``, which registers in
+Delivery callbacks live on the BatchResult as a flat list of (future, fn, untracked)
+triples in registration order (= append order for ``send(on_delivery=...)``, which registers in
 the same Cython call that appends: kbroker/_core/producer_append.pyx says why that is
 atomic with completion). They run in the sender thread right after the batch completes
-(``producer_append.run_callbacks``: RecordMetadata built in C); a callback that raises is
+(``producer_append.run_callbacks``: RecordMetadata built in C; a callback registered by
+the kernel is off the cyclic GC's lists while in flight, see producer_append.pyx); a
+callback that raises is
 logged and does not stop the others. ``_CB_LOCK`` (one for all batches: waits and
 late ``add_callback`` calls are rare next to appends) orders registration, waiting and
 completion for Python code.
@@ -52,7 +54,8 @@ class BatchResult:
 
     ``done`` goes False -> True once, under ``_CB_LOCK``, after base_offset,
     log_append_time and error were stored (so a reader that sees done=True sees them),
-    and before ``callbacks`` (future, fn, ... while not done) is taken and set to None."""
+    and before ``callbacks`` ((future, fn, untracked) triples, flat, while not done) is
+    taken and set to None."""
 
     __slots__ = ("topic", "partition", "base_offset", "log_append_time", "error", "done",
                  "_event", "callbacks")
@@ -98,7 +101,7 @@ class BatchResult:
         with _CB_LOCK:
             if self.done:
                 return False
-            self.callbacks.extend((fut, fn))
+            self.callbacks.extend((fut, fn, False))
             return True
 
 
