@@ -115,8 +115,11 @@ def ours_consume(bootstrap, topic, n, seconds):
 
 def rdkafka_consume(bootstrap, topic, n, seconds):
     import confluent_kafka
+    # fetch.queue.backoff.ms=10 as bench/clients/confluent.py: librdkafka's 1,000 ms default
+    # pause after each full local queue would measure its pacing, not the broker
     c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-rd",
-                                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                  "fetch.queue.backoff.ms": 10})
     c.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
     got = 0
     t0 = time.perf_counter()

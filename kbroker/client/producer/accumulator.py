@@ -18,8 +18,9 @@ append to a partition's open batch takes no lock: ``producer_append.append`` (Cy
 up ``open[tp]`` and appends, atomically with respect to ``drain``, which closes a batch's
 appender (under the lock) before building it; a record is therefore in the built batch
 iff its append returned a future; the same call registers the record's delivery
-callback. Only appends that need a new batch take the lock. The sender takes it once per ready()/drain() pass. Batch
-completion (result and callbacks) happens outside the lock in the sender thread.
+callback. Only appends that need a new batch take the lock. The sender takes it once
+per ready()/drain() pass. Batch completion (result and callbacks) happens outside the
+lock in the sender thread.
 """
 from __future__ import annotations
 

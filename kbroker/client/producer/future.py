@@ -9,15 +9,14 @@ Completing a batch of N records costs one flag store, not N; a ``threading.Event
 made only for a batch somebody actually waits on.
 
 Delivery callbacks live on the BatchResult as a flat list of (future, fn, untracked)
-triples in registration order (= append order for ``send(on_delivery=...)``, which registers in
-the same Cython call that appends: kbroker/_core/producer_append.pyx says why that is
-atomic with completion). They run in the sender thread right after the batch completes
-(``producer_append.run_callbacks``: RecordMetadata built in C; a callback registered by
-the kernel is off the cyclic GC's lists while in flight, see producer_append.pyx); a
-callback that raises is
-logged and does not stop the others. ``_CB_LOCK`` (one for all batches: waits and
-late ``add_callback`` calls are rare next to appends) orders registration, waiting and
-completion for Python code.
+triples in registration order (= append order for ``send(on_delivery=...)``, which
+registers in the same Cython call that appends: kbroker/_core/producer_append.pyx says
+why that is atomic with completion). They run in the sender thread right after the
+batch completes (``producer_append.run_callbacks``: RecordMetadata built in C; a
+callback registered by the kernel is off the cyclic GC's lists while in flight, see
+producer_append.pyx); a callback that raises is logged and does not stop the others.
+``_CB_LOCK`` (one for all batches: waits and late ``add_callback`` calls are rare next
+to appends) orders registration, waiting and completion for Python code.
 """
 from __future__ import annotations
 
