@@ -5,6 +5,9 @@ from typing import Any
 
 Header = tuple[str, bytes | None]
 
+class CallbackList(list):
+    """(future, callback, untracked) triples; re-tracks untracked callbacks on dealloc."""
+
 class OpenBatch:
     builder: Any          # a records.BatchBuilder
     result: Any           # the future's first item; has done, callbacks, add_callback (see module)

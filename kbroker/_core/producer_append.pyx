@@ -42,27 +42,35 @@ batch completes (delivered, failed, expired or aborted at close).
 
 For the same reason a delivery callback is taken off the collector's lists while its
 batch holds it (``untracked`` is True when this module did that) and put back on them
-before it runs. With one callback object per record (a closure or partial holding
+before it runs, or before the list lets go of it. With one callback object per record (a closure or partial holding
 the send time, as a benchmark or an application measuring latency makes) the records
 in flight were otherwise most of the heap, each promoted to the oldest generation, and
 full collections took ~30% of the producer's time. This is safe because the batch
 holds a strong reference the whole time: an untracked object is never freed by the
 collector, and the objects it references count as reachable (its references are not
 subtracted), so nothing is freed early; once the callback is tracked again and the
-batch drops it, cycles through it are collected as usual. The twin leaves tracking
-alone (untracked is always False).
+batch drops it, cycles through it are collected as usual. It must never be dropped while
+untracked: a function's dealloc unlinks it from the collector's list unconditionally and
+would crash. So only a ``CallbackList`` (this module's list subclass, which
+``result.callbacks`` must be for untracking to happen) gets untracked entries, and its
+dealloc tracks every entry still marked untracked before releasing it, whatever path
+drops the list (completion, an abandoned batch, a run_callbacks that raised). The
+twin's CallbackList is a plain list subclass and nothing is untracked there.
 
 ``run_callbacks(callbacks, result, metadata_type, on_error)`` runs a completed batch's
-callbacks in order: ``fn(error, None)`` or ``fn(None, metadata)`` with a
-``metadata_type`` tuple (topic, partition, offset, timestamp, key_size, value_size)
-built without calling its ``__new__``; a callback that raises is reported through
-``on_error()`` (called inside the except block) and the rest still run.
+callbacks in order: ``fn(None, metadata)`` with a ``metadata_type`` tuple (topic,
+partition, offset, timestamp, key_size, value_size) built without calling its
+``__new__``, or on failure ``fn(error, metadata)`` with the topic and partition and -1
+in every other field (Java's Callback contract: metadata is never null); a callback
+that raises is reported through ``on_error()`` (called inside the except block) and the
+rest still run.
 """
+cimport cython
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.dict cimport PyDict_GetItem
 from cpython.bytes cimport PyBytes_GET_SIZE, PyBytes_CheckExact
-from cpython.list cimport PyList_Append, PyList_GET_SIZE, PyList_GET_ITEM
-from cpython.ref cimport Py_INCREF
+from cpython.list cimport PyList_Append, PyList_GET_SIZE, PyList_GET_ITEM, PyList_SET_ITEM, PyList_Check
+from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.tuple cimport PyTuple_SET_ITEM, PyTuple_GET_ITEM, PyTuple_Check, PyTuple_GET_SIZE
 from cpython.long cimport PyLong_CheckExact
 from cpython.unicode cimport PyUnicode_CheckExact
@@ -99,6 +107,31 @@ cdef int _check_tuple_type(object tp, str what) except -1:
             or (<PyTypeObject*>tp).tp_basicsize != (<PyTypeObject*>tuple).tp_basicsize):
         raise TypeError(f"{what} must be a plain tuple subclass (__slots__ = ())")
     return 0
+
+
+cdef inline void _retrack(object items) noexcept:
+    """Track again every callback of ``items`` (a list) marked untracked; clear the mark."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(items)
+    cdef object fn
+    for i in range(2, n, 3):
+        if <object>PyList_GET_ITEM(items, i) is True:
+            fn = <object>PyList_GET_ITEM(items, i - 1)
+            if not PyObject_GC_IsTracked(fn):
+                PyObject_GC_Track(<void*>fn)
+            Py_INCREF(False)
+            Py_DECREF(<object>PyList_GET_ITEM(items, i))
+            PyList_SET_ITEM(items, i, False)
+
+
+@cython.no_gc_clear
+cdef class CallbackList(list):
+    """A batch's (future, callback, untracked) triples (module docstring); on dealloc
+    every callback still marked untracked is tracked again before it is released. No
+    tp_clear: the cyclic GC must not release an untracked callback; it breaks a cycle
+    through this list at another member, and this dealloc then runs."""
+
+    def __dealloc__(self):
+        _retrack(self)
 
 
 cdef class OpenBatch:
@@ -156,7 +189,8 @@ cdef class OpenBatch:
                 cbs = self.result.callbacks
                 PyList_Append(cbs, fut)
                 PyList_Append(cbs, callback)
-                if PyObject_IS_GC(callback) and PyObject_GC_IsTracked(callback):
+                if (type(cbs) is CallbackList and PyObject_IS_GC(callback)
+                        and PyObject_GC_IsTracked(callback)):
                     PyObject_GC_UnTrack(<void*>callback)
                     PyList_Append(cbs, True)
                 else:
@@ -179,18 +213,17 @@ def append(dict open_batches, object tp, int64_t timestamp, object key, object v
     return (<OpenBatch>b).try_append(timestamp, key, value, headers, callback)
 
 
-def run_callbacks(list callbacks, object result, type metadata_type, object on_error):
+def run_callbacks(object callbacks, object result, type metadata_type, object on_error):
     """Run a completed batch's (future, callback, untracked) triples in order (module
     docstring); every callback this module untracked is tracked again first."""
+    if not PyList_Check(callbacks):
+        raise TypeError("callbacks must be a list")
+    _retrack(callbacks)
     _check_tuple_type(metadata_type, "metadata_type")
     cdef Py_ssize_t i, n = PyList_GET_SIZE(callbacks)
     if n % 3:
         raise ValueError("callbacks must be (future, callback, untracked) triples")
     cdef object fut, fn, md, ts
-    for i in range(0, n, 3):
-        fn = <object>PyList_GET_ITEM(callbacks, i + 1)
-        if <object>PyList_GET_ITEM(callbacks, i + 2) is True and not PyObject_GC_IsTracked(fn):
-            PyObject_GC_Track(<void*>fn)
     for i in range(0, n, 3):
         fut = <object>PyList_GET_ITEM(callbacks, i)
         if not PyTuple_Check(fut) or PyTuple_GET_SIZE(fut) < 5:
@@ -201,12 +234,19 @@ def run_callbacks(list callbacks, object result, type metadata_type, object on_e
     cdef int64_t append_time = result.log_append_time
     cdef int64_t delta
     cdef PyTypeObject* mdt = <PyTypeObject*>metadata_type
+    cdef object failed_md = None
+    if err is not None:
+        failed_md = PyType_GenericAlloc(mdt, 6)
+        _set(failed_md, 0, topic)
+        _set(failed_md, 1, partition)
+        for i in range(2, 6):
+            _set(failed_md, i, -1)
     for i in range(0, n, 3):
         fut = <object>PyList_GET_ITEM(callbacks, i)
         fn = <object>PyList_GET_ITEM(callbacks, i + 1)
         try:
             if err is not None:
-                fn(err, None)
+                fn(err, failed_md)
                 continue
             md = PyType_GenericAlloc(mdt, 6)
             _set(md, 0, topic)

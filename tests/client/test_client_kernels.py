@@ -17,6 +17,21 @@ def _batch(impl, batch_size=1000):
     return impl.OpenBatch(records.BatchBuilder(batch_size=batch_size), result, RecordFuture), result
 
 
+def _compiled_batch():
+    """A compiled OpenBatch whose result holds the compiled CallbackList (BatchResult
+    takes the selected kernel's, the twin's under KBROKER_NO_EXTENSIONS=1)."""
+    ob, result = _batch(compiled)
+    result.callbacks = compiled.CallbackList()
+    return ob, result
+
+
+def _complete_compiled(result, base_offset):
+    """BatchResult.complete with the compiled run_callbacks whatever kernel is selected."""
+    result.base_offset, result.error, result.done = base_offset, None, True
+    cbs, result.callbacks = result.callbacks, None
+    compiled.run_callbacks(cbs, result, RecordMetadata, lambda: None)
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 def test_try_append_returns_futures_with_delta_and_sizes(impl):
     ob, result = _batch(impl)
@@ -122,8 +137,8 @@ def test_compiled_futures_and_callbacks_in_flight_are_not_gc_tracked():
     batch holds it and tracked again before it runs, also when shared by batches."""
     import functools
     import gc
-    ob_a, result_a = _batch(compiled)
-    ob_b, result_b = _batch(compiled)
+    ob_a, result_a = _compiled_batch()
+    ob_b, result_b = _compiled_batch()
     ran = []
 
     def on_delivery(tag, err, md):
@@ -137,15 +152,37 @@ def test_compiled_futures_and_callbacks_in_flight_are_not_gc_tracked():
     assert not gc.is_tracked(cb) and not gc.is_tracked(shared)
     assert result_a.callbacks[2::3] == [True, True] and result_b.callbacks[2::3] == [False]
     gc.collect()                                     # nothing held by a batch is freed
-    result_a.complete(10, -1, None)
+    _complete_compiled(result_a, 10)
     assert ran == [("cb", True, 10), ("shared", True, 11)]
     assert gc.is_tracked(cb) and gc.is_tracked(shared)
-    result_b.complete(20, -1, None)
+    _complete_compiled(result_b, 20)
     assert ran[-1] == ("shared", True, 20) and gc.is_tracked(shared)
+    assert result_a.callbacks is None and gc.is_tracked(cb)
     # a callable that is not a GC object (a static type) is left alone
-    ob_c, result_c = _batch(compiled)
+    ob_c, result_c = _compiled_batch()
     ob_c.try_append(1, None, b"x", (), int)
     assert result_c.callbacks[1:] == [int, False] and not gc.is_tracked(int)
+
+
+def test_an_untracked_callback_is_tracked_again_whenever_its_list_is_dropped():
+    """Dropping a batch's CallbackList without running it (an abandoned batch) must
+    track its callbacks again: a function freed while untracked would crash CPython.
+    Only the kernel's own CallbackList gets untracked entries."""
+    import gc
+    ob, result = _compiled_batch()
+    fn = lambda err, md: None     # noqa: E731 - a plain function, the case that would crash
+    ob.try_append(1, None, b"x", (), fn)
+    assert not gc.is_tracked(fn)
+    result.callbacks = None                          # the list goes away unrun
+    assert gc.is_tracked(fn)
+    del fn                                           # freed while tracked: no crash
+    result = BatchResult("t", 0)
+    result.callbacks = twin.CallbackList()           # another list type: nothing untracked
+    ob = compiled.OpenBatch(records.BatchBuilder(), result, RecordFuture)
+    fn = lambda err, md: None     # noqa: E731
+    ob.try_append(1, None, b"x", (), fn)
+    assert gc.is_tracked(fn) and result.callbacks[2] is False
+    result.complete(0, -1, None)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -168,7 +205,7 @@ def test_run_callbacks_error_log_append_time_and_raising_callback(impl):
     assert [str(e) for e in errors] == ["callback bug"]
     result.error, seen[:] = ValueError("failed"), []
     impl.run_callbacks(cbs[:3], result, RecordMetadata, on_error)
-    assert seen == [None]
+    assert seen == [("t", 0, -1, -1, -1, -1)] and type(seen[0]) is RecordMetadata
     result.error, result.base_offset = None, -1            # acks=0: offset unknown
     impl.run_callbacks(cbs[:3], result, RecordMetadata, on_error)
     assert seen[-1].offset == -1
@@ -267,6 +304,37 @@ def test_send_path_leaves_everything_else_to_the_general_path(impl):
     ob.close()
     assert sp.send("t", b"x", None, 0, 1, None) is None                 # closed batch
     assert ob.record_count == 0 and sticky["t"].produced_bytes == 0
+
+
+_GC_CYCLE_SCRIPT = """
+import functools, gc
+from kbroker._core import producer_append as c
+from kbroker.client.producer.future import BatchResult, RecordFuture
+from kbroker.kernels import records
+for _ in range(50):
+    res = BatchResult("t", 0)
+    res.callbacks = c.CallbackList()
+    ob = c.OpenBatch(records.BatchBuilder(), res, RecordFuture)
+    f1 = ob.try_append(1, None, b"x", (), lambda e, md: None)   # untracked; only the list holds it
+    assert not gc.is_tracked(res.callbacks[1])
+    box = [res.callbacks]
+    f1.add_callback(functools.partial(print, box))            # tracked: list -> partial -> box -> list
+    res.callbacks = None
+    del box, f1, ob, res
+    gc.collect()                                               # collects that cycle
+print("survived")
+"""
+
+
+def test_the_cyclic_gc_collecting_a_callback_list_does_not_free_an_untracked_callback():
+    """A CallbackList in a garbage cycle: the collector must not clear it (that would free
+    the untracked function and crash CPython); it clears another member, and the list's
+    dealloc tracks the function again first. Run in a child: a crash is a failed test."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _GC_CYCLE_SCRIPT], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "survived" in r.stdout, (r.returncode, r.stderr[-2000:])
 
 
 def test_record_future_is_compared_by_identity():

@@ -233,11 +233,19 @@ def test_unanswered_produce_fails_with_timeout(silent):
     p = Producer({"bootstrap.servers": f"127.0.0.1:{silent.port}", "enable.idempotence": False,
                   "request.timeout.ms": 300,
                   "delivery.timeout.ms": 800, "linger.ms": 0, "retry.backoff.ms": 50})
+    seen = []
     try:
-        f = p.send("t", b"v", partition=0)
+        f = p.send("t", b"v", partition=0, on_delivery=lambda err, md: seen.append((err, md)))
         with pytest.raises(KafkaTimeoutError):
             f.get(10)
         assert silent.produce_count >= 1
+        # Java's Callback contract: on failure the metadata names the partition, -1 elsewhere
+        [(err, md)] = seen
+        assert isinstance(err, KafkaTimeoutError)
+        assert tuple(md) == ("t", 0, -1, -1, -1, -1)
+        late = []
+        f.add_callback(lambda err, md: late.append(md))     # already failed: runs at once
+        assert tuple(late[0]) == ("t", 0, -1, -1, -1, -1)
     finally:
         p.close(1)
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 import threading
 import time
 
-__all__ = ["OpenBatch", "SendPath", "append", "run_callbacks"]
+__all__ = ["CallbackList", "OpenBatch", "SendPath", "append", "run_callbacks"]
+
+
+class CallbackList(list):
+    """A batch's (future, callback, untracked) triples; the twin untracks nothing."""
+
+    __slots__ = ()
 
 
 def _check_tuple_type(tp, what):
@@ -62,6 +68,8 @@ def append(open_batches, tp, timestamp, key, value, headers, callback=None):
 
 
 def run_callbacks(callbacks, result, metadata_type, on_error):
+    if not isinstance(callbacks, list):
+        raise TypeError("callbacks must be a list")
     _check_tuple_type(metadata_type, "metadata_type")
     if len(callbacks) % 3:
         raise ValueError("callbacks must be (future, callback, untracked) triples")
@@ -70,11 +78,14 @@ def run_callbacks(callbacks, result, metadata_type, on_error):
             raise TypeError("a future is a 5-tuple (result, delta, timestamp, key_size, value_size)")
     err = result.error
     base, append_time = result.base_offset, result.log_append_time
+    failed_md = None
+    if err is not None:
+        failed_md = tuple.__new__(metadata_type, (result.topic, result.partition, -1, -1, -1, -1))
     for i in range(0, len(callbacks), 3):
         fut, fn = callbacks[i], callbacks[i + 1]
         try:
             if err is not None:
-                fn(err, None)
+                fn(err, failed_md)
                 continue
             md = tuple.__new__(metadata_type, (
                 result.topic, result.partition, base + fut[1] if base >= 0 else -1,

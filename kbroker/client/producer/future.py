@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 _CB_LOCK = threading.Lock()
 _run_callbacks = producer_append.run_callbacks
+_CallbackList = producer_append.CallbackList
 
 
 def _callback_raised() -> None:
@@ -38,7 +39,9 @@ def _callback_raised() -> None:
 
 
 class RecordMetadata(NamedTuple):
-    """Where a record was written. offset is -1 with acks=0 (unknown, as Java)."""
+    """Where a record was written. offset is -1 with acks=0 (unknown, as Java). A failed
+    record's callback gets its topic and partition with -1 in every other field (Java's
+    Callback contract: the metadata is never null)."""
 
     topic: str
     partition: int
@@ -67,7 +70,7 @@ class BatchResult:
         self.error: BaseException | None = None
         self.done = False
         self._event: threading.Event | None = None
-        self.callbacks: list | None = []
+        self.callbacks: list | None = _CallbackList()
 
     def complete(self, base_offset: int, log_append_time: int, error: BaseException | None) -> None:
         self.base_offset = base_offset
@@ -179,8 +182,10 @@ class RecordFuture(tuple):
         return self
 
     def _run(self, fn) -> None:
-        err = self[0].error
+        r = self[0]
+        err = r.error
         try:
-            fn(err, None if err is not None else self._metadata())
+            fn(err, RecordMetadata(r.topic, r.partition, -1, -1, -1, -1) if err is not None
+               else self._metadata())
         except Exception:
             log.exception("delivery callback raised")

@@ -72,7 +72,8 @@ class Producer:
         headers: list of (str, bytes|None) or a dict. Raises KafkaTimeoutError if the
         topic's metadata is not available within max.block.ms, BufferExhaustedError if
         buffer.memory stays full that long, RecordTooLargeError for an oversized record.
-        ``on_delivery(err, metadata)`` runs in the sender thread once the record is done."""
+        ``on_delivery(err, metadata)`` runs in the sender thread once the record is done;
+        after a failure metadata holds the topic and partition and -1 elsewhere."""
         fast = self._fast_send
         if fast is not None and not headers:
             fut = fast(topic, value, key, partition, timestamp_ms, on_delivery)
