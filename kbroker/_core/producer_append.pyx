@@ -19,9 +19,9 @@ the record needs the general path (anything else, or a new batch).
 
 The batch's ``result`` is the caller's object with ``done`` (bool, set once),
 ``callbacks`` (a flat list of (future, callback, untracked) triples while not done;
-None after) and ``add_callback(fut, fn) -> bool``; a future has ``_run(fn)``. A callback is registered by
-checking ``done`` and appending to ``callbacks`` with no Python code and no GC-tracked
-allocation in between, so under the GIL that step is atomic with respect to the
+None after) and ``add_callback(fut, fn) -> bool``; a future has ``_run(fn)``. A
+callback is registered by checking ``done`` and appending to ``callbacks`` with no
+Python code and no GC-tracked allocation in between, so under the GIL that step is atomic with respect to the
 completing thread, which sets ``done`` before it takes the list: the callback either
 lands in the list the completer runs, or sees ``done`` and runs at once (in the caller's
 thread, as ``add_callback`` does).
@@ -42,8 +42,9 @@ batch completes (delivered, failed, expired or aborted at close).
 
 For the same reason a delivery callback is taken off the collector's lists while its
 batch holds it (``untracked`` is True when this module did that) and put back on them
-before it runs, or before the list lets go of it. With one callback object per record (a closure or partial holding
-the send time, as a benchmark or an application measuring latency makes) the records
+before it runs, or before the list lets go of it. With one callback object per record
+(a closure or partial holding the send time, as a benchmark or an application
+measuring latency makes) the records
 in flight were otherwise most of the heap, each promoted to the oldest generation, and
 full collections took ~30% of the producer's time. This is safe because the batch
 holds a strong reference the whole time: an untracked object is never freed by the
@@ -204,13 +205,18 @@ cdef class OpenBatch:
         self.closed = True
 
 
-def append(dict open_batches, object tp, int64_t timestamp, object key, object value,
-           object headers, object callback=None):
-    """``open_batches[tp].try_append(...)``, or None if tp has no open batch."""
+cdef inline object _append_open(dict open_batches, object tp, int64_t timestamp, object key,
+                                object value, object headers, object callback):
     cdef PyObject* b = PyDict_GetItem(open_batches, tp)
     if b == NULL:
         return None
     return (<OpenBatch>b).try_append(timestamp, key, value, headers, callback)
+
+
+def append(dict open_batches, object tp, int64_t timestamp, object key, object value,
+           object headers, object callback=None):
+    """``open_batches[tp].try_append(...)``, or None if tp has no open batch."""
+    return _append_open(open_batches, tp, timestamp, key, value, headers, callback)
 
 
 def run_callbacks(object callbacks, object result, type metadata_type, object on_error):
@@ -318,7 +324,7 @@ cdef class SendPath:
                 if st is None:
                     return None
                 partition = st.partition
-                if not PyLong_CheckExact(partition) or partition >= nparts:
+                if not PyLong_CheckExact(partition):
                     return None
         elif not PyLong_CheckExact(partition):
             return None
@@ -329,10 +335,7 @@ cdef class SendPath:
             ts = _now_ms()
         else:
             ts = timestamp_ms
-        cdef PyObject* b = PyDict_GetItem(self.open_batches, (topic, partition))
-        if b == NULL:
-            return None
-        fut = (<OpenBatch>b).try_append(ts, key, value, (), callback)
+        fut = _append_open(self.open_batches, (topic, partition), ts, key, value, (), callback)
         if fut is not None and st is not None:
             produced = st.produced_bytes + (PyBytes_GET_SIZE(value) if value is not None else 0) + 20
             st.produced_bytes = produced
