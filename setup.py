@@ -1,6 +1,6 @@
-"""Build the Cython kernels in kbroker/_core.
+"""Build the Cython kernels in src/kbroker/_core.
 
-Every ``kbroker/_core/*.pyx`` becomes the extension ``kbroker._core.<name>``.
+Every ``src/kbroker/_core/*.pyx`` becomes the extension ``kbroker._core.<name>``.
 C sources a kernel needs beside its .pyx are listed in EXTRA_SOURCES.
 
 Environment:
@@ -14,7 +14,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CORE = os.path.join("kbroker", "_core")
+CORE = os.path.join("src", "kbroker", "_core")
 EXTRA_SOURCES = {
     "crc32c": [os.path.join(CORE, "src", "crc32c_impl.c")],
 }

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kbroker", "_core")
+CORE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "kbroker", "_core")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,7 +2,7 @@
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "kbroker"
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "src" / "kbroker"
 
 RULES = {
     # package: prefixes it must not import

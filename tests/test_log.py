@@ -338,7 +338,7 @@ def test_follower_append_far_ahead_rolls_for_relative_offset_overflow(tmp_path):
 
 def test_layering_storage_does_not_import_server_or_network():
     import ast, pathlib
-    root = pathlib.Path(__file__).resolve().parent.parent / "kbroker"
+    root = pathlib.Path(__file__).resolve().parent.parent / "src" / "kbroker"
     for py in list((root / "log").glob("*.py")):
         for node in ast.walk(ast.parse(py.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -10,12 +10,13 @@ from pathlib import Path
 from kbroker.protocol import API_INFO, ApiKey, ErrorCode, error_code
 from kbroker.protocol.api_keys import request_header_version, response_header_version
 
-ROOT = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent
+ROOT = REPO / "src"
 SPECS = ROOT / "kbroker" / "protocol" / "specs"
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("gen_protocol", ROOT / "tools" / "gen_protocol.py")
+    spec = importlib.util.spec_from_file_location("gen_protocol", REPO / "tools" / "gen_protocol.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["gen_protocol"] = mod
     spec.loader.exec_module(mod)

@@ -42,7 +42,7 @@ import uuid as _uuid
 from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent / "src"   # the package root (src layout)
 PROTOCOL_SPECS = ROOT / "kbroker" / "protocol" / "specs"
 COORDINATOR_SPECS = ROOT / "kbroker" / "coordinator" / "specs"
 
@@ -1386,7 +1386,7 @@ def gen_api_keys(apis) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT, help="root of the output tree")
+    ap.add_argument("--out", type=Path, default=ROOT, help="root of the output tree (the src/ directory)")
     args = ap.parse_args(argv)
     files = generate(args.out)
     print("generated %d files under %s" % (len(files), args.out))

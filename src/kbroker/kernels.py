@@ -26,9 +26,12 @@ def load(name: str) -> ModuleType:
             mod = importlib.import_module(f"kbroker._core.{name}")
             SELECTED[name] = "cython"
             return mod
-        except ImportError:
+        except ImportError as e:
             if not ALLOW_FALLBACK:
-                raise
+                raise ImportError(
+                    f"kbroker's compiled kernel kbroker._core.{name} is missing ({e}): build it with "
+                    f"'pip install -e .' (or 'python tools/build_ext.py') in the checkout, or run with "
+                    f"KBROKER_NO_EXTENSIONS=1 for the slow pure-Python twins") from e
     mod = importlib.import_module(f"kbroker._core.ref.{name}")
     SELECTED[name] = "python"
     return mod
