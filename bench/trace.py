@@ -40,6 +40,7 @@ import datetime as _dt
 import json
 import math
 import os
+import sys
 import platform
 import re
 import shutil
@@ -477,6 +478,10 @@ class TraceWriter:
         m.setdefault("round", None)
         if "git_commit" not in m:
             m["git_commit"] = git_commit()
+            if not m["git_commit"] or m["git_commit"].endswith("-dirty"):
+                print(f"WARNING: {m['tool']}: tree has uncommitted changes or no git commit "
+                      f"({m['git_commit']}); the report marks this run and keeps it out of "
+                      "regression verdicts: commit first", file=sys.stderr)
         if "machine" not in m:
             m["machine"] = machine_facts()
         m["interval_ms"] = int(interval_ms)

@@ -44,3 +44,29 @@ def test_layering():
                             pkg == "_core" and "kbroker._core" in s):
                         bad.append(f"{f.relative_to(ROOT.parent)}: {s}")
     assert not bad, "\n".join(bad)
+
+
+def test_repository_root_never_shadows_the_installed_package():
+    """src layout: from the repository root (where users run ``python -m bench.produce`` and
+    where Spark starts its Python workers) ``import kbroker`` must find the installed package
+    (or the editable src/ tree), never an uncompiled copy beside bench/."""
+    import subprocess
+    import sys
+    repo = ROOT.parent.parent
+    assert not (repo / "kbroker").exists()
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", "import kbroker.kernels as k, kbroker; "
+                        "k.load('log_scan'); print(kbroker.__file__)"],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert pathlib.Path(r.stdout.strip()).parent != repo / "kbroker"
+
+
+def test_a_missing_kernel_says_how_to_build_it():
+    import pytest
+    from kbroker import kernels
+    if kernels.NO_EXTENSIONS or kernels.ALLOW_FALLBACK:
+        return   # the twins were asked for: nothing is missing
+    with pytest.raises(ImportError, match=r"pip install -e \.") as ei:
+        kernels.load("no_such_kernel")
+    assert "KBROKER_NO_EXTENSIONS=1" in str(ei.value)

@@ -31,14 +31,14 @@ class FakeClock:
 
 
 def make_run(results, *, seed, rate=10_000.0, lat_us=2000.0, n_intervals=24, warmup_s=2,
-             broker="kbroker", session_id=None, round_=None, run_id=None):
+             broker="kbroker", session_id=None, round_=None, run_id=None, git_commit="0" * 40):
     """Write a run with TraceWriter from known raw samples; return (run_dir,
     {metric: raw samples of the kept (post-warm-up, full) intervals})."""
     rng = np.random.default_rng(seed)
     clock = FakeClock()
     m = {"tool": "bench.produce", "broker": broker, "broker_version": "0.1.0",
          "client": "confluent", "warmup_s": warmup_s, "session_id": session_id,
-         "round": round_, "git_commit": "0" * 40,
+         "round": round_, "git_commit": git_commit,
          "machine": {"hostname": "testhost", "cpu_model": "Test CPU", "logical_cpus": 2,
                      "mem_total_gb": 8.0, "os": "Linux", "python": "3.11"},
          "workload": {"name": "produce-1kb", "topics": 1, "partitions": 100,
@@ -190,6 +190,35 @@ def test_same_distribution_not_flagged(spark, tmp_path):   # noqa: F811
     assert verdict["status"] == "ok"
     flagged = [m["metric"] for m in verdict["comparisons"][0]["metrics"] if m["regression"]]
     assert flagged == []
+
+
+# -- runs from a dirty tree are marked and never enter a verdict --------------------------
+def test_dirty_tree_runs_excluded_from_verdicts(spark, tmp_path):   # noqa: F811
+    for s in (21, 22):
+        make_run(tmp_path / "base", seed=s)
+    clean, _ = make_run(tmp_path / "cand", seed=23)
+    # 30% slower, but measured on a tree with uncommitted changes: no regression verdict
+    dirty, _ = make_run(tmp_path / "cand", seed=24, rate=7_000.0, git_commit="1" * 40 + "-dirty")
+    out = tmp_path / "out"
+    rc = cli.main(["--runs", str(tmp_path / "cand"), "--baseline", str(tmp_path / "base"),
+                   "--omb", "--out", str(out), "--fail-on-regression"], spark=spark)
+    verdict, md, _ = read_outputs(out)
+    assert rc == cli.EXIT_OK and verdict["status"] == "ok"
+    (comp,) = verdict["comparisons"]
+    ids = {r["run_id"]: r for r in verdict["runs"]}
+    dirty_id = next(i for i, r in ids.items() if r["git_commit"].endswith("-dirty"))
+    assert comp["excluded_runs"] == [dirty_id] and dirty_id not in comp["candidate_runs"]
+    assert len(comp["candidate_runs"]) == 1 and not ids[dirty_id]["clean_tree"]
+    assert "NO (excluded from verdicts)" in md and "1 of 4 runs were measured on a dirty tree" in md
+
+    # only dirty candidates: the comparison stands without a verdict
+    only = tmp_path / "only-dirty"
+    make_run(only, seed=25, rate=7_000.0, git_commit=None)
+    rc = cli.main(["--runs", str(only), "--baseline", str(tmp_path / "base"),
+                   "--omb", "--out", str(tmp_path / "out2"), "--fail-on-regression"], spark=spark)
+    verdict, md, _ = read_outputs(tmp_path / "out2")
+    assert rc == cli.EXIT_OK and verdict["status"] == "no-baseline"
+    assert verdict["comparisons"][0]["no_verdict"] and "No verdict: every run" in md
 
 
 # -- a run that ends inside its warm-up still has numbers --------------------------------

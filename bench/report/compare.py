@@ -9,6 +9,10 @@ Three kinds:
   throughputs; for latency percentiles a bootstrap over intervals (resample
   intervals, merge their histograms, take the percentile). ``max`` latency and
   CPU per MB are reported but never gate the verdict (single extreme values).
+  Runs whose ``git_commit`` is unknown or ends in ``-dirty`` (measured on a tree with
+  uncommitted changes, so nobody can rebuild what was measured) never enter a verdict:
+  they are listed as excluded and, if no clean run is left on a side, the comparison
+  has no verdict.
 * **kbroker vs peer broker, same session** -- runs sharing a ``session_id``
   are paired by ``round``; one ratio kbroker/peer per round; median and an
   order-statistic CI of the ratios.
@@ -32,6 +36,11 @@ from bench.report.sources import rate_from_workload_name, source_facts
 LATENCY_METRICS = ("publish", "e2e")
 CROSS_MACHINE = "cross-machine, not like-for-like"
 ALPHA = 0.05
+
+
+def is_clean_commit(commit: Any) -> bool:
+    """True for a known commit measured on a clean tree (no ``-dirty`` suffix)."""
+    return isinstance(commit, str) and bool(commit) and not commit.endswith("-dirty")
 
 
 def _num(x: Any) -> float | None:
@@ -101,6 +110,7 @@ def run_rows(t: Tables) -> list[dict[str, Any]]:
             "run_id": r.run_id, "role": r.role, "broker": r.broker, "client": r.client,
             "tool": r.tool, "workload": workload_label(r), "session": r.session_id,
             "round": r["round"], "machine": machine_label(r), "git_commit": r.git_commit,
+            "clean_tree": is_clean_commit(r.git_commit),
         }
         if tp is not None:
             n = int(tp.n_intervals)
@@ -141,13 +151,22 @@ def baseline_comparisons(t: Tables, threshold: float, alpha: float = ALPHA) -> l
     cand = t.meta[t.meta.role == "candidate"]
     base = t.meta[t.meta.role == "baseline"]
     for ci, key in enumerate(sorted(set(cand.match_key) & set(base.match_key))):
-        c_runs = sorted(cand[cand.match_key == key].run_id)
-        b_runs = sorted(base[base.match_key == key].run_id)
-        first = cand[cand.match_key == key].iloc[0]
+        cg, bg = cand[cand.match_key == key], base[base.match_key == key]
+        clean_c = cg.git_commit.map(is_clean_commit)
+        clean_b = bg.git_commit.map(is_clean_commit)
+        c_runs = sorted(cg[clean_c].run_id)
+        b_runs = sorted(bg[clean_b].run_id)
+        first = cg.iloc[0]
         comp: dict[str, Any] = {
             "tool": first.tool, "broker": first.broker, "client": first.client,
             "workload": workload_label(first), "baseline_runs": b_runs, "candidate_runs": c_runs,
+            "excluded_runs": sorted(cg[~clean_c].run_id) + sorted(bg[~clean_b].run_id),
             "metrics": []}
+        if not c_runs or not b_runs:
+            comp["regression"] = False
+            comp["no_verdict"] = "every run on one side is from a dirty tree or an unknown commit"
+            out.append(comp)
+            continue
         ivk = t.intervals[t.intervals.kept]
         for name, col, unit in (("throughput_send", "send_rps", "records/s"),
                                 ("throughput_receive", "recv_rps", "records/s")):
@@ -367,6 +386,6 @@ def omb_matches(t: Tables, omb_list: list[dict[str, Any]], ours: str = "kbroker"
 
 
 def overall_status(comparisons: list[dict[str, Any]]) -> str:
-    if not comparisons:
+    if not any(not c.get("no_verdict") for c in comparisons):
         return "no-baseline"
     return "regression" if any(c["regression"] for c in comparisons) else "ok"

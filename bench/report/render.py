@@ -70,9 +70,15 @@ def build_document(model: dict[str, Any]) -> list[tuple]:
                 d.append(("h3", f"{metric} latency (ms)"))
                 d.append(("table", ["run", "broker", "samples"] + _PCT_HEAD, rows))
         d.append(("h3", "Machines"))
-        d.append(("table", ["run", "machine", "git commit", "session", "round"],
-                  [[r["run_id"], r["machine"], _f(r.get("git_commit")), _f(r.get("session")),
-                    _f(r.get("round"))] for r in runs]))
+        dirty = [r["run_id"] for r in runs if not r.get("clean_tree", True)]
+        if dirty:
+            d.append(("p", f"**{len(dirty)} of {len(runs)} runs were measured on a dirty tree or an "
+                           "unknown commit** (marked below): they are shown but excluded from "
+                           "candidate-vs-baseline verdicts."))
+        d.append(("table", ["run", "machine", "git commit", "clean tree", "session", "round"],
+                  [[r["run_id"], r["machine"], _f(r.get("git_commit")),
+                    "yes" if r.get("clean_tree", True) else "NO (excluded from verdicts)",
+                    _f(r.get("session")), _f(r.get("round"))] for r in runs]))
     else:
         d.append(("p", "No usable runs."))
     for key, alt in (("throughput", "throughput over time"), ("latency_publish", "publish latency"),
@@ -85,10 +91,18 @@ def build_document(model: dict[str, Any]) -> list[tuple]:
         d.append(("p", "No baseline runs matched (give --baseline with runs of the same tool, "
                        "broker, client and workload). No verdict."))
     for i, c in enumerate(model["comparisons"]):
+        verdict = ("no verdict" if c.get("no_verdict") else
+                   "REGRESSION" if c["regression"] else "ok")
         d.append(("h3", f"#{i + 1} {c['broker']} / {c['client']} / {c['tool']}: {c['workload']}"
-                        f" -- {'REGRESSION' if c['regression'] else 'ok'}"))
-        d.append(("p", f"baseline runs: {', '.join(c['baseline_runs'])}; candidate runs: "
-                       f"{', '.join(c['candidate_runs'])}"))
+                        f" -- {verdict}"))
+        d.append(("p", f"baseline runs: {', '.join(c['baseline_runs']) or '-'}; candidate runs: "
+                       f"{', '.join(c['candidate_runs']) or '-'}"))
+        if c.get("excluded_runs"):
+            d.append(("p", "excluded (dirty tree or unknown commit): "
+                           f"{', '.join(c['excluded_runs'])}"))
+        if c.get("no_verdict"):
+            d.append(("p", f"No verdict: {c['no_verdict']}."))
+            continue
         d.append(("table", ["metric", "unit", "better", "baseline", "candidate", "delta %",
                             "95% CI of delta %", "p-value", "test", "n (b/c)", "regression"],
                   [[m["metric"], m["unit"], m["better"], _f(m["baseline"]), _f(m["candidate"]),
@@ -211,8 +225,9 @@ def verdict(model: dict[str, Any]) -> dict[str, Any]:
         "threshold": model["threshold"],
         "alpha": model["alpha"],
         "comparisons": [
-            {k: c[k] for k in ("tool", "broker", "client", "workload", "baseline_runs",
-                               "candidate_runs", "regression", "metrics")}
+            {**{k: c[k] for k in ("tool", "broker", "client", "workload", "baseline_runs",
+                                  "candidate_runs", "excluded_runs", "regression", "metrics")},
+             "no_verdict": c.get("no_verdict")}
             for c in model["comparisons"]],
         "peers": model["peers"],
         "omb": [{"ours": m["ours"], "label": m["label"],
