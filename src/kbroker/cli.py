@@ -42,7 +42,7 @@ def serve(args) -> int:
         return _fail(str(e))
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    from kbroker.server.broker import KafkaBroker
+    from kbroker.server.broker import BrokerStartupError, KafkaBroker
 
     broker = KafkaBroker(config)
     stop = threading.Event()
@@ -57,7 +57,7 @@ def serve(args) -> int:
     except (LogConfigError, ConfigError) as e:
         broker.shutdown()
         return _fail(str(e).replace("\n", " "))
-    except (KafkaStorageError, OSError) as e:
+    except (KafkaStorageError, OSError, BrokerStartupError) as e:
         broker.shutdown()
         return _fail(f"cannot start: {e}".replace("\n", " "))
     try:

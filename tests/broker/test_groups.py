@@ -8,7 +8,6 @@ Every wait is bounded in time.
 """
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +17,10 @@ import uuid
 
 import pytest
 
-ck = pytest.importorskip("confluent_kafka")
+import confluent_kafka as ck  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
-from tests.broker.kafka_helpers import create_topic, produce  # noqa: E402
+from tests.broker.kafka_helpers import create_topic, needs_kcat, produce  # noqa: E402
 
 SESSION_MS = 6000  # the broker's default group.min.session.timeout.ms
 
@@ -259,7 +258,7 @@ def test_twenty_consumers_hundred_partitions_stabilise(broker):
 
 # -- kcat -G ----------------------------------------------------------------------------------
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+@needs_kcat
 def test_kcat_balanced_consumer(broker):
     topic, group = _name("gkc"), _name("grp")
     create_topic(broker.bootstrap, topic, partitions=2)
@@ -288,7 +287,7 @@ def test_kcat_balanced_consumer(broker):
 # -- kafka-python and aiokafka ----------------------------------------------------------------
 
 def test_kafka_python_group(broker):
-    kafka = pytest.importorskip("kafka")
+    import kafka
     import threading
 
     topic, group = _name("gkp"), _name("grp")
@@ -336,7 +335,7 @@ def test_kafka_python_group(broker):
 
 
 def test_aiokafka_group(broker):
-    aiokafka = pytest.importorskip("aiokafka")
+    import aiokafka
     topic, group = _name("gak"), _name("grp")
     create_topic(broker.bootstrap, topic, partitions=4)
     _fill(broker.bootstrap, topic, 4, 5)

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-ck = pytest.importorskip("confluent_kafka")
+import confluent_kafka as ck  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from kbroker.testing import KBrokerProcess  # noqa: E402
