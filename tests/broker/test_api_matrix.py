@@ -1127,11 +1127,12 @@ def case_consumer_group_heartbeat(env: Env, v: int):
     assert r.member_epoch >= 1 and r.heartbeat_interval_ms > 0
     member, epoch = r.member_id, r.member_epoch
     owned = []
-    for _ in range(10):  # bounded: the assignment comes with this or a following heartbeat
+    deadline = time.monotonic() + 15  # the assignment comes with this or a following heartbeat
+    while True:
         if r.assignment is not None:
             owned = [(t.topic_id, p) for t in r.assignment.topic_partitions for p in t.partitions]
-            if owned:
-                break
+        if owned or time.monotonic() > deadline:
+            break
         time.sleep(0.05)
         r = _cg_heartbeat(env, v, group, member, epoch)
         assert r.error_code == E.NONE, r
