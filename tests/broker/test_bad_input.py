@@ -141,6 +141,7 @@ sys.meta_path.insert(0, _Refuse())
 @pytest.mark.parametrize("module,component", [
     ("kbroker.coordinator.group", "group coordinator"),
     ("kbroker.server.apis.configs", "request handlers"),
+    ("kbroker.server.fetch_session", "cannot start"),
 ])
 def test_core_component_that_fails_to_import_stops_startup(tmp_path, module, component):
     """A core component that cannot be imported stops ``kbroker serve`` with one line naming
