@@ -11,7 +11,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session")
 def spark():
-    pytest.importorskip("pyspark")
     # Python workers must import kbroker and bench (not installed in the test env)
     paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

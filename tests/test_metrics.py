@@ -8,8 +8,8 @@ import pytest
 
 from kbroker.testing import KBrokerProcess
 
-ck = pytest.importorskip("confluent_kafka")
-parser = pytest.importorskip("prometheus_client.parser")
+import confluent_kafka as ck
+import prometheus_client.parser as parser
 
 
 @pytest.fixture(scope="module")

@@ -275,7 +275,7 @@ record_st = st.tuples(
 )
 
 
-@pytest.mark.skipif(c_records is None, reason="Cython kernel not built")
+@pytest.mark.skipif(c_records is None, reason="Cython kernel not built (KBROKER_REQUIRE_EXTENSIONS=1 fails instead)")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(record_st, max_size=20), codec=st.integers(0, 4),
        base_offset=st.integers(0, 2**62), txn=st.booleans(),

@@ -3,6 +3,11 @@
 Batches built by their builders decode identically in ours; ours decode in
 theirs. Every codec the third-party library supports in this environment.
 """
+import os
+
+import aiokafka.record.default_records as adr
+import kafka.record.default_records as kdr
+import kafka.record.legacy_records as klr
 import pytest
 
 from kbroker._core.ref import records as ref_records
@@ -10,11 +15,9 @@ from kbroker._core.ref import records as ref_records
 try:
     from kbroker._core import records as c_records
 except ImportError:  # pragma: no cover
+    if os.environ.get("KBROKER_REQUIRE_EXTENSIONS") == "1":
+        raise
     c_records = None
-
-kdr = pytest.importorskip("kafka.record.default_records")
-klr = pytest.importorskip("kafka.record.legacy_records")
-adr = pytest.importorskip("aiokafka.record.default_records")
 
 IMPLS = [pytest.param(ref_records, id="python")]
 if c_records is not None:
@@ -67,12 +70,9 @@ def _build_aiokafka(cls, codec):
 
 
 def _try(fn, *args):
-    try:
-        return fn(*args)
-    except Exception as e:  # codec not available in that library
-        if "codec" in type(e).__name__.lower() or "Unsupported" in type(e).__name__:
-            pytest.skip(f"{e!r}")
-        raise
+    """Every codec is installed by the test extra (lz4, python-snappy, zstandard): a codec
+    error from the third-party library is a failure, not a skip."""
+    return fn(*args)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -122,15 +122,16 @@ def test_ours_decode_in_aiokafka(impl, codec, reader):
     assert _try(_theirs, theirs) == _want(10)
 
 
+#: (magic, codec) of legacy wrappers. Not here: magic 0 with LZ4, which Kafka 0.8-0.9 wrote
+#: with a wrong frame header checksum (KAFKA-3160). kafka-python builds it only with xxhash
+#: (not a test dependency) and our decoder does not read that framing (a known gap; no
+#: client can send it to kbroker, whose Produce starts at v3, i.e. magic 2).
+LEGACY = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3)]
+
+
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("magic", [0, 1])
-@pytest.mark.parametrize("codec", [0, 1, 2, 3])
+@pytest.mark.parametrize("magic,codec", LEGACY)
 def test_kafka_python_legacy_decode_in_ours(impl, magic, codec):
-    if magic == 0 and codec == 3:
-        # Kafka 0.8-0.9 wrote magic 0 LZ4 with a wrong frame header checksum
-        # (KAFKA-3160); kafka-python needs xxhash to mimic it and we do not
-        # decode it (known gap).
-        pytest.skip("magic 0 LZ4 uses the broken KAFKA-3160 framing")
     def build():
         b = klr.LegacyRecordBatchBuilder(magic=magic, compression_type=codec, batch_size=1 << 30)
         for i in range(10):

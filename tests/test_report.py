@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("pyspark")
+import pyspark  # noqa: F401  (the bench extra; tools/test.sh installs it)
 
 from bench import trace  # noqa: E402
 from bench.report import cli, stats  # noqa: E402

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-pytest.importorskip("pyspark")
+import pyspark  # noqa: F401,E402  (the bench extra; tools/test.sh installs it)
 
 from conftest_spark import spark  # noqa: E402,F401
 from kbroker._core.ref import records as ref_records  # noqa: E402
@@ -51,7 +51,7 @@ def decoded_rows(path):
 
 
 def test_segments_written_by_the_log_read_back_exactly(kb, tmp_path):   # noqa: F811
-    log_mod = pytest.importorskip("kbroker.log.log")
+    import kbroker.log.log as log_mod
     from kbroker.log.config import LogConfig
     written = {}
     for topic, part in (("orders", 0), ("orders", 1), ("audit-log", 0)):
@@ -91,7 +91,7 @@ def test_segments_written_by_the_log_read_back_exactly(kb, tmp_path):   # noqa: 
 def test_hand_written_segment_with_control_batch_and_torn_tail(kb, tmp_path):   # noqa: F811
     """Batches built by aiokafka (an independent encoder); control batch skipped;
     a partial trailing batch and preallocated zeros end the segment."""
-    builder_mod = pytest.importorskip("aiokafka.record.default_records")
+    import aiokafka.record.default_records as builder_mod
     part = tmp_path / "t-0"
     part.mkdir()
     expected, blob, offset = [], bytearray(), 0

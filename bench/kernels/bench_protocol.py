@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import random
 
-import pytest
+import aiokafka.protocol.fetch as aio_fetch
+import aiokafka.protocol.produce as aio_produce
 
 from kbroker.protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
 from kbroker.protocol.messages.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-
-aio_produce = pytest.importorskip("aiokafka.protocol.produce")
-aio_fetch = pytest.importorskip("aiokafka.protocol.fetch")
 
 RECORDS = random.Random(7).randbytes(16 * 1024)
 

@@ -16,9 +16,9 @@ import pytest
 
 from kbroker._core.ref import records as ref_records
 
-c_records = pytest.importorskip("kbroker._core.records")
-adr = pytest.importorskip("aiokafka.record.default_records")
-kdr = pytest.importorskip("kafka.record.default_records")
+import kbroker._core.records as c_records  # noqa: E402
+import aiokafka.record.default_records as adr  # noqa: E402
+import kafka.record.default_records as kdr  # noqa: E402
 
 rnd = random.Random(42)
 N = 1000

@@ -42,7 +42,10 @@ def serve(args) -> int:
         return _fail(str(e))
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    from kbroker.server.broker import KafkaBroker
+    try:
+        from kbroker.server.broker import BrokerStartupError, KafkaBroker
+    except ImportError as e:  # a broken install: name the module, no traceback
+        return _fail(f"cannot start: {e.name or 'kbroker.server.broker'} failed to import: {e}".replace("\n", " "))
 
     broker = KafkaBroker(config)
     stop = threading.Event()
@@ -57,7 +60,7 @@ def serve(args) -> int:
     except (LogConfigError, ConfigError) as e:
         broker.shutdown()
         return _fail(str(e).replace("\n", " "))
-    except (KafkaStorageError, OSError) as e:
+    except (KafkaStorageError, OSError, BrokerStartupError) as e:
         broker.shutdown()
         return _fail(f"cannot start: {e}".replace("\n", " "))
     try:

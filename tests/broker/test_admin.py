@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-ck = pytest.importorskip("confluent_kafka")
+import confluent_kafka as ck  # noqa: E402
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic, ResourceType,
@@ -375,15 +375,13 @@ def test_delete_records_compacted_topic_refused(broker):
 # -- DescribeLogDirs (kafka-python) ------------------------------------------------------------
 
 def test_describe_log_dirs_kafka_python(broker):
-    kafka = pytest.importorskip("kafka")
+    import kafka
     admin = _admin(broker.bootstrap)
     t = _topic()
     _create(admin, t, partitions=2)
     _produce(broker.bootstrap, t, 10, partition=1)
     ka = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
     try:
-        if not hasattr(ka, "describe_log_dirs"):
-            pytest.skip("kafka-python without describe_log_dirs")
         resp = ka.describe_log_dirs()
     finally:
         ka.close()

@@ -10,6 +10,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from kbroker.testing import free_port
 from tests.broker.kafka_helpers import consume_assigned, create_topic, produce
 
 
@@ -117,3 +118,43 @@ def test_bad_config_stops_startup_naming_the_key(tmp_path):
         lines = [l for l in r.stderr.strip().splitlines() if l]
         assert len(lines) == 1, r.stderr
         assert key in lines[0]
+
+
+_IMPORT_SHIM = '''
+import importlib.abc
+import sys
+
+
+class _Refuse(importlib.abc.MetaPathFinder):
+    """Makes {module} (and its submodules) fail to import, as a broken install would."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r} or name.startswith({module!r} + "."):
+            raise ImportError("simulated: " + name + " is broken", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Refuse())
+'''
+
+
+@pytest.mark.parametrize("module,component", [
+    ("kbroker.coordinator.group", "group coordinator"),
+    ("kbroker.server.apis.configs", "request handlers"),
+    ("kbroker.server.fetch_session", "cannot start"),
+])
+def test_core_component_that_fails_to_import_stops_startup(tmp_path, module, component):
+    """A core component that cannot be imported stops ``kbroker serve`` with one line naming
+    it and a non-zero exit; the broker never serves without it."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(_IMPORT_SHIM.format(module=module))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])))
+    port = free_port()
+    r = subprocess.run([sys.executable, "-m", "kbroker", "serve", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                        "--override", f"log.dirs={tmp_path / 'logs'}"],
+                       capture_output=True, timeout=120, text=True, cwd=tmp_path, env=env)
+    assert r.returncode != 0, r.stdout[-3000:]
+    lines = [l for l in r.stderr.strip().splitlines() if l]
+    assert len(lines) == 1, r.stderr
+    assert component in lines[0] and module in lines[0] and "failed to import" in lines[0], lines[0]

@@ -6,7 +6,7 @@ import pytest
 
 from kbroker.testing import KBrokerProcess
 
-ck = pytest.importorskip("confluent_kafka")
+import confluent_kafka as ck  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 

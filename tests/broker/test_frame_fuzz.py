@@ -11,8 +11,8 @@ acceptable lines (see ``unacceptable_log_lines``).
 Not mutated bit by bit: CreateTopics and CreatePartitions. A flipped bit in
 num_partitions/count asks for up to 2**31 partitions and kbroker (unlike Kafka's
 controller, which refuses any operation over 10000 records with POLICY_VIOLATION)
-would try to create them; see test_api_matrix's xfail for that defect. They are still
-fuzzed with truncation and random bytes.
+would try to create them; test_api_matrix's test_excessively_many_partitions_are_refused
+pins the fix. They are still fuzzed with truncation and random bytes.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ import uuid
 
 import pytest
 
-hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 from kbroker.protocol import API_INFO, ApiKey, encode_request  # noqa: E402
@@ -35,7 +34,7 @@ from kbroker.protocol.messages import (  # noqa: E402
     offset_commit as oc, offset_fetch as of, sync_group as sg,
 )
 from tests.broker.raw_client import RawClient, advertised  # noqa: E402
-from tests.broker.test_api_matrix import fetch_request, join_request, produce_request  # noqa: E402
+from tests.broker.test_api_matrix import EXPECTED, fetch_request, join_request, produce_request  # noqa: E402
 
 K = ApiKey
 TOPIC = "fz-target"
@@ -188,7 +187,8 @@ def unacceptable_log_lines(log: str) -> list[str]:
 def test_fuzzed_frames(broker):
     t_start = time.monotonic()
     live = advertised(broker.port)
-    pairs = [(k, v) for k, (lo_v, hi_v) in sorted(live.items()) for v in range(lo_v, hi_v + 1)]
+    assert live == EXPECTED
+    pairs = [(k, v) for k, (lo_v, hi_v) in sorted(EXPECTED.items()) for v in range(lo_v, hi_v + 1)]
     frames = {p: valid_frame(*p) for p in pairs}
     # a topic for the samples to hit, with two partitions and some data
     from tests.broker.test_api_matrix import Env
@@ -242,10 +242,8 @@ def test_fuzzed_frames(broker):
 ])
 def test_huge_counts_at_known_positions(broker, key, version, offset, blob):
     """A count far beyond the bytes sent must not allocate or hang: close (or an error answer)."""
-    live = advertised(broker.port)
-    lo_v, hi_v = live[key]
-    if not lo_v <= version <= hi_v:
-        pytest.skip(f"{API_INFO[key].name} v{version} not advertised")
+    lo_v, hi_v = EXPECTED[key]
+    assert lo_v <= version <= hi_v, f"{API_INFO[key].name} v{version} is not supported"
     frame = bytearray(valid_frame(key, version))
     hdr_end = 4 + len(encode_request(key, version, 4242, "fuzz", API_INFO[key].request_class())) - 4 \
         - len(API_INFO[key].request_class().encode(version))
@@ -259,7 +257,6 @@ def test_huge_counts_at_known_positions(broker, key, version, offset, blob):
 
 
 def test_real_client_still_works_after_fuzzing(broker):
-    pytest.importorskip("confluent_kafka")
     from tests.broker.kafka_helpers import consume_assigned, create_topic, produce
 
     topic = f"fz-alive-{uuid.uuid4().hex[:8]}"

@@ -8,7 +8,6 @@ Every wait is bounded in time.
 """
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +17,11 @@ import uuid
 
 import pytest
 
-ck = pytest.importorskip("confluent_kafka")
+import confluent_kafka as ck  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from tests.broker.kafka_helpers import create_topic, produce  # noqa: E402
+from tests.broker.kafka_helpers import create_topic, needs_kcat, produce  # noqa: E402
 
 SESSION_MS = 6000  # the broker's default group.min.session.timeout.ms
 
@@ -61,6 +61,30 @@ def _parts(c):
     return sorted(tp.partition for tp in c.assignment())
 
 
+def _positions(c):
+    return {tp.partition: tp.offset for tp in c.position(c.assignment())}
+
+
+def _at_end(c, end_offset):
+    """Has ``c`` consumed every partition it owns up to ``end_offset``?"""
+    return all(o == end_offset for o in _positions(c).values())
+
+
+def _wait_stable(bootstrap, group, consumers, members, timeout_s=30):
+    """Poll ``consumers`` until the coordinator describes ``group`` as Stable with
+    ``members`` members (no rebalance in flight)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    state = None
+    while time.monotonic() < deadline:
+        d = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        state = (d.state, len(d.members))
+        if state == (ck.ConsumerGroupState.STABLE, members):
+            return
+        _poll_until(consumers, lambda: False, 0.2)
+    raise AssertionError(f"group {group} not stable with {members} members: {state}")
+
+
 # -- confluent-kafka ---------------------------------------------------------------------
 
 def test_confluent_group_splits_partitions_and_commits(broker):
@@ -72,11 +96,12 @@ def test_confluent_group_splits_partitions_and_commits(broker):
         for c in cs:
             c.subscribe([topic])
         got = []
+        # without commits, a partition read before a rebalance is read again by its next owner:
+        # wait until every owner has read its partitions to the end (its positions are 10), so
+        # that the commits below are of the current owners' positions
         ok = _poll_until(cs, lambda: sorted(p for c in cs for p in _parts(c)) == list(range(6))
-                         and all(len(_parts(c)) == 2 for c in cs) and len({m.value() for m in got}) >= 60,
-                         40, got)
-        assert ok, ([_parts(c) for c in cs], len(got))
-        # without commits, a partition read before a rebalance is read again by its next owner
+                         and all(len(_parts(c)) == 2 and _at_end(c, 10) for c in cs), 40, got)
+        assert ok, ([_parts(c) for c in cs], [_positions(c) for c in cs], len(got))
         assert {m.value() for m in got} == {b"%d-%d" % (p, i) for p in range(6) for i in range(10)}
         for c in cs:
             c.commit(asynchronous=False)
@@ -224,8 +249,9 @@ def test_static_member_rejoins_without_rebalance(broker):
         b.subscribe([topic])
         assert _poll_until([a, b], lambda: len(_parts(a)) == 2 and len(_parts(b)) == 2, 40)
         a_parts, b_parts = _parts(a), _parts(b)
-        # let the group settle, then forget what happened so far
-        _poll_until([a, b], lambda: False, 1.0)
+        # wait for the group to settle, then forget what happened so far
+        _wait_stable(broker.bootstrap, group, [a, b], 2)
+        assert (_parts(a), _parts(b)) == (a_parts, b_parts)
         events.clear()
         b.close()  # a static member does not leave the group on close
         b2 = _consumer(broker.bootstrap, group, **{"group.instance.id": "inst-b", **conf})
@@ -259,7 +285,7 @@ def test_twenty_consumers_hundred_partitions_stabilise(broker):
 
 # -- kcat -G ----------------------------------------------------------------------------------
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed")
+@needs_kcat
 def test_kcat_balanced_consumer(broker):
     topic, group = _name("gkc"), _name("grp")
     create_topic(broker.bootstrap, topic, partitions=2)
@@ -288,7 +314,7 @@ def test_kcat_balanced_consumer(broker):
 # -- kafka-python and aiokafka ----------------------------------------------------------------
 
 def test_kafka_python_group(broker):
-    kafka = pytest.importorskip("kafka")
+    import kafka
     import threading
 
     topic, group = _name("gkp"), _name("grp")
@@ -298,28 +324,39 @@ def test_kafka_python_group(broker):
                 enable_auto_commit=False, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
     cs = [kafka.KafkaConsumer(topic, **conf) for _ in range(2)]
     got, lock, stop = [], threading.Lock(), threading.Event()
+    at_end = {}  # consumer index -> has it read every partition it owns to the end (offset 5)?
 
     # One thread per consumer, as applications run them: kafka-python's poll() joins the
     # group inline, and a poll that times out in the middle of a join (two consumers
     # sharing one thread) can leave its heartbeat thread disabled (a client quirk).
-    def loop(c):
+    def loop(i, c):
         deadline = time.monotonic() + 40
         while not stop.is_set() and time.monotonic() < deadline:
             for recs in c.poll(timeout_ms=500).values():
                 with lock:
                     got.extend(r.value for r in recs)
+            owned = c.assignment()
+            # on the consumer's own thread; a position not known within 1 s counts as not done
+            try:
+                done = bool(owned) and all(c.position(tp, timeout_ms=1000) == 5 for tp in owned)
+            except kafka.errors.IllegalStateError:  # unassigned meanwhile: a rebalance
+                done = False
+            with lock:
+                at_end[i] = done
 
-    threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in cs]
+    threads = [threading.Thread(target=loop, args=(i, c), daemon=True) for i, c in enumerate(cs)]
     try:
         for t in threads:
             t.start()
+        # without commits, a partition that moves is read again by its next owner: wait until
+        # each owner has read what it owns to the end, so the commits below are complete
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
             with lock:
-                n = len(set(got))
-            if n >= 20 and all(len(c.assignment()) == 2 for c in cs):
+                done = len(at_end) == 2 and all(at_end.values())
+            if done and all(len(c.assignment()) == 2 for c in cs):
                 break
-            time.sleep(0.1)
+            stop.wait(0.1)
         stop.set()
         for t in threads:
             t.join(10)
@@ -336,7 +373,7 @@ def test_kafka_python_group(broker):
 
 
 def test_aiokafka_group(broker):
-    aiokafka = pytest.importorskip("aiokafka")
+    import aiokafka
     topic, group = _name("gak"), _name("grp")
     create_topic(broker.bootstrap, topic, partitions=4)
     _fill(broker.bootstrap, topic, 4, 5)
@@ -355,8 +392,15 @@ def test_aiokafka_group(broker):
                     batches = await c.getmany(timeout_ms=100)
                     for recs in batches.values():
                         got.extend(r.value for r in recs)
-                if len(set(got)) >= 20 and all(len(c.assignment()) == 2 for c in cs):
-                    break
+                # without commits a moved partition is read again by its next owner: stop when
+                # every owner has read what it owns to the end, so the commits below are complete
+                if all(len(c.assignment()) == 2 for c in cs):
+                    try:
+                        positions = [await c.position(tp) for c in cs for tp in c.assignment()]
+                    except aiokafka.errors.IllegalStateError:  # unassigned meanwhile: a rebalance
+                        continue
+                    if positions == [5] * 4:
+                        break
             parts = sorted(tp.partition for c in cs for tp in c.assignment())
             for c in cs:
                 await c.commit()

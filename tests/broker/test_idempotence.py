@@ -24,7 +24,7 @@ from kbroker.protocol.messages.api_versions import ApiVersionsRequest
 from kbroker.protocol.messages.init_producer_id import InitProducerIdRequest
 from kbroker.protocol.messages.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 
-ck = pytest.importorskip("confluent_kafka")
+import confluent_kafka as ck  # noqa: E402
 from tests.broker.kafka_helpers import consume_assigned, create_topic  # noqa: E402
 
 INT32_MAX = 0x7FFFFFFF
@@ -209,7 +209,7 @@ def _check_exactly_once(bootstrap, topic, per_partition):
 
 
 def test_kafka_python_default_producer_is_idempotent(broker):
-    kafka = pytest.importorskip("kafka")
+    import kafka
     topic = _topic()
     create_topic(broker.bootstrap, topic, partitions=N_PARTS)
     p = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=2)
@@ -241,7 +241,7 @@ def test_confluent_idempotent_producer(broker):
 
 
 def test_aiokafka_idempotent_producer(broker):
-    aiokafka = pytest.importorskip("aiokafka")
+    import aiokafka
     topic = _topic()
     create_topic(broker.bootstrap, topic, partitions=N_PARTS)
 

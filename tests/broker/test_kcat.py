@@ -1,12 +1,10 @@
 """kcat (Debian package) lists metadata, produces and consumes."""
-import shutil
 import subprocess
 import uuid
 
-import pytest
+from tests.broker.kafka_helpers import needs_kcat
 
-pytestmark = pytest.mark.skipif(shutil.which("kcat") is None and not __import__("os").environ.get("CI"),
-                                reason="kcat not installed (tools/test.sh installs it)")
+pytestmark = needs_kcat
 
 
 def kcat(*args, input=None, timeout=30):

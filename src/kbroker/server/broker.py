@@ -7,6 +7,10 @@ KafkaApis + handler pool → SocketServer (listeners last, so nothing is
 accepted before the broker can answer). Shutdown reverses it: stop accepting,
 drain in-flight requests, stop handlers, close purgatories, flush and close
 logs, write the clean-shutdown marker (LogManager.shutdown).
+
+Every component is required: one that cannot be imported (the group coordinator, a
+request handler module) stops start-up with a BrokerStartupError naming it; the broker
+never runs without it.
 """
 from __future__ import annotations
 
@@ -30,6 +34,18 @@ from kbroker.server.request_handler import KafkaRequestHandlerPool
 from kbroker.server.topics import TopicManager
 
 log = logging.getLogger(__name__)
+
+
+class BrokerStartupError(Exception):
+    """A core component could not be loaded; the message names it (one line)."""
+
+
+def _required(component: str, load):
+    """``load()``, or a BrokerStartupError naming ``component`` if its code does not import."""
+    try:
+        return load()
+    except ImportError as e:
+        raise BrokerStartupError(f"{component} failed to import: {type(e).__name__}: {e}".replace("\n", " ")) from e
 
 
 def new_cluster_id() -> str:
@@ -121,7 +137,8 @@ class KafkaBroker:
             connections_max_idle_ms=c["connections.max.idle.ms"],
             max_connections=c["max.connections"],
         ))
-        self.apis = KafkaApis(self, self.socket_server.channel)
+        self.apis = _required("request handlers (kbroker.server.apis)",
+                              lambda: KafkaApis(self, self.socket_server.channel))
         self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,
                                                     c["num.io.threads"], self.socket_server.metrics)
         self._started = True
@@ -142,10 +159,12 @@ class KafkaBroker:
         return dict(t.configs) if t is not None else None
 
     def _start_coordinators(self) -> None:
-        try:
+        def load():
             from kbroker.coordinator.group.coordinator import build_group_coordinator
-        except ImportError:
-            return
+
+            return build_group_coordinator
+
+        build_group_coordinator = _required("group coordinator (kbroker.coordinator.group)", load)
         self.group_coordinator = build_group_coordinator(self)
 
     def shutdown(self) -> None:

@@ -11,6 +11,14 @@ Epochs: session_id 0 + epoch -1 = sessionless full fetch; session_id 0 + epoch 0
 fetch; session_id N + epoch E > 0 = incremental fetch, E must be the session's
 next epoch. Thread-safety: the cache and every session are guarded by
 ``_lock`` (sessions are small; handler threads serialise on it briefly).
+
+Keys (Kafka's CachedPartition equality): a session opened by Fetch v13+ uses topic
+ids and keys its partitions by ``(topic_id, partition)``; an older one keys them by
+``(topic name, partition)``. A session never mixes the two: an incremental request
+of the other kind is answered FETCH_SESSION_TOPIC_ID_ERROR. Keyed by id, a topic
+deleted and re-created under the same name is a different partition, never served
+under the old id. A cached partition whose id was unknown when it was added has no
+name (``topic`` None) and is resolved again on every request (maybeResolveUnknownName).
 """
 from __future__ import annotations
 
@@ -29,12 +37,16 @@ INVALID_SESSION_ID = 0
 
 @dataclass
 class CachedPartition:
+    """One partition of a session: what the client asks for and what it was last told.
+    ``topic`` is the name (None while a topic id is unresolved); ``topic_id`` is None
+    in sessions without topic ids."""
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
     log_start_offset: int = -1
     last_fetched_epoch: int = -1
     topic_id: object = None
+    topic: str | None = None
     # what the client was last told
     high_watermark: int = -1
     last_stable_offset: int = -1
@@ -42,9 +54,11 @@ class CachedPartition:
 
 
 class FetchSession:
-    def __init__(self, session_id: int, partitions: "OrderedDict[tuple, CachedPartition]", now_ms: int):
+    def __init__(self, session_id: int, partitions: "OrderedDict[tuple, CachedPartition]", now_ms: int,
+                 uses_topic_ids: bool = False):
         self.session_id = session_id
         self.partitions = partitions
+        self.uses_topic_ids = uses_topic_ids
         self.epoch = 1  # the next epoch the client must send
         self.last_used_ms = now_ms
 
@@ -70,9 +84,11 @@ class FetchSessionCache:
         return time.monotonic_ns() // 1_000_000
 
     def new_context(self, session_id: int, epoch: int, requested: "OrderedDict[tuple, CachedPartition]",
-                    forgotten: list[tuple], is_follower: bool) -> "FetchContext":
-        """Resolve the request's session. Raises FetchSessionError for unknown
-        sessions / wrong epochs (the response's top-level error code)."""
+                    forgotten: list[tuple], is_follower: bool, uses_topic_ids: bool = False) -> "FetchContext":
+        """Resolve the request's session. ``requested`` and ``forgotten`` are keyed by
+        ``(topic_id, partition)`` when ``uses_topic_ids`` (Fetch v13+), else by
+        ``(topic, partition)``. Raises FetchSessionError for unknown sessions, wrong
+        epochs and a switch between ids and names (the response's top-level error code)."""
         now = self._now_ms()
         with self._lock:
             if epoch == FINAL_EPOCH:
@@ -82,13 +98,15 @@ class FetchSessionCache:
             if epoch == INITIAL_EPOCH:
                 if session_id != INVALID_SESSION_ID:
                     self._sessions.pop(session_id, None)
-                session = self._create(requested, now)
+                session = self._create(requested, now, uses_topic_ids)
                 return FetchContext(self, session, requested, full=True)
             session = self._sessions.get(session_id)
             if session is None:
                 raise FetchSessionError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
             if session.epoch != epoch:
                 raise FetchSessionError(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+            if session.uses_topic_ids != uses_topic_ids:
+                raise FetchSessionError(ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
             for tp in forgotten:
                 session.partitions.pop(tp, None)
             for tp, cp in requested.items():
@@ -101,12 +119,14 @@ class FetchSessionCache:
                     old.current_leader_epoch = cp.current_leader_epoch
                     old.log_start_offset = cp.log_start_offset
                     old.last_fetched_epoch = cp.last_fetched_epoch
+                    if old.topic is None:
+                        old.topic = cp.topic
             session.epoch = _next_epoch(session.epoch)
             session.last_used_ms = now
             self._sessions.move_to_end(session_id)
             return FetchContext(self, session, session.partitions, full=False)
 
-    def _create(self, partitions, now: int) -> FetchSession | None:
+    def _create(self, partitions, now: int, uses_topic_ids: bool) -> FetchSession | None:
         # evict idle sessions first, then the least recently used one if still full
         while self._sessions:
             sid, s = next(iter(self._sessions.items()))
@@ -120,7 +140,7 @@ class FetchSessionCache:
             sid = random.randint(1, 2**31 - 1)
             if sid not in self._sessions:
                 break
-        s = FetchSession(sid, OrderedDict((tp, cp) for tp, cp in partitions.items()), now)
+        s = FetchSession(sid, OrderedDict((tp, cp) for tp, cp in partitions.items()), now, uses_topic_ids)
         self._sessions[sid] = s
         return s
 
@@ -142,8 +162,14 @@ class FetchContext:
     def session_id(self) -> int:
         return self.session.session_id if self.session is not None else INVALID_SESSION_ID
 
-    def fetch_list(self) -> list[tuple]:
+    def fetch_list(self, resolve_name=None) -> list[tuple]:
+        """[(key, CachedPartition)] to read. ``resolve_name(topic_id)`` names the partitions
+        whose topic id was unknown so far (None: still unknown)."""
         with self.cache._lock:
+            if resolve_name is not None:
+                for cp in self.partitions.values():
+                    if cp.topic is None and cp.topic_id is not None:
+                        cp.topic = resolve_name(cp.topic_id)
             return list(self.partitions.items())
 
     def include(self, tp, cp: CachedPartition, error: int, hw: int, lso: int, log_start: int,

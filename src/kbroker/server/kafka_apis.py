@@ -24,23 +24,19 @@ from kbroker.server.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 
-#: handler modules, one per API family
+#: handler modules, one per API family; every one is required (none is optional: a
+#: module that fails to import stops the broker's start-up, it is never left out)
 HANDLER_MODULES = (
     "api_versions", "metadata", "produce", "fetch", "list_offsets", "topics",
-    "offset_for_leader_epoch",
+    "offset_for_leader_epoch", "configs", "cluster", "delete_records", "group", "producer_id",
 )
-OPTIONAL_HANDLER_MODULES = ("configs", "cluster", "delete_records", "group", "producer_id")
 
 
 def collect_handlers() -> dict[int, ApiHandler]:
+    """{api key: handler} from every module of HANDLER_MODULES; an ImportError propagates."""
     handlers: dict[int, ApiHandler] = {}
-    for name in HANDLER_MODULES + OPTIONAL_HANDLER_MODULES:
-        try:
-            mod = importlib.import_module(f"kbroker.server.apis.{name}")
-        except ModuleNotFoundError as e:
-            if name in OPTIONAL_HANDLER_MODULES and e.name == f"kbroker.server.apis.{name}":
-                continue
-            raise
+    for name in HANDLER_MODULES:
+        mod = importlib.import_module(f"kbroker.server.apis.{name}")
         for key, h in mod.HANDLERS.items():
             if key in handlers:
                 raise RuntimeError(f"two handlers for api key {key}")

@@ -2,7 +2,6 @@
 record data sent as FileRegions (sendfile, zero copy)."""
 from __future__ import annotations
 
-import uuid
 from collections import OrderedDict
 
 from kbroker.protocol import ApiKey, ErrorCode
@@ -10,9 +9,22 @@ from kbroker.protocol.messages.fetch import FetchableTopicResponse, FetchRespons
 from kbroker.server.apis import ApiHandler
 from kbroker.server.delayed import FetchPartitionStatus
 from kbroker.server.fetch_session import CachedPartition, FetchSessionError
-from kbroker.server.replica_manager import region_size as _region_size
+from kbroker.server.replica_manager import FetchPartitionResult, region_size as _region_size
 
-ZERO_UUID = uuid.UUID(int=0)
+
+def _topic_id_error(image, cp: CachedPartition) -> int:
+    """Kafka 3.9 for a partition fetched by topic id (KafkaApis.handleFetchRequest and
+    ReplicaManager.readFromLog): an id never resolved to a name is UNKNOWN_TOPIC_ID; a name
+    no longer in the metadata is UNKNOWN_TOPIC_OR_PARTITION; a name now held by a topic
+    with another id (deleted and re-created) is INCONSISTENT_TOPIC_ID."""
+    if cp.topic is None:
+        return ErrorCode.UNKNOWN_TOPIC_ID
+    t = image.topics.get(cp.topic)
+    if t is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if t.topic_id != cp.topic_id:
+        return ErrorCode.INCONSISTENT_TOPIC_ID
+    return ErrorCode.NONE
 
 
 def handle_fetch(broker, ctx, req) -> None:
@@ -24,69 +36,65 @@ def handle_fetch(broker, ctx, req) -> None:
         ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                   session_id=0, responses=[]))
         return
+    # v13+ names topics by id: the session keys its partitions by (topic_id, partition)
+    uses_topic_ids = v >= 13
     requested: OrderedDict = OrderedDict()
-    unknown_ids: list[tuple] = []  # (topic_id, partition) not resolvable (v13+)
     for t in req.topics:
-        if v >= 13:
+        if uses_topic_ids:
             ti = image.topics_by_id.get(t.topic_id)
-            if ti is None:
-                unknown_ids.extend((t.topic_id, p.partition) for p in t.partitions)
-                continue
-            name = ti.name
+            name = ti.name if ti is not None else None
         else:
             name = t.topic
         for p in t.partitions:
-            requested[(name, p.partition)] = CachedPartition(
+            key = (t.topic_id, p.partition) if uses_topic_ids else (name, p.partition)
+            requested[key] = CachedPartition(
                 p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
                 p.log_start_offset, p.last_fetched_epoch,
-                topic_id=t.topic_id if v >= 13 else None)
-    forgotten = []
-    for f in req.forgotten_topics_data if v >= 7 else ():
-        if v >= 13:
-            ti = image.topics_by_id.get(f.topic_id)
-            if ti is None:
-                continue
-            forgotten.extend((ti.name, p) for p in f.partitions)
-        else:
-            forgotten.extend((f.topic, p) for p in f.partitions)
+                topic_id=t.topic_id if uses_topic_ids else None, topic=name)
+    forgotten = [((f.topic_id if uses_topic_ids else f.topic), p)
+                 for f in (req.forgotten_topics_data if v >= 7 else ()) for p in f.partitions]
     try:
         fctx = broker.fetch_sessions.new_context(req.session_id if v >= 7 else 0,
                                                  req.session_epoch if v >= 7 else -1,
-                                                 requested, forgotten, False)
+                                                 requested, forgotten, False, uses_topic_ids)
     except FetchSessionError as e:
         ctx.respond(FetchResponse(throttle_time_ms=0, error_code=e.code, session_id=0, responses=[]))
         return
-    fetch_list = fctx.fetch_list()
-    infos = [(tp, FetchPartitionStatus(cp.fetch_offset, cp.max_bytes, cp.current_leader_epoch,
-                                       cp.log_start_offset, cp.last_fetched_epoch)) for tp, cp in fetch_list]
+
+    def resolve_name(topic_id):
+        ti = image.topics_by_id.get(topic_id)
+        return ti.name if ti is not None else None
+
+    fetch_list = fctx.fetch_list(resolve_name if uses_topic_ids else None)
+    erroneous: dict = {}  # key -> FetchPartitionResult, answered without reading
+    infos = []
+    for key, cp in fetch_list:
+        err = _topic_id_error(image, cp) if uses_topic_ids else ErrorCode.NONE
+        if err != ErrorCode.NONE:
+            erroneous[key] = FetchPartitionResult(err)
+            continue
+        infos.append(((cp.topic, key[1]), FetchPartitionStatus(
+            cp.fetch_offset, cp.max_bytes, cp.current_leader_epoch, cp.log_start_offset, cp.last_fetched_epoch)))
     max_bytes = min(req.max_bytes if v >= 3 else 2**31 - 1, broker.config["fetch.max.bytes"])
     isolation = req.isolation_level if v >= 4 else 0
 
     def respond(results: dict) -> None:
-        topics: "OrderedDict[str, list]" = OrderedDict()
-        ids = {}
-        for tp, cp in fetch_list:
-            r = results[tp]
+        topics: "OrderedDict[object, list]" = OrderedDict()  # topic id (v13+) or name -> partitions
+        for key, cp in fetch_list:
+            r = erroneous.get(key) or results[(cp.topic, key[1])]
             has_records = _region_size(r.records) > 0
-            if not fctx.include(tp, cp, r.error, r.high_watermark, r.last_stable_offset,
+            if not fctx.include(key, cp, r.error, r.high_watermark, r.last_stable_offset,
                                 r.log_start_offset, has_records):
                 continue
-            topics.setdefault(tp[0], []).append(PartitionData(
-                partition_index=tp[1], error_code=r.error, high_watermark=r.high_watermark,
+            topics.setdefault(key[0], []).append(PartitionData(
+                partition_index=key[1], error_code=r.error, high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
                 aborted_transactions=None if isolation == 0 else [],
                 preferred_read_replica=-1, records=r.records if has_records else b""))
-            ids[tp[0]] = cp.topic_id
-        responses = []
-        for name, parts in topics.items():
-            if v >= 13:
-                responses.append(FetchableTopicResponse(topic_id=ids[name] or ZERO_UUID, partitions=parts))
-            else:
-                responses.append(FetchableTopicResponse(topic=name, partitions=parts))
-        for topic_id, p in unknown_ids:
-            responses.append(FetchableTopicResponse(topic_id=topic_id, partitions=[PartitionData(
-                partition_index=p, error_code=ErrorCode.UNKNOWN_TOPIC_ID, high_watermark=-1,
-                last_stable_offset=-1, log_start_offset=-1, records=b"")]))
+        if uses_topic_ids:
+            responses = [FetchableTopicResponse(topic_id=tid, partitions=parts) for tid, parts in topics.items()]
+        else:
+            responses = [FetchableTopicResponse(topic=name, partitions=parts) for name, parts in topics.items()]
         ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
                                   session_id=fctx.session_id, responses=responses))
 

@@ -1,4 +1,13 @@
-"""ListOffsets: earliest / latest / max-timestamp / by-timestamp offsets (v1+)."""
+"""ListOffsets: earliest / latest / max-timestamp / by-timestamp offsets (v1+).
+
+Visibility (Kafka's Partition.fetchOffsetForTimestamp and ReplicaManager.fetchOffset): a
+consumer (a negative replica id) sees offsets below its last fetchable offset, the high
+watermark (read_uncommitted) or the last stable offset (read_committed, which is the
+high watermark while there are no transactions); a replica sees the log end offset. LATEST
+answers that offset; a timestamp lookup or MAX_TIMESTAMP whose record lies at or beyond
+it answers NONE with offset -1 and timestamp -1, as if nothing were found; EARLIEST and
+EARLIEST_LOCAL are not limited.
+"""
 from __future__ import annotations
 
 from kbroker.log.errors import OffsetOutOfRangeError
@@ -47,9 +56,11 @@ def handle_list_offsets(broker, ctx, req) -> None:
                     r.error_code = err
                 else:
                     lg = part.log
-                    if ts == LATEST and req.replica_id < 0:
-                        # consumers see up to the high watermark (LSO for read_committed)
-                        r.offset = lg.high_watermark
+                    # consumers see up to the high watermark (LSO for read_committed, equal to it
+                    # without transactions); other replica ids up to the log end offset
+                    last_fetchable = lg.high_watermark if req.replica_id < 0 else None
+                    if ts == LATEST and last_fetchable is not None:
+                        r.offset = last_fetchable
                         r.leader_epoch = part.leader_epoch if v >= 4 else -1
                         r.error_code = ErrorCode.NONE
                     else:
@@ -58,7 +69,9 @@ def handle_list_offsets(broker, ctx, req) -> None:
                         except (OffsetOutOfRangeError, ValueError):
                             found = None
                         r.error_code = ErrorCode.NONE
-                        if found is not None and (ts < 0 or found.offset < lg.high_watermark):
+                        visible = (ts in (EARLIEST, EARLIEST_LOCAL) or last_fetchable is None
+                                   or (found is not None and found.offset < last_fetchable))
+                        if found is not None and visible:
                             r.timestamp, r.offset = found.timestamp, found.offset
                             r.leader_epoch = found.leader_epoch if v >= 4 else -1
             parts.append(r)
