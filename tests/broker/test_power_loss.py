@@ -10,7 +10,10 @@ and a restart on the durable tree alone. Invariants:
 * default (page cache only, as Kafka): acknowledged records past the last
   fsync are lost; a torn tail (part of them written back) is truncated at the
   last whole batch and the surviving records are an exact prefix.
+
+The first test checks the layer's model itself (no broker).
 """
+import mmap
 import os
 import struct
 import uuid
@@ -105,6 +108,78 @@ def _batch_ends(data: bytes) -> list[tuple[int, int]]:
         pos += 12 + length
         out.append((pos, base + last_delta + 1))
     return out
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace(path, data, *, sync_dir):
+    """Kafka's atomic checkpoint write: tmp, fsync, rename over (, fsync the dir)."""
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+    if sync_dir:
+        _fsync_dir(os.path.dirname(path))
+
+
+def test_fs_layer_keeps_only_fsynced_state(tmp_path, plfs):
+    """The layer itself: file bytes as of their last fsync (msync for a shared
+    mapping), directory entries as of their directory's last fsync."""
+    m = plfs.mountpoint
+    os.mkdir(f"{m}/d")
+    os.mkdir(f"{m}/c")
+    _replace(f"{m}/c/ckpt", b"v1", sync_dir=True)
+    _replace(f"{m}/c/ckpt", b"v2", sync_dir=False)    # the rename is not durable: v1
+    fd = os.open(f"{m}/d/seg", os.O_RDWR | os.O_CREAT, 0o644)
+    os.pwrite(fd, b"synced", 0)
+    os.fdatasync(fd)
+    os.pwrite(fd, b"+cached", 6)                      # never synced
+    with open(f"{m}/d/truncated", "wb") as f:
+        f.write(b"0123456789")
+        f.flush()
+        os.fsync(f.fileno())
+        f.truncate(3)                                 # not synced: the 10 bytes stay
+    with open(f"{m}/d/unsynced", "wb") as f:
+        f.write(b"x" * 100)                           # name durable, bytes not
+    with open(f"{m}/d/gone", "wb") as f:
+        f.write(b"gone")
+        f.flush()
+        os.fsync(f.fileno())
+    idx = os.open(f"{m}/d/index", os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(idx, 8192)
+    mm = mmap.mmap(idx, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    os.close(idx)
+    mm[0:4] = b"IDX1"
+    mm.flush()                                        # msync
+    mm[4:8] = b"IDX2"                                 # dirty page, never msynced
+    _fsync_dir(f"{m}/d")
+    _fsync_dir(m)
+    mm.close()
+    os.unlink(f"{m}/d/gone")                          # not durable: comes back
+    os.rename(f"{m}/d/seg", f"{m}/d/seg2")            # not durable: old name stays
+    with open(f"{m}/late", "wb") as f:                # bytes synced, name never
+        f.write(b"late")
+        f.flush()
+        os.fsync(f.fileno())
+    os.close(fd)
+
+    durable = tmp_path / "durable"
+    plfs.power_cut(str(durable))
+    files = {str(p.relative_to(durable)): p.read_bytes() for p in durable.rglob("*") if p.is_file()}
+    assert set(files) == {"c/ckpt", "d/seg", "d/truncated", "d/unsynced", "d/gone", "d/index"}
+    assert files["c/ckpt"] == b"v1"
+    assert files["d/seg"] == b"synced"
+    assert files["d/truncated"] == b"0123456789"
+    assert files["d/unsynced"] == b""
+    assert files["d/gone"] == b"gone"
+    assert files["d/index"] == b"IDX1" + bytes(8188)
 
 
 @pytest.mark.parametrize("idempotence", [False, True])
