@@ -5,10 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: a JDK for PySpark, kcat for the real-client tests.
+# Debian packages: a JDK for PySpark, kcat for the real-client tests, libfuse 3 and
+# fusermount3 for the power-loss tests' FUSE file system (tests/_powerloss_fs.py).
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 if ((${#need[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq

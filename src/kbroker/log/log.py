@@ -141,7 +141,11 @@ class Log:
         config = config or LogConfig()
         time_ms = time_ms or _now_ms
         topic, partition = parse_topic_partition_name(os.path.basename(os.path.normpath(dir)))
-        os.makedirs(dir, exist_ok=True)
+        if not os.path.isdir(dir):
+            os.makedirs(dir, exist_ok=True)
+            # A new partition directory's entry must be durable before anything in it
+            # (fsynced segments, checkpoints) can be: a power loss would drop it all.
+            fsync_dir(os.path.dirname(os.path.abspath(dir)))
         if fsync_every_append is None:
             fsync_every_append = config.kbroker_fsync_every_append
         cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(os.path.join(dir, LEADER_EPOCH_CHECKPOINT)),
