@@ -77,3 +77,20 @@ def test_fsync_every_append_changed_on_a_live_log(tmp_path, monkeypatch):
     lg.append(batch(1))
     assert len(synced) == 1
     lg.close()
+
+
+def test_broker_default_change_reaches_live_logs_under_topic_overrides(tmp_path, monkeypatch):
+    """LogManager.update_broker_defaults (dynamic broker configs): every live log gets the new
+    defaults and fsync mode; a topic's own override still wins."""
+    lm = LogManager([str(tmp_path)], background=False)
+    lm.update_topic_config("pinned", {"retention.ms": "5000"})
+    plain, pinned = lm.get_or_create_log(("plain", 0)), lm.get_or_create_log(("pinned", 0))
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd)))
+    lm.update_broker_defaults(LogConfig.from_broker({"log.retention.ms": "7000"}), True)
+    assert (plain.config.retention_ms, pinned.config.retention_ms) == (7000, 5000)
+    plain.append(batch(1))
+    assert synced == [plain.active_segment.fd]
+    plain.close()
+    pinned.close()
