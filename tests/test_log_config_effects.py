@@ -2,6 +2,7 @@
 change of kbroker.fsync.every.append (the broker-level walk is tests/broker/test_config_walk.py)."""
 import os
 
+from kbroker.kernels import records
 from kbroker.log.config import LogConfig
 from kbroker.log.log import Log
 from kbroker.log.manager import LogManager
@@ -94,3 +95,18 @@ def test_broker_default_change_reaches_live_logs_under_topic_overrides(tmp_path,
     assert synced == [plain.active_segment.fd]
     plain.close()
     pinned.close()
+
+
+def test_segment_jitter_ms_rolls_segments_earlier(tmp_path, monkeypatch):
+    """segment.jitter.ms: each new segment's roll deadline is segment.ms minus a random jitter
+    below segment.jitter.ms (Kafka's LogSegment rollJitterMs)."""
+    import random
+
+    monkeypatch.setattr(random, "randrange", lambda n: n - 1)  # the largest jitter
+    lg = Log.open(str(tmp_path / "t-0"), LogConfig({"segment.ms": 10_000, "segment.jitter.ms": 4_000}))
+    assert lg.active_segment.roll_jitter_ms == 3_999
+    lg.append(bytearray(records.encode_batch([(1_000, None, b"a", [])])))
+    # 6,002 ms after the first batch: past segment.ms - jitter (6,001), well before segment.ms
+    lg.append(bytearray(records.encode_batch([(7_002, None, b"b", [])])))
+    assert lg.num_segments == 2
+    lg.close()
