@@ -23,6 +23,8 @@ from kbroker.protocol.messages.incremental_alter_configs import (
 from tests.broker.test_admin import _raw
 
 TIMEOUT = 15
+#: the legacy AlterConfigs API is what test 0081 also exercises; librdkafka marks it deprecated
+pytestmark = pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 
 
 def _topic(prefix="dyn"):
@@ -236,3 +238,21 @@ def test_manual_replica_assignment(broker):
         assignments=[CreatableReplicaAssignment(partition_index=0, broker_ids=[1])])], timeout_ms=10000)
     r = _raw(broker.bootstrap, ApiKey.CREATE_TOPICS, 5, req).topics[0]
     assert r.error_code == 42 and "replicationFactor" in r.error_message  # INVALID_REQUEST
+
+
+def test_librdkafka_0081_broker_alter(broker):
+    """librdkafka's test 0081 sets sasl.kerberos.min.time.before.relogin on broker resource
+    "<node.id>" (AlterConfigs and IncrementalAlterConfigs) and expects success."""
+    admin = _admin(broker.bootstrap)
+    try:
+        _set_broker(admin, "1", {"sasl.kerberos.min.time.before.relogin": "58000"}).result(timeout=TIMEOUT)
+        entry = _describe(admin, ResourceType.BROKER, "1")["sasl.kerberos.min.time.before.relogin"]
+        assert (entry.value, entry.source) == ("58000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+        res = ConfigResource(ResourceType.BROKER, "1", set_config={"sasl.kerberos.min.time.before.relogin": "57000"})
+        admin.alter_configs([res])[res].result(timeout=TIMEOUT)
+        assert _describe(admin, ResourceType.BROKER, "1")["sasl.kerberos.min.time.before.relogin"].value == "57000"
+    finally:
+        res = ConfigResource(ResourceType.BROKER, "1", set_config={})
+        admin.alter_configs([res])[res].result(timeout=TIMEOUT)  # legacy AlterConfigs replaces the whole set
+    assert _describe(admin, ResourceType.BROKER, "1")["sasl.kerberos.min.time.before.relogin"].source == \
+        ConfigSource.DEFAULT_CONFIG.value

@@ -13,7 +13,8 @@ start-up before any log is opened.
 
 Which keys: ``DYNAMIC_CONFIGS``, the ones kbroker applies live (the broker-wide
 defaults of the topic configs, e.g. ``log.retention.ms``, ``log.segment.bytes``,
-``message.max.bytes``, ``min.insync.replicas``, plus ``kbroker.log.fsync.every.append``).
+``message.max.bytes``, ``min.insync.replicas``, plus ``kbroker.log.fsync.every.append``;
+and ``sasl.kerberos.min.time.before.relogin``, a documented no-op without SASL listeners).
 Applying one rebuilds the LogManager's default LogConfig; every live log picks
 it up with its topic's overrides still on top. A key Kafka can change
 dynamically but kbroker cannot without a restart (thread pools, the cleaner,
@@ -48,13 +49,14 @@ KAFKA_DYNAMIC_CONFIGS = frozenset(
        "log.cleaner.backoff.ms", "listeners", "advertised.listeners", "listener.security.protocol.map",
        "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
        "max.connection.creation.rate", "producer.id.expiration.ms",
-       "transaction.partition.verification.enable", "metric.reporters"}
+       "transaction.partition.verification.enable", "metric.reporters", "sasl.kerberos.min.time.before.relogin"}
 )
 
 #: Keys kbroker applies without a restart: the broker-wide topic-config defaults and our fsync mode.
 DYNAMIC_CONFIGS = frozenset(
     (set(BROKER_TO_TOPIC) | {"log.retention.hours", "log.retention.minutes", "log.roll.hours",
-                             "log.roll.jitter.hours"}) & set(BROKER_CONFIG.keys)
+                             "log.roll.jitter.hours", "sasl.kerberos.min.time.before.relogin"})
+    & set(BROKER_CONFIG.keys)
 )
 
 
