@@ -16,6 +16,7 @@ import types
 
 import pytest
 
+from kbroker.log.config import LogConfig
 from kbroker.network import RequestChannel
 from kbroker.network import processor as processor_mod
 from kbroker.protocol import ErrorCode
@@ -292,6 +293,7 @@ class _StubLog:
     def __init__(self):
         self.high_watermark = 0
         self.log_end_offset = 0
+        self.config = LogConfig()  # min.insync.replicas 1: acks=all is checked against it
 
     def update_high_watermark(self, offset):
         self.high_watermark = offset
@@ -304,6 +306,7 @@ class _StubPartition:
     def __init__(self, follows_leader: bool):
         self.log = _StubLog()
         self.follows_leader = follows_leader
+        self.isr = frozenset({1})
 
     def maybe_increment_high_watermark(self):
         if self.follows_leader:

@@ -217,7 +217,7 @@ def test_incremental_alter_ops(broker):
 
 def test_broker_alter_refused(broker):
     admin = _admin(broker.bootstrap)
-    for name in ("num.partitions", "log.retention.ms"):
+    for name in ("num.partitions", "num.io.threads"):  # not dynamic; dynamic in Kafka, not live in kbroker
         res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
             ConfigEntry(name, "5", incremental_operation=AlterConfigOpType.SET)])
         err = _error(admin.incremental_alter_configs([res])[res])
@@ -268,7 +268,8 @@ def test_describe_configs_wire_details(broker):
     assert describe(2, 2, t, ["segment.bytes"]).configs[0].synonyms == []
     # broker resource: this node, the cluster default (no dynamic defaults set), others refused
     b = describe(4, 4, "1", ["num.io.threads", "node.id"], include_synonyms=True)
-    assert {c.name: (c.value, c.read_only) for c in b.configs} == {"num.io.threads": ("8", False),
+    # read_only: kbroker cannot change num.io.threads without a restart (Kafka can)
+    assert {c.name: (c.value, c.read_only) for c in b.configs} == {"num.io.threads": ("8", True),
                                                                    "node.id": ("1", True)}
     assert describe(4, 4, "").configs == []
     bad = describe(4, 4, "7")

@@ -18,6 +18,7 @@ the durability each flush mode gives.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -57,6 +58,20 @@ def _one_of(*allowed, case_sensitive=True):
 def _non_empty_list(key, v):
     if not v:
         raise ConfigError(key, v, "Empty list not allowed")
+
+
+def _version_string(key, v):
+    """Kafka's MetadataVersionValidator: a Kafka release ("0.10.0.0", "2.8", "3.0-IV1")."""
+    if not re.fullmatch(r"\d+(\.\d+){1,3}(-IV\d+)?", v or ""):
+        raise ConfigError(key, v, "must be a Kafka version such as 0.10.0, 2.8 or 3.0-IV1")
+
+
+def _remote_storage_disabled(key, v):
+    """Kafka's LogConfig.validateRemoteStorageOnlyIfSystemEnabled with
+    remote.log.storage.system.enable=false: kbroker has no tiered storage."""
+    if v:
+        raise ConfigError(key, v, "Tiered Storage functionality is disabled in the broker. "
+                          "Topic cannot be configured with remote log storage.")
 
 
 def _chain(*checks):
@@ -112,6 +127,8 @@ def _defs() -> dict[str, ConfigDef]:
         ConfigDef("max.message.bytes", "int", DEFAULT_MAX_MESSAGE_BYTES, _at_least(0), "message.max.bytes",
                   "largest record batch size allowed"),
         ConfigDef("message.downconversion.enable", "boolean", True, None, "log.message.downconversion.enable"),
+        ConfigDef("message.format.version", "string", "3.0-IV1", _version_string, "log.message.format.version",
+                  "deprecated: ignored since Kafka 3.0 (record batches are always v2); accepted with a warning"),
         ConfigDef("message.timestamp.after.max.ms", "long", LONG_MAX, _at_least(0),
                   "log.message.timestamp.after.max.ms"),
         ConfigDef("message.timestamp.before.max.ms", "long", LONG_MAX, _at_least(0),
@@ -124,7 +141,8 @@ def _defs() -> dict[str, ConfigDef]:
         ConfigDef("min.compaction.lag.ms", "long", 0, _at_least(0), "log.cleaner.min.compaction.lag.ms"),
         ConfigDef("min.insync.replicas", "int", 1, _at_least(1), "min.insync.replicas"),
         ConfigDef("preallocate", "boolean", False, None, "log.preallocate"),
-        ConfigDef("remote.storage.enable", "boolean", False, None, None),
+        ConfigDef("remote.storage.enable", "boolean", False, _remote_storage_disabled, None,
+                  "tiered storage; kbroker has none, so only false is accepted"),
         ConfigDef("retention.bytes", "long", -1, None, "log.retention.bytes",
                   "delete old segments while the log is larger than this (-1: no limit)"),
         ConfigDef("retention.ms", "long", 604800000, _at_least(-1), "log.retention.ms",
@@ -144,6 +162,31 @@ def _defs() -> dict[str, ConfigDef]:
 
 
 CONFIG_DEFS: dict[str, ConfigDef] = _defs()
+
+#: Topic configs kbroker accepts but that change nothing today, with the reason. Every other
+#: key in CONFIG_DEFS has an effect on the log or the produce/fetch path
+#: (tests/broker/test_config_walk.py walks all of them). A key kbroker cannot honour
+#: at all is refused by its validator instead (remote.storage.enable=true).
+NO_OP_CONFIGS: dict[str, str] = {
+    "unclean.leader.election.enable":
+        "single node: the only replica is always the leader, so there is never an out-of-sync "
+        "replica to elect; it takes effect with replication",
+    "follower.replication.throttled.replicas":
+        "single node: there are no followers, so no replication traffic to throttle",
+    "leader.replication.throttled.replicas":
+        "single node: there are no followers, so no replication traffic to throttle",
+    "local.retention.ms":
+        "applies to the local part of a tiered log only; remote.storage.enable is always false",
+    "local.retention.bytes":
+        "applies to the local part of a tiered log only; remote.storage.enable is always false",
+    "message.downconversion.enable":
+        "kbroker serves Fetch v4+ only, whose clients read record batches v2: nothing is down-converted",
+    "message.format.version":
+        "deprecated in Kafka 3.0 and ignored there too (batches are always v2); accepted with a warning",
+}
+
+#: Deprecated topic configs Kafka 3.x still accepts as no-ops: setting one logs a warning.
+DEPRECATED_CONFIGS = frozenset({"message.format.version"})
 #: broker property name -> topic-level name
 BROKER_TO_TOPIC: dict[str, str] = {c.broker_name: c.name for c in CONFIG_DEFS.values() if c.broker_name}
 

@@ -179,10 +179,18 @@ class Log:
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         seg = LogSegment(self.dir, base_offset, self.config, self._time_ms, create=True,
-                         roll_jitter_ms=self._jitter(), fsync_every_append=self._fsync_every_append)
+                         roll_jitter_ms=self._jitter(), fsync_every_append=self._fsync_every_append,
+                         preallocate_bytes=self.config.segment_bytes if self.config.preallocate else 0)
         if self._fsync_every_append:
             fsync_dir(self.dir)   # the new file's directory entry must be durable too
         return seg
+
+    def set_fsync_every_append(self, enabled: bool) -> None:
+        """Switch the fsync-every-append mode of this live log (AlterConfigs); the next
+        append to the active segment, and every later segment, follows it."""
+        with self._lock:
+            self._fsync_every_append = enabled
+            self._segments[-1].fsync_every_append = enabled
 
     def set_topic_id(self, topic_id) -> None:
         """Record the topic id in ``partition.metadata``."""

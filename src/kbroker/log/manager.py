@@ -36,6 +36,8 @@ Thread-safety: the logs map is guarded by ``_lock``; each Log guards itself.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import heapq
 import itertools
 import logging
@@ -193,7 +195,22 @@ class LogManager:
             logs = [lg for (t, _), lg in self._logs.items() if t == topic]
         for lg in logs:
             lg.config = cfg
+            lg.set_fsync_every_append(self._fsync_mode(cfg))
         return cfg
+
+    def update_broker_defaults(self, default_config: LogConfig, fsync_every_append: bool) -> None:
+        """Dynamic broker configs: a new broker-wide default LogConfig (and broker fsync
+        mode) for every live log; each topic keeps its own overrides on top."""
+        with self._lock:
+            self.default_config = default_config
+            self.manager_config = dataclasses.replace(self.manager_config, fsync_every_append=fsync_every_append)
+            self._topic_configs = {t: default_config.with_overrides(c.originals)
+                                   for t, c in self._topic_configs.items()}
+            logs = list(self._logs.values())
+        for lg in logs:
+            cfg = self.config_for(lg.topic)
+            lg.config = cfg
+            lg.set_fsync_every_append(self._fsync_mode(cfg))
 
     def _fsync_mode(self, cfg: LogConfig) -> bool:
         return self.manager_config.fsync_every_append or cfg.kbroker_fsync_every_append

@@ -123,7 +123,8 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
     os.makedirs(dir, exist_ok=True)
     _resolve_leftovers(dir, config, time_ms)
     make = segment_factory or (lambda base, create=False: LogSegment(
-        dir, base, config, time_ms, create=create, fsync_every_append=fsync_every_append))
+        dir, base, config, time_ms, create=create, fsync_every_append=fsync_every_append,
+        preallocate_bytes=config.segment_bytes if create and config.preallocate else 0))
 
     names = os.listdir(dir)
     logs = set()

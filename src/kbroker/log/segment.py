@@ -171,7 +171,7 @@ class LogSegment:
 
     def __init__(self, dir: str, base_offset: int, config: LogConfig, time_ms: Callable[[], int], *,
                  create: bool = False, file_suffix: str = "", roll_jitter_ms: int = 0,
-                 fsync_every_append: bool = False):
+                 fsync_every_append: bool = False, preallocate_bytes: int = 0):
         self.dir = dir
         self.base_offset = base_offset
         prefix = os.path.join(dir, filename_prefix(base_offset))
@@ -192,7 +192,11 @@ class LogSegment:
         self._writable_indexes = False
         if create:
             self._file = SegmentFile(self.log_path, create=True)
-            os.ftruncate(self._file.fd, 0)
+            # preallocate (Kafka's FileRecords.openChannel): the file is extended to
+            # segment.bytes at once and trimmed to ``size`` on roll and close; ``size``
+            # (not the file's length) bounds every read, and recovery after a crash
+            # truncates the zero tail as it truncates any invalid bytes.
+            os.ftruncate(self._file.fd, preallocate_bytes)
             self.size = 0
             self._max_ts, self._offset_of_max_ts = -1, -1
             self._max_ts_loaded = True
@@ -612,7 +616,14 @@ class LogSegment:
                 self.time_index.maybe_append(ts, self._offset_of_max_ts, True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self.trim()
         self._writable_indexes = False
+
+    def trim(self) -> None:
+        """Cut a preallocated ``.log`` back to its ``size`` (Kafka's FileRecords.trim)."""
+        f = self._file
+        if f is not None and not f.closed and os.fstat(f.fd).st_size > self.size:
+            os.ftruncate(f.fd, self.size)
 
     # -- durability / lifecycle ----------------------------------------------------
     def flush(self) -> None:
@@ -649,6 +660,8 @@ class LogSegment:
         """Clean close: trim indexes, unmap, close the fd."""
         if self._writable_indexes:
             self.on_become_inactive()
+        else:
+            self.trim()
         self.offset_index.close()
         self.time_index.close()
         if self._file is not None:

@@ -1,7 +1,8 @@
 """KafkaBroker: builds the broker's parts, starts them in order, stops them in reverse.
 
 Kafka: ``core/.../server/BrokerServer.scala`` (startup/shutdown ordering).
-Start-up: meta.properties → LogManager (load + recovery) → MetadataStore →
+Start-up: meta.properties → MetadataStore (topics, dynamic broker configs) → LogManager
+(load + recovery, with the dynamic log defaults) →
 ReplicaManager (host every partition) → purgatories → coordinators →
 KafkaApis + handler pool → SocketServer (listeners last, so nothing is
 accepted before the broker can answer). Shutdown reverses it: stop accepting,
@@ -24,6 +25,7 @@ from kbroker.log.checkpoints import META_PROPERTIES, read_meta_properties
 from kbroker.log.manager import LogManager
 from kbroker.network.socket_server import SocketServer, SocketServerConfig
 from kbroker.server.config import KafkaConfig
+from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
 from kbroker.server.fetch_session import FetchSessionCache
 from kbroker.server.kafka_apis import KafkaApis
 from kbroker.server.metadata import MetadataStore
@@ -97,11 +99,11 @@ class KafkaBroker:
         for d in c.log_dirs:
             os.makedirs(d, exist_ok=True)
         self.cluster_id = self._load_cluster_id()
-        props = {k: v for k, v in c.originals.items()}
-        props["log.dirs"] = ",".join(c.log_dirs)
-        self.log_manager = LogManager.from_broker_config(props, topic_overrides=self._topic_overrides)
-        self.log_manager.ensure_meta_properties(self.node_id, self.cluster_id)
         self.metadata = MetadataStore(os.path.abspath(c.log_dirs[0]))
+        self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
+        self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
+                                                         topic_overrides=self._topic_overrides)
+        self.log_manager.ensure_meta_properties(self.node_id, self.cluster_id)
         for t in self.metadata.image.topics.values():
             if t.configs:
                 self.log_manager.update_topic_config(t.name, t.configs)

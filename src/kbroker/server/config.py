@@ -8,6 +8,8 @@ naming the key. Keys prefixed ``kbroker.`` are ours (no Kafka equivalent).
 """
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any, Mapping
 
 from kbroker.network.socket_server import Listener
@@ -22,7 +24,8 @@ from kbroker.config_def import (
     read_properties,
 )
 
-__all__ = ["KafkaConfig", "ConfigError", "Listener", "BROKER_CONFIG"]
+__all__ = ["KafkaConfig", "ConfigError", "Listener", "BROKER_CONFIG", "BROKER_NO_OP_CONFIGS"]
+_log = logging.getLogger(__name__)
 
 BROKER_CONFIG = (
     ConfigDef()
@@ -55,6 +58,8 @@ BROKER_CONFIG = (
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
     .define("fetch.max.bytes", "int", 57671680, at_least(1024))
     .define("request.timeout.ms", "int", 30000, at_least(0))
+    .define("sasl.kerberos.min.time.before.relogin", "long", 60000, None,
+            "Kafka's GSSAPI relogin interval; kbroker has PLAINTEXT listeners only (see BROKER_NO_OP_CONFIGS).")
     # --- topics ---
     .define("auto.create.topics.enable", "boolean", True)
     .define("num.partitions", "int", 1, at_least(1))
@@ -100,6 +105,12 @@ BROKER_CONFIG = (
     .define("log.message.timestamp.before.max.ms", "long", LONG_MAX, at_least(0))
     .define("log.message.timestamp.after.max.ms", "long", LONG_MAX, at_least(0))
     .define("log.preallocate", "boolean", False)
+    .define("log.message.downconversion.enable", "boolean", True)
+    .define("log.message.format.version", "string", "3.0-IV1",
+            lambda v: None if re.fullmatch(r"\d+(\.\d+){1,3}(-IV\d+)?", v) else "must be a Kafka version such as 2.8",
+            "Deprecated since Kafka 3.0 and ignored (record batches are always v2); accepted with a warning.")
+    .define("log.local.retention.ms", "long", -2, at_least(-2))
+    .define("log.local.retention.bytes", "long", -2, at_least(-2))
     .define("num.recovery.threads.per.data.dir", "int", 1, at_least(1))
     .define("kbroker.log.fsync.every.append", "boolean", False, None,
             "fsync the segment before an append is acknowledged (single-node durability).")
@@ -146,6 +157,30 @@ BROKER_CONFIG = (
     .define("kbroker.metrics.port", "int", -1, between(-1, 65535),
             "Port of the Prometheus /metrics HTTP endpoint on the first listener's host; -1 = off, 0 = any.")
 )
+
+
+#: Broker-only keys kbroker accepts but that change nothing today, with the reason (topic-config
+#: synonyms such as ``log.retention.ms`` act through their topic config; kbroker/log/config.py
+#: NO_OP_CONFIGS lists the topic configs without effect). Every other key is read by the broker
+#: (tests/broker/test_config_walk.py checks both). Values kbroker cannot honour are refused at
+#: start-up instead (``KafkaConfig``): process.roles without both roles, a quorum naming other
+#: nodes, offsets.topic.replication.factor above 1.
+BROKER_NO_OP_CONFIGS: dict[str, str] = {
+    "process.roles": "kbroker is always a combined broker+controller; only that value is accepted",
+    "controller.quorum.voters": "single node: the quorum is this node alone; only it may be named",
+    "controller.quorum.bootstrap.servers": "single node: there is no other controller to find",
+    "inter.broker.listener.name": "single node: there is no inter-broker traffic",
+    "replica.fetch.max.bytes": "single node: there are no followers fetching",
+    "offsets.topic.replication.factor": "single node: __consumer_offsets has one replica; only 1 is accepted",
+    "transactional.id.expiration.ms": "transactions are not implemented yet (transactional produce is refused)",
+    "transaction.state.log.num.partitions": "transactions are not implemented yet: no __transaction_state",
+    "transaction.state.log.replication.factor": "transactions are not implemented yet: no __transaction_state",
+    "transaction.state.log.min.isr": "transactions are not implemented yet: no __transaction_state",
+    "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
+    "sasl.kerberos.min.time.before.relogin":
+        "PLAINTEXT listeners only: no GSSAPI login to refresh (a Kafka broker without a SASL listener "
+        "ignores it too); dynamic, as in Kafka, so librdkafka's AlterConfigs test 0081 can set it",
+}
 
 
 def parse_listener(key: str, text: str) -> Listener:
@@ -205,6 +240,23 @@ class KafkaConfig:
             raise ConfigError("group.consumer.heartbeat.interval.ms", "must be less than group.consumer.session.timeout.ms")
         if not v["group.consumer.assignors"]:
             raise ConfigError("group.consumer.assignors", "at least one assignor is required")
+        self._refuse_unsupported(v)
+
+    def _refuse_unsupported(self, v: dict) -> None:
+        """Values a single-node kbroker cannot honour stop start-up (never stored and ignored)."""
+        if set(v["process.roles"]) != {"broker", "controller"}:
+            raise ConfigError("process.roles", "kbroker runs as a combined broker,controller node only")
+        for voter in v["controller.quorum.voters"]:
+            if voter.partition("@")[0].strip() != str(v["node.id"]):
+                raise ConfigError("controller.quorum.voters",
+                                  f"voter {voter!r} is not this node ({v['node.id']}): kbroker is a single-node "
+                                  "cluster, the quorum is this node alone")
+        if v["offsets.topic.replication.factor"] != 1:
+            raise ConfigError("offsets.topic.replication.factor",
+                              f"{v['offsets.topic.replication.factor']} replicas cannot be placed on a single-node "
+                              "cluster; set it to 1")
+        if "log.message.format.version" in self.originals:
+            _log.warning("log.message.format.version is deprecated and has no effect (Kafka 3.0+ ignores it)")
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

@@ -1,11 +1,12 @@
 """MetadataImage / MetadataStore: the cluster's topics as the controller records them.
 
 Single node today: the store is this broker's own durable record of topics
-(name, topic id, partition count, per-topic config overrides), written
+(name, topic id, partition count, per-topic config overrides) and the dynamic
+broker configs set by (Incremental)AlterConfigs (per broker and cluster default), written
 atomically (tmp + fsync + rename) to ``__cluster_metadata.json`` in the first
 log dir. The seam for a KRaft controller: every change goes through
 ``create_topic`` / ``delete_topic`` / ``create_partitions`` /
-``alter_topic_config`` and readers only ever see immutable snapshots
+``alter_topic_config`` / ``alter_broker_config`` and readers only ever see immutable snapshots
 (``image``), which is how Kafka's MetadataImage is consumed by brokers.
 
 Thread-safety: mutations hold ``_lock``; ``image`` is replaced, never mutated.
@@ -47,6 +48,9 @@ class MetadataImage:
     topics: Mapping[str, TopicImage]
     topics_by_id: Mapping[uuid.UUID, TopicImage]
     epoch: int
+    #: dynamic broker configs (Kafka's BROKER ConfigRecords): resource name -> {key: value};
+    #: "" is the cluster-wide default, "<node.id>" one broker's own
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def new_topic_id() -> uuid.UUID:
@@ -63,6 +67,7 @@ class MetadataStore:
         self.path = os.path.join(directory, FILE_NAME)
         self._lock = threading.Lock()
         self._epoch = 0
+        self._broker_configs: dict[str, dict[str, str]] = {}
         topics: dict[str, TopicImage] = {}
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as f:
@@ -71,6 +76,7 @@ class MetadataStore:
             for t in doc.get("topics", []):
                 topics[t["name"]] = TopicImage(t["name"], uuid.UUID(t["topic_id"]),
                                                int(t["num_partitions"]), dict(t.get("configs", {})))
+            self._broker_configs = {str(k): dict(v) for k, v in doc.get("broker_configs", {}).items() if v}
         self._publish(topics)
 
     @property
@@ -80,13 +86,16 @@ class MetadataStore:
     def _publish(self, topics: dict[str, TopicImage]) -> None:
         self._image = MetadataImage(MappingProxyType(dict(topics)),
                                     MappingProxyType({t.topic_id: t for t in topics.values()}),
-                                    self._epoch)
+                                    self._epoch,
+                                    MappingProxyType({k: MappingProxyType(dict(v))
+                                                      for k, v in self._broker_configs.items()}))
 
     def _persist(self, topics: dict[str, TopicImage]) -> None:
         self._epoch += 1
         doc = {"version": 1, "epoch": self._epoch, "topics": [
             {"name": t.name, "topic_id": str(t.topic_id), "num_partitions": t.num_partitions,
-             "configs": dict(t.configs)} for t in sorted(topics.values(), key=lambda t: t.name)]}
+             "configs": dict(t.configs)} for t in sorted(topics.values(), key=lambda t: t.name)],
+            "broker_configs": {k: dict(sorted(v.items())) for k, v in sorted(self._broker_configs.items())}}
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
@@ -136,3 +145,21 @@ class MetadataStore:
             topics[name] = t
             self._persist(topics)
             return t
+
+    def alter_broker_config(self, resource_name: str, configs: Mapping[str, str]) -> MetadataImage:
+        """Replace the dynamic broker configs of ``resource_name`` ("" = cluster default,
+        else a node id) with ``configs`` (already validated); durable before it returns."""
+        with self._lock:
+            old = self._broker_configs
+            new = dict(old)
+            if configs:
+                new[resource_name] = dict(configs)
+            else:
+                new.pop(resource_name, None)
+            self._broker_configs = new
+            try:
+                self._persist(dict(self._image.topics))
+            except BaseException:
+                self._broker_configs = old
+                raise
+            return self._image

@@ -154,7 +154,9 @@ class ReplicaManager:
         results: dict[TopicPartition, ProducePartitionResult] = {}
         appended = []
         for tp, buf in entries.items():
-            r = self._append_to_local_log(tp, buf, internal_topics_allowed, produce_version)
+            r = self._check_min_isr(tp) if required_acks == -1 else None
+            if r is None:
+                r = self._append_to_local_log(tp, buf, internal_topics_allowed, produce_version)
             results[tp] = r
             if r.error == ErrorCode.NONE and r.last_offset >= 0:
                 appended.append(tp)
@@ -165,6 +167,21 @@ class ReplicaManager:
             self.produce_purgatory.try_complete_else_watch(op, appended)
         else:
             respond(results)
+
+    def _check_min_isr(self, tp: TopicPartition) -> ProducePartitionResult | None:
+        """Kafka's Partition.appendRecordsToLeader check for acks=all: with fewer in-sync
+        replicas than the topic's ``min.insync.replicas``, nothing is appended and the
+        partition answers NOT_ENOUGH_REPLICAS. None when the append may go ahead."""
+        part = self._partitions.get(tp)
+        if part is None:
+            return None
+        min_isr = part.log.config.min_insync_replicas
+        if len(part.isr) < min_isr:
+            return ProducePartitionResult(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                error_message=(f"The size of the current ISR {sorted(part.isr)} is insufficient to satisfy "
+                               f"the min.isr requirement of {min_isr} for partition {tp[0]}-{tp[1]}"))
+        return None
 
     def _acks_all_reached(self, appended, results) -> bool:
         """True when the high watermark already passed every appended batch, so acks=all

@@ -7,10 +7,11 @@ order a broker applies metadata records in.
 """
 from __future__ import annotations
 
+import logging
 import re
 import threading
 
-from kbroker.log.config import LogConfig
+from kbroker.log.config import DEPRECATED_CONFIGS, LogConfig
 from kbroker.log.errors import ConfigError as LogConfigError
 from kbroker.protocol import ErrorCode
 
@@ -19,6 +20,7 @@ MAX_NAME_LENGTH = 249
 #: create more metadata records than this (a topic record + one per partition + configs)
 MAX_RECORDS_PER_USER_OP = 10000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+log = logging.getLogger(__name__)
 
 
 class TopicError(Exception):
@@ -55,6 +57,8 @@ def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
         LogConfig.validate(clean)
     except (LogConfigError, ValueError) as e:
         raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    for key in sorted(DEPRECATED_CONFIGS & clean.keys()):
+        log.warning("Topic configuration %s is deprecated and has no effect (Kafka 3.0+ ignores it)", key)
     return clean
 
 
@@ -76,8 +80,8 @@ class TopicManager:
         b = self.broker
         validate_topic_name(name)
         if assignments:
-            raise TopicError(ErrorCode.INVALID_REQUEST,
-                             "Manual replica assignment is not supported on a single-node cluster yet")
+            num_partitions, replication_factor = self._check_manual_assignment(
+                assignments, num_partitions, replication_factor)
         if num_partitions == -1:
             num_partitions = b.config["num.partitions"]
         if replication_factor == -1:
@@ -109,6 +113,43 @@ class TopicManager:
             b.log_manager.update_topic_config(name, clean)
             b.replica_manager.apply_topic(t)
             return t
+
+    def _check_manual_assignment(self, assignments, num_partitions: int, replication_factor: int):
+        """Kafka's ReplicationControlManager.createTopic checks of a manual assignment;
+        returns (partition count, replication factor) it implies."""
+        if num_partitions != -1:
+            raise TopicError(ErrorCode.INVALID_REQUEST,
+                             "A manual partition assignment was specified, but numPartitions was not set to -1.")
+        if replication_factor != -1:
+            raise TopicError(ErrorCode.INVALID_REQUEST,
+                             "A manual partition assignment was specified, but replicationFactor was not set to -1.")
+        rf = None
+        for i, a in enumerate(sorted(assignments, key=lambda a: a.partition_index)):
+            if a.partition_index != i:
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"Found a non-consecutive partition index {a.partition_index}: expected {i}.")
+            self._check_replicas(list(a.broker_ids))
+            if rf is not None and len(a.broker_ids) != rf:
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"The manual partition assignment includes a partition with {len(a.broker_ids)} "
+                                 f"replica(s), but this is inconsistent with previous partitions, which have "
+                                 f"{rf} replica(s).")
+            rf = len(a.broker_ids)
+        return len(assignments), rf
+
+    def _check_replicas(self, broker_ids: list[int]) -> None:
+        """One partition's manual replica list: non-empty, no duplicates, registered brokers only."""
+        if not broker_ids:
+            raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             "The manual partition assignment includes an empty replica list.")
+        for bid in broker_ids:
+            if broker_ids.count(bid) > 1:
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"The manual partition assignment includes the broker {bid} more than once.")
+            if bid != self.broker.node_id:
+                raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"The manual partition assignment includes broker {bid}, but no broker with "
+                                 "that id is registered.")
 
     def auto_create(self, name: str):
         b = self.broker
@@ -161,10 +202,17 @@ class TopicManager:
                 raise TopicError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {t.num_partitions} partitions.")
             _check_record_count(count - t.num_partitions)
             if assignments:
+                if len(assignments) != count - t.num_partitions:
+                    raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                     f"Attempted to add {count - t.num_partitions} additional partition(s), but only "
+                                     f"{len(assignments)} assignment(s) were specified.")
                 for a in assignments:
-                    if any(bid != b.node_id for bid in a.broker_ids):
+                    self._check_replicas(list(a.broker_ids))
+                    if len(a.broker_ids) != 1:  # the topic's replication factor: always 1 on one node
                         raise TopicError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                         "The manual partition assignment includes broker(s) that are not registered.")
+                                         f"The manual partition assignment includes a partition with "
+                                         f"{len(a.broker_ids)} replica(s), but this is inconsistent with previous "
+                                         "partitions, which have 1 replica(s).")
             if validate_only:
                 return t
             t = b.metadata.create_partitions(name, count)

@@ -19,11 +19,13 @@ after dropping synonyms listed before the topic's own broker name (Kafka's
 ``log.retention.hours`` setting alone does not show as its source); with no
 synonym at all, DEFAULT_CONFIG.
 
-Broker configs: described in full (every key; ``read_only`` unless Kafka can
-change the key at runtime). Altering them is refused with INVALID_REQUEST:
-kbroker has no dynamic broker configuration yet (there is no durable home for
-it in the MetadataStore and no LogManager hook to swap the default LogConfig);
-the message names the keys and says which Kafka could have changed live.
+Broker configs: resource ``"<node.id>"`` is described in full (every key;
+``read_only`` unless kbroker can change it at runtime), resource ``""`` (the
+cluster-wide default) lists the dynamic defaults set. Altering them goes
+through ``DynamicBrokerConfig`` (server/dynamic_config.py): per-broker >
+cluster default > static > default, stored in the MetadataStore, applied to
+live logs at once. A refused change answers INVALID_REQUEST, as Kafka does
+for BROKER resources (ConfigAdminManager, KAFKA-13609).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from kbroker.protocol.messages.incremental_alter_configs import (
 )
 from kbroker.server.apis import ApiHandler
 from kbroker.server.config import BROKER_CONFIG
+from kbroker.server.dynamic_config import DYNAMIC_CONFIGS, DynamicConfigError
 from kbroker.server.topics import TopicError, validate_topic_configs, validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -73,21 +76,6 @@ _BROKER_SYNONYM_GROUPS = (
     ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
 )
 _BROKER_SYNONYMS = {name: group for group in _BROKER_SYNONYM_GROUPS for name in group}
-
-#: Broker keys Kafka can change at runtime (DynamicBrokerConfig.ALL_DYNAMIC_CONFIGS: the log
-#: defaults of DynamicLogConfig, thread pools, the cleaner, listeners, connection quotas,
-#: producer-state expiry). Every other broker key is read-only.
-KAFKA_DYNAMIC_BROKER_CONFIGS = frozenset(
-    {c.broker_name for c in CONFIG_DEFS.values() if c.broker_name}
-    | {"log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.roll.jitter.hours",
-       "num.io.threads", "num.network.threads", "num.replica.fetchers", "num.recovery.threads.per.data.dir",
-       "background.threads", "log.cleaner.threads", "log.cleaner.dedupe.buffer.size",
-       "log.cleaner.io.buffer.size", "log.cleaner.io.buffer.load.factor", "log.cleaner.io.max.bytes.per.second",
-       "log.cleaner.backoff.ms", "listeners", "advertised.listeners", "listener.security.protocol.map",
-       "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
-       "max.connection.creation.rate", "producer.id.expiration.ms",
-       "transaction.partition.verification.enable", "metric.reporters"}
-) - {"kbroker.log.fsync.every.append", "log.flush.scheduler.interval.ms"}
 
 _ALTER_LOCK = threading.Lock()  # serialises read-modify-write of topic overrides
 
@@ -139,10 +127,14 @@ def _static_broker_configs(broker) -> dict[str, str]:
 
 
 def config_synonyms(broker, name: str, sensitive: bool) -> list[DescribeConfigsSynonym]:
-    """Kafka's ConfigHelper.configSynonyms for broker key ``name`` (no dynamic broker configs yet)."""
+    """Kafka's ConfigHelper.configSynonyms for broker key ``name``: per-broker dynamic,
+    cluster-default dynamic, static, default; each layer in synonym precedence order."""
     names = _BROKER_SYNONYMS.get(name, (name,))
     found = []
-    for source, values in ((STATIC_BROKER_CONFIG, _static_broker_configs(broker)),
+    dyn = broker.dynamic_config
+    for source, values in ((DYNAMIC_BROKER_CONFIG, dyn.broker_layer()),
+                           (DYNAMIC_DEFAULT_BROKER_CONFIG, dyn.default_layer()),
+                           (STATIC_BROKER_CONFIG, _static_broker_configs(broker)),
                            (DEFAULT_CONFIG, _STATIC_DEFAULTS)):
         for n in names:
             if n in values:
@@ -208,19 +200,25 @@ def _broker_id(broker, resource_name: str | None) -> int | None:
 
 def describe_broker(broker, resource_name: str | None, keys, v: int, include_synonyms: bool,
                     include_docs: bool) -> list:
-    if _broker_id(broker, resource_name) is None:
-        return []  # the cluster-wide dynamic defaults: none are set
-    values = broker.config.values
+    per_broker = _broker_id(broker, resource_name) is not None
+    values = broker.dynamic_config.current.values
+    defaults = broker.dynamic_config.default_layer()
     out = []
     for name in sorted(BROKER_CONFIG.keys):
         if keys and name not in keys:
             continue
+        if not per_broker and name not in defaults:
+            continue  # the cluster-default resource lists the dynamic defaults set
         key = BROKER_CONFIG.keys[name]
         sensitive = key.type == "password"
-        value = None if sensitive else config_string(values.get(name), key.type)
         syns = config_synonyms(broker, name, sensitive)
+        if per_broker:
+            value = None if sensitive else config_string(values.get(name), key.type)
+        else:  # Kafka's createBrokerConfigEntry(perBrokerConfig = false)
+            value = None if sensitive else defaults[name]
+            syns = [s for s in syns if s.source != DYNAMIC_BROKER_CONFIG]
         source = syns[0].source if syns else DEFAULT_CONFIG
-        out.append(_entry(name, value, source, syns, key.type, name not in KAFKA_DYNAMIC_BROKER_CONFIGS,
+        out.append(_entry(name, value, source, syns, key.type, name not in DYNAMIC_CONFIGS,
                           sensitive, key.doc, v, include_synonyms, include_docs))
     return out
 
@@ -279,18 +277,21 @@ def _apply_topic_overrides(broker, topic: str, configs: dict[str, str]) -> None:
     log.info("topic %s: config overrides are now %s", topic, dict(sorted(configs.items())))
 
 
-def _refuse_broker_alter(broker, resource_name: str | None, names: list[str]) -> None:
-    _broker_id(broker, resource_name)
-    unknown = sorted(n for n in names if n not in BROKER_CONFIG)
-    if unknown:
-        raise ConfigApiError(ErrorCode.INVALID_REQUEST, f"Unknown broker configs: {', '.join(unknown)}")
-    static = sorted(n for n in names if n not in KAFKA_DYNAMIC_BROKER_CONFIGS)
-    if static:
-        raise ConfigApiError(ErrorCode.INVALID_REQUEST,
-                             f"Cannot update these configs dynamically: {', '.join(static)}")
-    raise ConfigApiError(ErrorCode.INVALID_REQUEST,
-                         "kbroker does not support dynamic broker configs yet: set "
-                         f"{', '.join(sorted(names))} in server.properties (or --override) and restart the broker")
+def _alter_broker(broker, resource_name: str | None, compute, validate_only: bool) -> None:
+    """``compute(current_layer) -> new_layer`` for the dynamic configs of ``resource_name``
+    ("" = cluster default, else this node id); refused changes answer INVALID_REQUEST."""
+    node = _broker_id(broker, resource_name)
+    name = "" if node is None else str(node)
+    dyn = broker.dynamic_config
+    with _ALTER_LOCK:
+        try:
+            new = compute(dyn.layer(name))
+            nulls = sorted(k for k, val in new.items() if val is None)
+            if nulls:
+                raise DynamicConfigError("Null value not supported for : " + ",".join(nulls))
+            dyn.alter(name, new, validate_only, broker.log_manager)
+        except DynamicConfigError as e:
+            raise ConfigApiError(ErrorCode.INVALID_REQUEST, str(e)) from None
 
 
 def _alter_topic(broker, topic: str, compute, validate_only: bool) -> None:
@@ -334,7 +335,7 @@ def handle_alter_configs(broker, ctx, req) -> None:
             if res.resource_type == RESOURCE_TOPIC:
                 _alter_topic(broker, res.resource_name, lambda current: new, req.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
-                _refuse_broker_alter(broker, res.resource_name, list(new))
+                _alter_broker(broker, res.resource_name, lambda current: new, req.validate_only)
             else:
                 raise ConfigApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {res.resource_type}")
         except ConfigApiError as e:
@@ -347,11 +348,28 @@ def _list_parts(value: str | None) -> list[str]:
     return [p for p in (value or "").split(",") if p]
 
 
-def incremental_result(current: dict[str, str], ops) -> dict[str, str]:
-    """Apply IncrementalAlterConfigs ``ops`` ((name, op, value) ...) to topic overrides ``current``.
+def _topic_list_base(name: str) -> tuple[str, str] | None:
+    """(type, default string) of topic config ``name``, None when unknown."""
+    cdef = CONFIG_DEFS.get(name)
+    return None if cdef is None else (cdef.type, config_string(cdef.default, cdef.type))
 
-    APPEND/SUBTRACT work on list configs only, starting from the key's default
-    when it is not overridden (Kafka's ConfigurationControlManager.getParts).
+
+def _broker_list_base(broker):
+    """(type, current effective string) of broker config ``name``, None when unknown."""
+    def base(name: str) -> tuple[str, str] | None:
+        key = BROKER_CONFIG.keys.get(name)
+        if key is None:
+            return None
+        return key.type, config_string(broker.dynamic_config.current.values.get(name), key.type)
+    return base
+
+
+def incremental_result(current: dict[str, str], ops, base=_topic_list_base) -> dict[str, str]:
+    """Apply IncrementalAlterConfigs ``ops`` ((name, op, value) ...) to overrides ``current``.
+
+    APPEND/SUBTRACT work on list configs only, starting from ``base(name)`` (the
+    key's default for a topic, its current value for a broker) when it is not
+    overridden (Kafka's ConfigurationControlManager.getParts).
     """
     new = dict(current)
     for name, op, value in ops:
@@ -360,11 +378,11 @@ def incremental_result(current: dict[str, str], ops) -> dict[str, str]:
         elif op == OP_DELETE:
             new.pop(name, None)
         else:
-            cdef = CONFIG_DEFS.get(name)
-            if cdef is None or cdef.type != "list":
+            typed = base(name)
+            if typed is None or typed[0] != "list":
                 raise ConfigApiError(ErrorCode.INVALID_CONFIG,
                                      f"Can't {_OP_NAMES[op]} to key {name} because its type is not LIST.")
-            parts = _list_parts(new[name] if name in new else config_string(cdef.default, "list"))
+            parts = _list_parts(new[name] if name in new else typed[1])
             for item in value.split(","):
                 if op == OP_APPEND:
                     if item not in parts:
@@ -405,7 +423,9 @@ def handle_incremental_alter_configs(broker, ctx, req) -> None:
                 _alter_topic(broker, res.resource_name, lambda current: incremental_result(current, ops),
                              req.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
-                _refuse_broker_alter(broker, res.resource_name, [name for name, _, _ in ops])
+                _alter_broker(broker, res.resource_name,
+                              lambda current: incremental_result(current, ops, _broker_list_base(broker)),
+                              req.validate_only)
             else:
                 raise ConfigApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {res.resource_type}")
         except ConfigApiError as e:

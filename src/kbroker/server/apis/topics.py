@@ -40,7 +40,9 @@ def handle_create_topics(broker, ctx, req) -> None:
             continue
         r = CreatableTopicResult(name=t.name, error_code=ErrorCode.NONE, topic_id=topic.topic_id if topic else ZERO_UUID)
         if v >= 5:
-            r.num_partitions = topic.num_partitions if topic else (t.num_partitions if t.num_partitions > 0 else broker.config["num.partitions"])
+            r.num_partitions = topic.num_partitions if topic else (
+                len(t.assignments) if t.assignments else
+                t.num_partitions if t.num_partitions > 0 else broker.config["num.partitions"])
             r.replication_factor = 1
             cfg = broker.log_manager.config_for(t.name)
             overrides = topic.configs if topic else configs
