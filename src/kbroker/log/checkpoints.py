@@ -192,8 +192,18 @@ class PartitionMetadataFile:
     def encode(topic_id: uuid.UUID) -> bytes:
         return f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}".encode()
 
-    def write(self, topic_id: uuid.UUID) -> None:
-        atomic_write(self.path, self.encode(topic_id))
+    def write(self, topic_id: uuid.UUID, *, sync: bool = True) -> None:
+        """Atomically and durably; with ``sync=False`` (a new partition directory, whose
+        first flush fsyncs it) just written in place: a torn file reads as damaged and
+        the broker rewrites it from the cluster metadata."""
+        if sync:
+            atomic_write(self.path, self.encode(topic_id))
+        else:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, self.encode(topic_id))
+            finally:
+                os.close(fd)
 
     def exists(self) -> bool:
         return os.path.exists(self.path)

@@ -62,7 +62,7 @@ from kbroker.log.leader_epoch import LeaderEpochFileCache
 from kbroker.log.producer_state import (
     NO_PRODUCER_ID, PRODUCER_ID_EXPIRATION_MS_DEFAULT, AppendOrigin, ProducerStateManager,
 )
-from kbroker.log.recovery import load_log
+from kbroker.log.recovery import LoadedLog, load_log
 from kbroker.log.segment import DELETED_SUFFIX, LogSegment, iter_batch_headers
 
 log = logging.getLogger(__name__)
@@ -141,22 +141,41 @@ class Log:
         config = config or LogConfig()
         time_ms = time_ms or _now_ms
         topic, partition = parse_topic_partition_name(os.path.basename(os.path.normpath(dir)))
-        if not os.path.isdir(dir):
-            os.makedirs(dir, exist_ok=True)
-            # A new partition directory's entry must be durable before anything in it
-            # (fsynced segments, checkpoints) can be: a power loss would drop it all.
-            fsync_dir(os.path.dirname(os.path.abspath(dir)))
         if fsync_every_append is None:
             fsync_every_append = config.kbroker_fsync_every_append
+        fresh = not os.path.isdir(dir)
+        if fresh:
+            os.makedirs(dir, exist_ok=True)
+            if fsync_every_append:
+                # A new partition directory's entry must be durable before anything in it
+                # (fsynced segments, checkpoints) can be: a power loss would drop it all.
+                fsync_dir(os.path.dirname(os.path.abspath(dir)))
         cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(os.path.join(dir, LEADER_EPOCH_CHECKPOINT)),
-                                     sync=True)
-        loaded = load_log(dir, config, log_start_offset=log_start_offset, recovery_point=recovery_point,
-                          had_clean_shutdown=had_clean_shutdown, time_ms=time_ms, leader_epoch_cache=cache,
-                          fsync_every_append=fsync_every_append)
+                                     sync=True, deferred=scheduler is not None)
+        if fresh:
+            # Nothing to load or recover: one empty segment (creates the .log).
+            seg = LogSegment(dir, log_start_offset, config, time_ms, create=True,
+                             fsync_every_append=fsync_every_append,
+                             preallocate_bytes=config.segment_bytes if config.preallocate else 0)
+            loaded = LoadedLog([seg], log_start_offset, log_start_offset, log_start_offset, 0, 0)
+        else:
+            loaded = load_log(dir, config, log_start_offset=log_start_offset, recovery_point=recovery_point,
+                              had_clean_shutdown=had_clean_shutdown, time_ms=time_ms, leader_epoch_cache=cache,
+                              fsync_every_append=fsync_every_append)
         meta = PartitionMetadataFile(os.path.join(dir, PARTITION_METADATA))
         if topic_id is not None:
-            if not meta.exists() or meta.read() != topic_id:
-                meta.write(topic_id)
+            if fresh:
+                # Kafka's deferred parent-dir flush: the directory entries (and this file)
+                # become durable at the log's first flush (see flush); a partition.metadata
+                # lost to a power loss before it is rewritten from the cluster metadata.
+                meta.write(topic_id, sync=fsync_every_append)
+            else:
+                try:
+                    current = meta.read() if meta.exists() else None
+                except Exception:
+                    current = None
+                if current != topic_id:
+                    meta.write(topic_id)
         elif meta.exists():
             try:
                 topic_id = meta.read()
@@ -167,11 +186,17 @@ class Log:
         lg = cls(dir, topic, partition, config, loaded, time_ms=time_ms, leader_epoch_cache=cache,
                  fsync_every_append=fsync_every_append, topic_id=topic_id, scheduler=scheduler,
                  producer_state=psm)
-        with lg._lock:
-            lg._load_producer_state_locked(had_clean_shutdown)
+        lg._needs_flush_parent_dir = fresh and not fsync_every_append
+        if not fresh:
+            with lg._lock:
+                lg._load_producer_state_locked(had_clean_shutdown)
         if high_watermark is not None:
             lg.update_high_watermark(high_watermark)
         return lg
+
+    #: a new partition directory whose entry in its log dir (and its own entries) are
+    #: not fsynced yet: the first flush does it (Kafka's LocalLog.needsFlushParentDir)
+    _needs_flush_parent_dir = False
 
     def _jitter(self) -> int:
         j = self.config.segment_jitter_ms
@@ -581,12 +606,24 @@ class Log:
                     if s.has_open_file() and os.path.exists(s.log_path):
                         raise
                     log.debug("skipping flush of deleted segment %s: %s", s.log_path, e)
+            self._flush_metadata()
         except OSError as e:
             raise KafkaStorageError(f"error while flushing {self.name}: {e}") from e
         with self._lock:
             if target > self._recovery_point:
                 self._recovery_point = min(target, self._leo)
             self._last_flush_ms = self._time_ms()
+
+    def _flush_metadata(self) -> None:
+        """Before the recovery point moves: the leader-epoch entries below it must be in
+        their checkpoint (recovery rebuilds only those at or above it), and a new
+        partition directory must be durable in its log dir."""
+        self.leader_epoch_cache.flush()
+        if self._needs_flush_parent_dir:
+            if os.path.isdir(self.dir):
+                fsync_dir(self.dir)
+                fsync_dir(os.path.dirname(os.path.abspath(self.dir)))
+            self._needs_flush_parent_dir = False
 
     def _run_pending_roll_flush(self) -> None:
         """Without a scheduler, a roll's flush runs inline, after the lock is released."""
@@ -806,7 +843,13 @@ class Log:
             return
         start = psm.load_from_snapshot(self._log_start_offset, leo, self._time_ms())
         self._replay_producer_state_locked(start, leo)
-        psm.take_snapshot()
+        if start < leo and (self._scheduler is None or not psm.is_empty()):
+            # A snapshot at the log end saves the next start-up this replay. Without
+            # producers it saves nothing worth an fsync per log at start-up (the replay
+            # only reads headers); with some it is taken on the background thread.
+            if self._scheduler is None or not self._scheduler(
+                    lambda: None if self._closed else self.take_producer_snapshot()):
+                psm.take_snapshot()
 
     def _reload_producer_state_locked(self) -> None:
         """After truncate_to: back to the newest snapshot at or below the new log end, then replay."""
@@ -857,6 +900,10 @@ class Log:
         """Clean close: snapshot the producer state at the log end offset, trim the
         active segment's indexes, close every fd and map. Pending deletions are
         completed (their files are already ``.deleted``)."""
+        try:
+            self.leader_epoch_cache.flush()
+        except OSError as e:
+            log.warning("error writing the leader-epoch checkpoint of %s: %s", self.name, e)
         with self._lock:
             if self._closed:
                 return
@@ -878,6 +925,7 @@ class Log:
         with self._lock:
             self._closed = True
             segs = self._segments
+        self.leader_epoch_cache.discard()
         self.delete_pending_segments(force=True)
         for s in segs:
             s.close_handlers()
@@ -892,6 +940,7 @@ class Log:
             for s in self._segments + [s for _, s in self._pending_deletes]:
                 s.moved_dir(old, new_dir)
             self.producer_state.update_parent_dir(new_dir)
+            self.leader_epoch_cache.moved(os.path.join(new_dir, LEADER_EPOCH_CHECKPOINT))
 
     @property
     def closed(self) -> bool:

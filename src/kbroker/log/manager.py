@@ -149,6 +149,9 @@ class LogManager:
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._logs: dict[TopicPartition, Log] = {}
+        self._dir_counts: dict[str, int] = {}   # log dir -> logs in it (guarded by _lock)
+        self._last_checkpoints: dict[str, dict] = {}   # file path -> offsets last written
+        self._loading = False
         self._topic_configs: dict[str, LogConfig] = {}
         self._logs_to_delete: list[tuple[int, Log]] = []
         self._scheduler = _Scheduler("kbroker-log-manager", self._time_ms)
@@ -244,43 +247,80 @@ class LogManager:
         self._started = True
 
     def load_logs(self) -> None:
+        """Open every partition directory of every log dir, with
+        ``num.recovery.threads.per.data.dir`` threads per dir (Kafka's recovery
+        threads: the work is mostly file I/O, which runs without the GIL)."""
         t0 = time.perf_counter()
         clean_dirs = 0
-        for d in self.log_dirs:
-            os.makedirs(d, exist_ok=True)
-            clean = has_clean_shutdown(d)
-            clean_dirs += clean
-            recovery_points = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
-            log_starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
-            hws = self._read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT)
-            for name in sorted(os.listdir(d)):
-                path = os.path.join(d, name)
-                if not os.path.isdir(path):
-                    continue
-                if name.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(path, ignore_errors=True)
-                    continue
-                if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
-                    continue
-                try:
-                    tp = parse_topic_partition_name(name)
-                except ValueError:
-                    continue
-                cfg = self.config_for(tp[0])
-                lg = Log.open(path, cfg, log_start_offset=log_starts.get(tp, 0),
-                              recovery_point=recovery_points.get(tp, 0), high_watermark=hws.get(tp),
-                              had_clean_shutdown=clean, time_ms=self._time_ms,
-                              fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job,
-                              producer_id_expiration_ms=self.producer_id_expiration_ms)
-                with self._lock:
-                    if tp in self._logs:
-                        raise KafkaStorageError(f"Duplicate log directories for {tp} found: "
-                                                f"{self._logs[tp].dir}, {path}")
-                    self._logs[tp] = lg
-            # Kafka deletes the marker once every log of the dir is loaded.
-            remove_clean_shutdown(d)
+        self._loading = True
+        try:
+            for d in self.log_dirs:
+                clean_dirs += self._load_dir(d)
+        finally:
+            self._loading = False
         self.load_stats = {"seconds": time.perf_counter() - t0, "logs": len(self._logs),
                            "clean_dirs": clean_dirs}
+
+    def _load_dir(self, d: str) -> bool:
+        os.makedirs(d, exist_ok=True)
+        clean = has_clean_shutdown(d)
+        recovery_points = self._read_checkpoint(d, RECOVERY_POINT_CHECKPOINT)
+        log_starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
+        hws = self._read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT)
+        jobs = []
+        for name in sorted(os.listdir(d)):
+            path = os.path.join(d, name)
+            if name.endswith(DELETE_DIR_SUFFIX):
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                continue
+            if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
+                continue
+            try:
+                tp = parse_topic_partition_name(name)
+            except ValueError:
+                continue
+            if not os.path.isdir(path):
+                continue
+            jobs.append((tp, path))
+
+        def load(job):
+            tp, path = job
+            cfg = self.config_for(tp[0])
+            lg = Log.open(path, cfg, log_start_offset=log_starts.get(tp, 0),
+                          recovery_point=recovery_points.get(tp, 0), high_watermark=hws.get(tp),
+                          had_clean_shutdown=clean, time_ms=self._time_ms,
+                          fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job,
+                          producer_id_expiration_ms=self.producer_id_expiration_ms)
+            with self._lock:
+                if tp in self._logs:
+                    raise KafkaStorageError(f"Duplicate log directories for {tp} found: "
+                                            f"{self._logs[tp].dir}, {path}")
+                self._logs[tp] = lg
+                self._count(lg, 1)
+
+        self._run_parallel(load, jobs)
+        # Kafka deletes the marker once every log of the dir is loaded.
+        remove_clean_shutdown(d)
+        return clean
+
+    def _run_parallel(self, fn, items) -> list:
+        """``fn(item)`` for every item on ``num.recovery.threads.per.data.dir`` threads per
+        log dir; waits for all, then raises the first error. Returns the errors."""
+        items = list(items)
+        threads = max(1, self.manager_config.recovery_threads_per_data_dir) * len(self.log_dirs)
+        if threads == 1 or len(items) < 2:
+            for item in items:
+                fn(item)
+            return []
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=min(threads, len(items)),
+                                thread_name_prefix="kbroker-log-recovery") as pool:
+            futures = [pool.submit(fn, item) for item in items]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
+        return errors
 
     @staticmethod
     def _read_checkpoint(d: str, name: str) -> dict:
@@ -322,7 +362,7 @@ class LogManager:
     def _schedule_job(self, fn: Callable[[], None]) -> bool:
         """Given to each Log: queue a roll flush for the background thread.
         False (the log then runs it itself, outside its lock) without one."""
-        if self._background and self._started and not self._shut_down:
+        if self._background and (self._started or self._loading) and not self._shut_down:
             self._scheduler.schedule(self._safe(fn))
             return True
         return False
@@ -341,12 +381,15 @@ class LogManager:
             return list(self._logs.values())
 
     def _next_log_dir(self) -> str:
-        counts = {d: 0 for d in self.log_dirs}
-        for lg in self._logs.values():
-            parent = os.path.dirname(lg.dir)
-            if parent in counts:
-                counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+        """The dir with the fewest logs (Kafka's nextLogDirs). Lock held; O(dirs)."""
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
+        counts = self._dir_counts
+        return min(self.log_dirs, key=lambda d: (counts.get(d, 0), self.log_dirs.index(d)))
+
+    def _count(self, lg: Log, delta: int) -> None:
+        parent = os.path.dirname(lg.dir)
+        self._dir_counts[parent] = self._dir_counts.get(parent, 0) + delta
 
     def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None, *, topic_id=None) -> Log:
         """The log of ``tp``, created (in the dir with the fewest logs) if absent."""
@@ -365,6 +408,7 @@ class LogManager:
                           fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job,
                           producer_id_expiration_ms=self.producer_id_expiration_ms)
             self._logs[tp] = lg
+            self._count(lg, 1)
             return lg
 
     create_log = get_or_create_log
@@ -375,6 +419,8 @@ class LogManager:
         tp = (tp[0], int(tp[1]))
         with self._lock:
             lg = self._logs.pop(tp, None)
+            if lg is not None:
+                self._count(lg, -1)
         if lg is None:
             return None
         if self.cleaner is not None:
@@ -438,6 +484,9 @@ class LogManager:
 
     def _offsets_by_dir(self, fn) -> dict[str, dict]:
         out: dict[str, dict] = {d: {} for d in self.log_dirs}
+        if len(self.log_dirs) == 1:
+            out[self.log_dirs[0]] = {tp: fn(lg) for tp, lg in self.logs.items()}
+            return out
         for tp, lg in self.logs.items():
             parent = os.path.dirname(lg.dir)
             if parent in out:
@@ -445,9 +494,15 @@ class LogManager:
         return out
 
     def _write_checkpoints(self, name: str, fn) -> None:
+        """Write one checkpoint file per log dir, unless its offsets are those it was
+        last written with (an idle broker rewrites nothing)."""
         with self._checkpoint_lock:
             for d, offsets in self._offsets_by_dir(fn).items():
-                OffsetCheckpointFile(os.path.join(d, name)).write(offsets)
+                path = os.path.join(d, name)
+                if self._last_checkpoints.get(path) == offsets:
+                    continue
+                OffsetCheckpointFile(path).write(offsets)
+                self._last_checkpoints[path] = offsets
 
     def checkpoint_recovery_offsets(self) -> None:
         self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda lg: lg.recovery_point)
@@ -471,19 +526,23 @@ class LogManager:
         self._scheduler.shutdown()
         logs = self.all_logs()
         errors = []
-        for lg in logs:
+
+        def flush_and_close(lg: Log) -> None:
             try:
                 lg.flush()
-            except Exception as e:  # keep closing the others
+            except Exception as e:  # keep closing it, and the others
                 errors.append(e)
-        self.checkpoint_recovery_offsets()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
-        for lg in logs:
             try:
                 lg.close()
             except Exception as e:
                 errors.append(e)
+
+        # Kafka flushes and closes the logs of each dir on num.recovery.threads.per.data.dir
+        # threads: the time goes to fsyncs, which run without the GIL.
+        self._run_parallel(flush_and_close, logs)
+        self.checkpoint_recovery_offsets()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
         self.delete_pending(now_ms=LONG_MAX)
         if errors:
             log.error("errors during log shutdown: %s; not writing the clean shutdown marker", errors)

@@ -15,7 +15,9 @@ Steps, in order:
    recovered (indexes rebuilt) at once.
 3. Without a clean-shutdown marker, every segment from the one holding the
    recovery point on is recovered: CRC + structure scan with the log_scan
-   kernel, truncation at the first invalid byte, indexes rebuilt. If a
+   kernel, truncation at the first invalid byte, indexes rebuilt, and the
+   leader-epoch entries from that segment's base offset on rebuilt from the
+   batches (the checkpoint file may lag: it is written asynchronously). If a
    segment was truncated, every later segment is deleted (it cannot follow
    a hole). With the marker, nothing is scanned: only the active segment's
    tail is read to find the log end offset.
@@ -143,6 +145,14 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
             if base not in logs:
                 log.warning("Found an orphaned index file %s, with no corresponding log file.", name)
                 _remove(os.path.join(dir, name))
+
+    if not had_clean_shutdown and leader_epoch_cache is not None and logs:
+        # The epoch checkpoint is written asynchronously (leader_epoch.py): entries at or
+        # above the recovery point may be missing or stale. The segments from the one
+        # holding the recovery point on are scanned below; their entries are rebuilt
+        # from the batches' epochs, so drop what the file says about them first.
+        below = [b for b in logs if b <= recovery_point]
+        leader_epoch_cache.truncate_from_end(max(below) if below else min(logs))
 
     segments = []
     done = set()

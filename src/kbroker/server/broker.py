@@ -127,6 +127,8 @@ class KafkaBroker:
                             tp[0], tp[1])
         self.topic_manager = TopicManager(self)
         self.fetch_sessions = FetchSessionCache()
+        from kbroker.server.apis.metadata import TopicMetadataCache
+        self.metadata_cache = TopicMetadataCache()
         self._start_coordinators()
         self.socket_server = SocketServer(SocketServerConfig(
             listeners=c.listeners,

@@ -20,18 +20,90 @@ TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12, 13, 14))
 
 
+class _EncodedTopic:
+    """A MetadataResponseTopic already encoded at one version: the response's encoder
+    calls ``_write`` on each element of its topics array."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def _write(self, w, parts, v) -> None:
+        w += self.data
+
+
+class TopicMetadataCache:
+    """Encoded MetadataResponseTopics, so a Metadata request for 10,000 partitions
+    encodes only what changed since the last one.
+
+    An entry is valid while the topic's TopicImage is the same object (images are
+    replaced, never mutated) and so are its Partition objects (the ReplicaManager
+    replaces its partitions map on every change and never mutates a Partition's
+    leader epoch or replicas). Checking the partitions costs one dict lookup per
+    partition only when the map object changed. Thread-safety: entries are replaced
+    whole; a race encodes a topic twice, never serves a wrong one.
+    """
+
+    def __init__(self):
+        self._entries: dict[str, tuple] = {}   # name -> (image, partitions map, parts, {key: bytes})
+
+    def get(self, broker, t, v: int, include_ops: bool):
+        rm = broker.replica_manager
+        pmap = rm.partitions
+        key = (v, include_ops)
+        e = self._entries.get(t.name)
+        if e is not None and e[0] is t:
+            if e[1] is not pmap:
+                parts = [pmap.get((t.name, p)) for p in range(t.num_partitions)]
+                if len(parts) != len(e[2]) or any(a is not b for a, b in zip(parts, e[2])):
+                    e = None
+                else:
+                    e = (t, pmap, e[2], e[3])
+                    self._entries[t.name] = e
+            if e is not None:
+                data = e[3].get(key)
+                if data is None:
+                    data = e[3][key] = _encode_topic(_build_topic(broker, t, e[2], include_ops), v)
+                return _EncodedTopic(data)
+        parts = [pmap.get((t.name, p)) for p in range(t.num_partitions)]
+        data = _encode_topic(_build_topic(broker, t, parts, include_ops), v)
+        self._entries[t.name] = (t, pmap, parts, {key: data})
+        return _EncodedTopic(data)
+
+    def retain(self, names) -> None:
+        """Forget topics not in ``names`` (deleted ones)."""
+        for name in [n for n in self._entries if n not in names]:
+            self._entries.pop(name, None)
+
+
+def _encode_topic(topic: MetadataResponseTopic, v: int) -> bytes:
+    w = bytearray()
+    topic._write(w, [], v)
+    return bytes(w)
+
+
 def topic_metadata(broker, name: str, error: int = ErrorCode.NONE, include_ops: bool = False,
-                   topic_id=None) -> MetadataResponseTopic:
+                   topic_id=None, version: int | None = None):
+    """The topic's entry of a Metadata response (pre-encoded at ``version`` when the
+    broker has a TopicMetadataCache and the topic exists)."""
     image = broker.metadata.image
     t = image.topics.get(name) if name is not None else image.topics_by_id.get(topic_id)
     if t is None or error != ErrorCode.NONE:
         return MetadataResponseTopic(error_code=error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
                                      topic_id=topic_id or uuid.UUID(int=0), partitions=[],
                                      topic_authorized_operations=NOT_REQUESTED)
+    cache = getattr(broker, "metadata_cache", None)
+    if cache is not None and version is not None:
+        return cache.get(broker, t, version, include_ops)
+    get = broker.replica_manager.get_partition
+    return _build_topic(broker, t, [get((t.name, p)) for p in range(t.num_partitions)], include_ops)
+
+
+def _build_topic(broker, t, partitions, include_ops: bool) -> MetadataResponseTopic:
     parts = []
     node = broker.node_id
-    for p in range(t.num_partitions):
-        part = broker.replica_manager.get_partition((t.name, p))
+    for p, part in enumerate(partitions):
         epoch = part.leader_epoch if part is not None else 0
         parts.append(MetadataResponsePartition(
             error_code=ErrorCode.NONE if part is not None else ErrorCode.LEADER_NOT_AVAILABLE,
@@ -49,7 +121,10 @@ def handle_metadata(broker, ctx, req) -> None:
     topics = []
     if req.topics is None or (v == 0 and not req.topics):
         names = sorted(image.topics)
-        topics = [topic_metadata(broker, n, include_ops=include_ops) for n in names]
+        topics = [topic_metadata(broker, n, include_ops=include_ops, version=v) for n in names]
+        cache = getattr(broker, "metadata_cache", None)
+        if cache is not None:
+            cache.retain(image.topics)
     else:
         allow_auto = (req.allow_auto_topic_creation if v >= 4 else True) and broker.config["auto.create.topics.enable"]
         for rt in req.topics:
@@ -58,7 +133,7 @@ def handle_metadata(broker, ctx, req) -> None:
                 # and the response's name is not nullable before v12, so "")
                 known = image.topics_by_id.get(rt.topic_id) if v >= 12 else None
                 if known is not None:
-                    topics.append(topic_metadata(broker, known.name, include_ops=include_ops))
+                    topics.append(topic_metadata(broker, known.name, include_ops=include_ops, version=v))
                 else:
                     topics.append(topic_metadata(broker, None if v >= 12 else "",
                                                  ErrorCode.UNKNOWN_TOPIC_ID if v >= 12 else ErrorCode.INVALID_REQUEST,
@@ -76,7 +151,7 @@ def handle_metadata(broker, ctx, req) -> None:
                 else:
                     topics.append(topic_metadata(broker, name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
-            topics.append(topic_metadata(broker, name, include_ops=include_ops))
+            topics.append(topic_metadata(broker, name, include_ops=include_ops, version=v))
     host, port = broker.advertised_endpoint
     resp = MetadataResponse(
         throttle_time_ms=0,
