@@ -139,8 +139,11 @@ cdef class TimeIndex(MmapIndex):
         if self._entries >= self._max_entries:
             raise IndexFullError(f"time index {self._path} has no free slot")
         cdef unsigned char* p = self._map + self._entries * ENTRY_SIZE
-        store_i64(p, timestamp)
-        store_i32(p + 8, <int32_t>rel)
+        with nogil:
+            # the first store to a page of the (sparse) file may fault and allocate a
+            # block: other threads run meanwhile (the LogManager closes logs in parallel)
+            store_i64(p, timestamp)
+            store_i32(p + 8, <int32_t>rel)
         self._entries += 1
         self._last_ts = timestamp
         self._last_offset = offset

@@ -64,6 +64,55 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+#: file systems whose syncfs(2) writes back and commits everything (data, mmap'd
+#: pages, directory entries), as an fsync of every file and directory would.
+#: Others (FUSE, network file systems) get an fsync per file.
+SYNCFS_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "tmpfs"})
+
+
+def file_system_type(path: str) -> str | None:
+    """The type of the file system holding ``path`` (/proc/self/mountinfo), or None."""
+    path = os.path.realpath(path)
+    best, best_type = "", None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, sep, right = line.partition(" - ")
+                fields = left.split(" ")
+                if not sep or len(fields) < 5:
+                    continue
+                mount_point = fields[4].replace("\\040", " ")
+                inside = path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+                if inside and len(mount_point) >= len(best):
+                    best, best_type = mount_point, right.split(" ", 1)[0]
+    except OSError:
+        return None
+    return best_type
+
+
+def syncfs(path: str) -> bool:
+    """syncfs(2) on the file system holding ``path``: True once everything written to
+    it is durable; False (nothing done) where that is not known to hold (see
+    SYNCFS_FILE_SYSTEMS) or syncfs is unavailable, and the caller must fsync each
+    file. Raises OSError if the sync itself fails."""
+    if file_system_type(path) not in SYNCFS_FILE_SYSTEMS:
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return False
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if fn(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs({path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+    return True
+
+
 def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
     """Write ``data`` to ``path`` via ``path.tmp`` + fsync + rename (+ dir fsync)."""
     tmp = path + ".tmp"

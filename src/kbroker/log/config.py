@@ -375,7 +375,7 @@ class LogManagerConfig:
     flush_check_interval_ms: int = LONG_MAX          # log.flush.scheduler.interval.ms
     flush_recovery_offset_checkpoint_interval_ms: int = 60000   # log.flush.offset.checkpoint.interval.ms
     flush_start_offset_checkpoint_interval_ms: int = 60000      # log.flush.start.offset.checkpoint.interval.ms
-    recovery_threads_per_data_dir: int = 1          # num.recovery.threads.per.data.dir
+    recovery_threads_per_data_dir: int = 2          # num.recovery.threads.per.data.dir (Kafka 4.0: 2)
     fsync_every_append: bool = False                 # kbroker.log.fsync.every.append
     cleaner_enable: bool = True                      # log.cleaner.enable
     cleaner_threads: int = 1                         # log.cleaner.threads
@@ -426,6 +426,6 @@ class LogManagerConfig:
             flush_check_interval_ms=long_("log.flush.scheduler.interval.ms", LONG_MAX),
             flush_recovery_offset_checkpoint_interval_ms=long_("log.flush.offset.checkpoint.interval.ms", 60000, 0),
             flush_start_offset_checkpoint_interval_ms=long_("log.flush.start.offset.checkpoint.interval.ms", 60000, 0),
-            recovery_threads_per_data_dir=long_("num.recovery.threads.per.data.dir", 1),
+            recovery_threads_per_data_dir=long_("num.recovery.threads.per.data.dir", 2),
             fsync_every_append=fsync,
         )

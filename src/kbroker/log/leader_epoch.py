@@ -67,7 +67,7 @@ class LeaderEpochFileCache:
         """Entries not yet in the checkpoint file."""
         return self._dirty
 
-    def flush(self) -> None:
+    def flush(self, sync: bool = True) -> None:
         """Write the entries to the checkpoint file (fsynced) if they changed since the
         last write. Called by the Log before it moves its recovery point and when it
         closes. Never called with the entries' ``_lock`` held."""
@@ -78,7 +78,7 @@ class LeaderEpochFileCache:
                 entries = self.epoch_entries()
                 self._dirty = False
             try:
-                self._checkpoint.write(entries, sync=self._sync)
+                self._checkpoint.write(entries, sync=self._sync and sync)
             except BaseException:
                 with self._lock:
                     self._dirty = True

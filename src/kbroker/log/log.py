@@ -583,10 +583,12 @@ class Log:
 
     _pending_roll_flush: int | None = None
 
-    def flush(self, offset: int | None = None, *, including_offset: bool = True) -> None:
+    def flush(self, offset: int | None = None, *, including_offset: bool = True, sync: bool = True) -> None:
         """fsync every segment holding offsets in [recovery_point, offset) and
         move the recovery point to ``offset`` (default: log end). The fsyncs
-        run without the log lock."""
+        run without the log lock. ``sync=False`` writes what must be written but
+        fsyncs nothing: only for a caller that syncs the whole file system before
+        anything relies on the new recovery point (LogManager.shutdown)."""
         with self._lock:
             if offset is None:
                 offset = self._leo
@@ -598,6 +600,8 @@ class Log:
             segs = [s for i, s in enumerate(self._segments)
                     if s.base_offset < target and (i + 1 == len(self._segments)
                                                    or self._segments[i + 1].base_offset > rp)]
+        if not sync:
+            segs = []
         try:
             for s in segs:
                 try:
@@ -606,7 +610,7 @@ class Log:
                     if s.has_open_file() and os.path.exists(s.log_path):
                         raise
                     log.debug("skipping flush of deleted segment %s: %s", s.log_path, e)
-            self._flush_metadata()
+            self._flush_metadata(sync)
         except OSError as e:
             raise KafkaStorageError(f"error while flushing {self.name}: {e}") from e
         with self._lock:
@@ -614,12 +618,12 @@ class Log:
                 self._recovery_point = min(target, self._leo)
             self._last_flush_ms = self._time_ms()
 
-    def _flush_metadata(self) -> None:
+    def _flush_metadata(self, sync: bool = True) -> None:
         """Before the recovery point moves: the leader-epoch entries below it must be in
         their checkpoint (recovery rebuilds only those at or above it), and a new
         partition directory must be durable in its log dir."""
-        self.leader_epoch_cache.flush()
-        if self._needs_flush_parent_dir:
+        self.leader_epoch_cache.flush(sync)
+        if self._needs_flush_parent_dir and sync:
             if os.path.isdir(self.dir):
                 fsync_dir(self.dir)
                 fsync_dir(os.path.dirname(os.path.abspath(self.dir)))
@@ -896,12 +900,13 @@ class Log:
             return self.producer_state.take_snapshot()
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self, sync: bool = True) -> None:
         """Clean close: snapshot the producer state at the log end offset, trim the
         active segment's indexes, close every fd and map. Pending deletions are
-        completed (their files are already ``.deleted``)."""
+        completed (their files are already ``.deleted``). ``sync=False``: nothing is
+        fsynced (see ``flush``)."""
         try:
-            self.leader_epoch_cache.flush()
+            self.leader_epoch_cache.flush(sync)
         except OSError as e:
             log.warning("error writing the leader-epoch checkpoint of %s: %s", self.name, e)
         with self._lock:
@@ -910,7 +915,7 @@ class Log:
             self._closed = True
             segs = self._segments
             try:
-                self.producer_state.take_snapshot()
+                self.producer_state.take_snapshot(sync)
                 snapshot_error = None
             except OSError as e:
                 snapshot_error = e

@@ -23,9 +23,11 @@ segment deletions, expiry of idle producer ids (``producer.id.expiration.ms``)
 every ``producer.id.expiration.check.interval.ms``, and one-off roll flushes
 handed over by the logs.
 
-Shutdown (``shutdown``): stop the thread, flush and close every log, write
-all checkpoints with recovery point = log end offset, then write the
-clean-shutdown marker in each dir.
+Shutdown (``shutdown``): stop the thread, flush and close every log (on
+``num.recovery.threads.per.data.dir`` threads per dir; on a local file system
+without per-file fsyncs, then one ``syncfs`` per dir), write all checkpoints
+with recovery point = log end offset, then write the clean-shutdown marker in
+each dir.
 
 Compaction: ``cleaner`` is a LogCleaner (kbroker/log/cleaner.py; None with
 ``log.cleaner.enable=false``), started and stopped with the background
@@ -48,6 +50,7 @@ import time
 import uuid
 from typing import Callable, Iterable, Mapping
 
+from kbroker.log import checkpoints
 from kbroker.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT, META_PROPERTIES, RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT,
     CheckpointError, OffsetCheckpointFile, has_clean_shutdown, read_meta_properties, remove_clean_shutdown,
@@ -526,20 +529,33 @@ class LogManager:
         self._scheduler.shutdown()
         logs = self.all_logs()
         errors = []
+        # One syncfs per log dir after every log is written replaces an fsync per file
+        # (segments, indexes, snapshots, epoch checkpoints, directories) where the file
+        # system makes that equivalent (checkpoints.SYNCFS_FILE_SYSTEMS); the
+        # clean-shutdown marker is written only after it.
+        barrier = bool(logs) and all(
+            checkpoints.file_system_type(d) in checkpoints.SYNCFS_FILE_SYSTEMS for d in self.log_dirs)
 
         def flush_and_close(lg: Log) -> None:
             try:
-                lg.flush()
+                lg.flush(sync=not barrier)
             except Exception as e:  # keep closing it, and the others
                 errors.append(e)
             try:
-                lg.close()
+                lg.close(sync=not barrier)
             except Exception as e:
                 errors.append(e)
 
         # Kafka flushes and closes the logs of each dir on num.recovery.threads.per.data.dir
-        # threads: the time goes to fsyncs, which run without the GIL.
+        # threads: the time goes to file-system calls, which run without the GIL.
         self._run_parallel(flush_and_close, logs)
+        if barrier:
+            for d in self.log_dirs:
+                try:
+                    if not checkpoints.syncfs(d):
+                        raise KafkaStorageError(f"could not sync the file system of {d}")
+                except (OSError, KafkaStorageError) as e:
+                    errors.append(e)
         self.checkpoint_recovery_offsets()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()

@@ -506,8 +506,10 @@ def decode_snapshot(data) -> list[ProducerStateEntry]:
     return out
 
 
-def write_snapshot(path: str, entries: Iterable[ProducerStateEntry]) -> None:
-    """Write ``entries`` to ``path`` atomically and durably (tmp + fsync + rename + dir fsync)."""
+def write_snapshot(path: str, entries: Iterable[ProducerStateEntry], *, sync: bool = True) -> None:
+    """Write ``entries`` to ``path`` atomically and durably (tmp + fsync + rename + dir
+    fsync); ``sync=False`` (the LogManager's shutdown, which syncs the whole file
+    system before its clean-shutdown marker) skips both fsyncs."""
     data = encode_snapshot(entries)
     tmp = path + _TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -515,10 +517,13 @@ def write_snapshot(path: str, entries: Iterable[ProducerStateEntry]) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if not sync:
+        return
     dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(dfd)
@@ -596,14 +601,15 @@ class ProducerStateManager:
     def snapshot_path(self, offset: int) -> str | None:
         return self._snapshots.get(offset)
 
-    def take_snapshot(self) -> str | None:
+    def take_snapshot(self, sync: bool = True) -> str | None:
         """Write the state at ``map_end_offset`` (at segment roll and clean shutdown),
-        unless a snapshot at that offset or later was already taken. Returns its path."""
+        unless a snapshot at that offset or later was already taken. Returns its path.
+        ``sync``: see :func:`write_snapshot`."""
         if self._map_end_offset <= self._last_snap_offset:
             return None
         offset = self._map_end_offset
         path = os.path.join(self.log_dir, snapshot_file_name(offset))
-        write_snapshot(path, (self._producers[pid] for pid in sorted(self._producers)))
+        write_snapshot(path, (self._producers[pid] for pid in sorted(self._producers)), sync=sync)
         log.debug("wrote producer snapshot %s with %d producer ids", path, len(self._producers))
         self._snapshots[offset] = path
         self._last_snap_offset = offset

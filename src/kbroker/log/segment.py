@@ -49,6 +49,17 @@ SWAP_SUFFIX = ".swap"
 INT32_MAX = 0x7FFFFFFF
 _INT64_MAX = (1 << 63) - 1
 _MAX_TS = struct.Struct(">q")
+_TIME_ENTRY = struct.Struct(">qi")     # a time-index entry: timestamp, relative offset
+
+
+def _write_file(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 class BatchHeader(NamedTuple):
@@ -535,12 +546,13 @@ class LogSegment:
     def recover(self, leader_epoch_cache=None, max_batch_size: int = INT32_MAX):
         """Kafka's LogSegment.recover: CRC-scan the whole ``.log``, truncate at
         the first invalid byte, rebuild both indexes. Returns (bytes truncated, ScanResult)."""
-        self.offset_index.reset()
-        self.time_index.reset()
         self._indexes_checked = True
         self.size = os.fstat(self.fd).st_size
         r = self._scan_file(True, max_batch_size=max_batch_size)
-        self._apply_scan(r)
+        if not self._write_scanned_indexes(r):
+            self.offset_index.reset()
+            self.time_index.reset()
+            self._apply_scan(r)
         if leader_epoch_cache is not None:
             for epoch, offset in r.epochs:
                 latest = leader_epoch_cache.latest_epoch
@@ -557,6 +569,41 @@ class LogSegment:
         self._rolling_ts = r.first_batch_max_timestamp if r.batch_count else None
         self._rolling_ts_loaded = True
         return truncated, r
+
+    def _write_scanned_indexes(self, r) -> bool:
+        """Write the indexes of a scan (its entries, plus the time index's final entry
+        for the segment's max timestamp) as two files of exactly those entries, with
+        ``pwrite``, and reopen them lazily. Storing through a fresh mapping of a
+        sparse, preallocated index faults a block in on its first page, which costs
+        milliseconds on a busy ext4, a buffered write does not. False (nothing done)
+        if the entries do not fit the max index size; the caller then fills the maps."""
+        oi_bytes = bytes(r.offset_index_entries)
+        ti_bytes = bytes(r.time_index_entries)
+        if r.max_timestamp >= 0:
+            last_ts = _MAX_TS.unpack_from(ti_bytes, len(ti_bytes) - 12)[0] if ti_bytes else -1
+            if r.max_timestamp > last_ts:
+                ti_bytes += _TIME_ENTRY.pack(r.max_timestamp, r.offset_of_max_timestamp - self.base_offset)
+        if len(oi_bytes) > self.max_index_size - 8 or len(ti_bytes) > self.max_index_size - 12:
+            return False
+        self._replace_index_files(oi_bytes, ti_bytes)
+        self._max_ts, self._offset_of_max_ts = r.max_timestamp, r.offset_of_max_timestamp
+        self._max_ts_loaded = True
+        return True
+
+    def _replace_index_files(self, oi_bytes: bytes | None, ti_bytes: bytes | None) -> None:
+        """Replace the offset index (and/or the time index) file by exactly these
+        entries (None: leave that one alone); the new index objects load lazily."""
+        if oi_bytes is not None:
+            path = self.offset_index.path
+            self.offset_index.close_handler()
+            _write_file(path, oi_bytes)
+            self.offset_index = _offset_index.OffsetIndex(path, self.base_offset, self.max_index_size)
+        if ti_bytes is not None:
+            path = self.time_index.path
+            self.time_index.close_handler()
+            _write_file(path, ti_bytes)
+            self.time_index = _time_index.TimeIndex(path, self.base_offset, self.max_index_size)
+        self._writable_indexes = False
 
     def _apply_scan(self, r) -> None:
         self.offset_index.append_raw(r.offset_index_entries)
@@ -580,7 +627,8 @@ class LogSegment:
                                                 self.max_index_size)
         self._indexes_checked = True
         r = self._scan_file(False)
-        self._apply_scan(r)
+        if not self._write_scanned_indexes(r):
+            self._apply_scan(r)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         self._writable_indexes = False
@@ -609,13 +657,26 @@ class LogSegment:
         return truncated
 
     def on_become_inactive(self) -> None:
-        """Roll: final time-index entry for the max timestamp, trim both indexes."""
+        """Roll: final time-index entry for the max timestamp, trim both indexes.
+        The final entry is written after the trim with ``pwrite`` (see
+        ``_write_scanned_indexes`` for why not through the map)."""
+        final = None
         if self._max_ts_loaded or self.time_index.is_loaded:
             ts = self.max_timestamp_so_far
-            if ts >= 0:
-                self.time_index.maybe_append(ts, self._offset_of_max_ts, True)
+            if ts >= 0 and ts > self.time_index.last_entry[0]:
+                final = (ts, self._offset_of_max_ts)
         self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        if final is None:
+            self.time_index.trim_to_valid_size()
+        else:
+            ti = self.time_index
+            n = ti.entries
+            ti.trim_to_valid_size()
+            existing = b""
+            if n:
+                with open(ti.path, "rb") as f:   # the shared map's bytes, via the page cache
+                    existing = f.read(n * 12)
+            self._replace_index_files(None, existing + _TIME_ENTRY.pack(final[0], final[1] - self.base_offset))
         self.trim()
         self._writable_indexes = False
 

@@ -111,7 +111,7 @@ BROKER_CONFIG = (
             "Deprecated since Kafka 3.0 and ignored (record batches are always v2); accepted with a warning.")
     .define("log.local.retention.ms", "long", -2, at_least(-2))
     .define("log.local.retention.bytes", "long", -2, at_least(-2))
-    .define("num.recovery.threads.per.data.dir", "int", 1, at_least(1))
+    .define("num.recovery.threads.per.data.dir", "int", 2, at_least(1))  # Kafka 4.0 default (3.x: 1)
     .define("kbroker.log.fsync.every.append", "boolean", False, None,
             "fsync the segment before an append is acknowledged (single-node durability).")
     # --- consumer groups and offsets ---
