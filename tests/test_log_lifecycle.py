@@ -1,0 +1,222 @@
+"""Partition lifecycle at scale (issue 23): what the LogManager and a Log write, and when.
+
+* the leader-epoch checkpoint is not written on the append path of a LogManager's log;
+  it is written before the recovery point moves and at close, and recovery rebuilds
+  the entries it may lack (or hold stale) from the batches past the recovery point;
+* a new partition directory is fsynced into its log dir at the log's first flush;
+* a clean shutdown on a local file system fsyncs no file, then syncs the file system
+  once per log dir before the clean-shutdown marker; elsewhere it fsyncs every file;
+* the time index's final entry (roll, close) and rebuilt indexes are written with
+  pwrite into exactly-sized files, and read back right;
+* the log-dir choice for a new log does not walk the existing logs.
+"""
+import os
+
+import pytest
+
+from kbroker.log import LogConfig, LogManager
+from kbroker.log import checkpoints as ckpt
+from kbroker.log.checkpoints import LeaderEpochCheckpointFile
+from kbroker.log.log import Log
+from _log_util import Clock, batch, read_all
+
+
+def _epoch_file(lg_dir):
+    return LeaderEpochCheckpointFile(os.path.join(lg_dir, "leader-epoch-checkpoint")).read()
+
+
+def _queue():
+    jobs = []
+    return jobs, lambda fn: jobs.append(fn) or True
+
+
+def test_append_does_not_write_the_epoch_checkpoint(tmp_path, monkeypatch):
+    """A LogManager's log (one with a scheduler): the first append of an epoch marks the
+    cache dirty only; flush (before the recovery point moves) and close write it."""
+    writes = []
+    real = LeaderEpochCheckpointFile.write
+    monkeypatch.setattr(LeaderEpochCheckpointFile, "write",
+                        lambda self, entries, sync=True: writes.append(list(entries)) or real(self, entries, sync=sync))
+    _, scheduler = _queue()
+    lg = Log.open(str(tmp_path / "t-0"), LogConfig(), scheduler=scheduler)
+    lg.append(batch(2), leader_epoch=0)
+    lg.append(batch(3), leader_epoch=4)
+    assert writes == [] and lg.leader_epoch_cache.dirty
+    assert lg.leader_epoch_cache.epoch_entries() == [(0, 0), (4, 2)]
+    lg.flush()
+    assert writes == [[(0, 0), (4, 2)]] and _epoch_file(lg.dir) == [(0, 0), (4, 2)]
+    lg.append(batch(1), leader_epoch=6)
+    lg.close()
+    assert _epoch_file(lg.dir) == [(0, 0), (4, 2), (6, 5)]
+
+
+def test_crash_before_the_epoch_checkpoint_rebuilds_it(tmp_path):
+    """SIGKILL between an append and the checkpoint write: the file lacks the new
+    epochs; the unclean load rebuilds them from the scanned batches."""
+    _, scheduler = _queue()
+    d = str(tmp_path / "t-0")
+    lg = Log.open(d, LogConfig(), scheduler=scheduler)
+    for epoch, n in ((0, 3), (2, 4), (5, 2)):
+        lg.append(batch(n), leader_epoch=epoch)
+    assert _epoch_file(d) == []            # nothing written yet: "crash" now (no close)
+    again = Log.open(d, LogConfig(), recovery_point=0, had_clean_shutdown=False)
+    assert again.leader_epoch_cache.epoch_entries() == [(0, 0), (2, 3), (5, 7)]
+    assert again.end_offset_for_epoch(2) == (2, 7)
+    assert again.log_end_offset == 9 and len(read_all(again)) == 9
+    again.close()
+
+
+def test_stale_epoch_checkpoint_past_the_recovery_point_is_replaced(tmp_path):
+    """A checkpoint holding entries the log no longer has (written before a truncation
+    whose own write was lost) is not trusted past the recovery point: those entries
+    are rebuilt from the batches, even where the stale epoch is the higher one."""
+    _, scheduler = _queue()
+    d = str(tmp_path / "t-0")
+    lg = Log.open(d, LogConfig({"segment.bytes": 1000}), scheduler=scheduler)
+    for _ in range(12):
+        lg.append(batch(1), leader_epoch=1)
+    lg.roll()
+    lg.flush()                           # recovery point 12, file [(1, 0)]
+    for _ in range(3):
+        lg.append(batch(1), leader_epoch=3)
+    LeaderEpochCheckpointFile(os.path.join(d, "leader-epoch-checkpoint")).write([(1, 0), (7, 13)])
+    again = Log.open(d, LogConfig({"segment.bytes": 1000}), recovery_point=12, had_clean_shutdown=False)
+    assert again.leader_epoch_cache.epoch_entries() == [(1, 0), (3, 12)]
+    again.close()
+
+
+def test_new_partition_dir_is_fsynced_at_first_flush(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr("kbroker.log.log.fsync_dir", lambda p: synced.append(os.path.abspath(p)))
+    _, scheduler = _queue()
+    parent = tmp_path / "logs"
+    parent.mkdir()
+    lg = Log.open(str(parent / "t-0"), LogConfig(), scheduler=scheduler)
+    assert synced == []                   # CreateTopics: no fsync per partition
+    lg.append(batch(1))
+    lg.flush()
+    assert str(parent) in synced and lg.dir in synced
+    synced.clear()
+    lg.append(batch(1))
+    lg.flush()
+    assert synced == []                   # once
+    lg.close()
+    # fsync.every.append: the entry is durable before the first append is acknowledged
+    lg2 = Log.open(str(parent / "u-0"), LogConfig(), scheduler=scheduler, fsync_every_append=True)
+    assert str(parent) in synced
+    lg2.close()
+
+
+def _count_fsyncs(monkeypatch):
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    return calls
+
+
+def test_clean_shutdown_syncs_the_file_system_once(tmp_path, monkeypatch):
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    clock = Clock()
+    lm = LogManager(dirs, LogConfig(), time_ms=clock, background=False)
+    lm.startup()
+    logs = [lm.get_or_create_log(("t", p)) for p in range(20)]
+    for lg in logs:
+        lg.append(batch(2, ts=clock.now), leader_epoch=0)
+    synced = []
+    monkeypatch.setattr(ckpt, "file_system_type", lambda p: "ext4")
+    monkeypatch.setattr(ckpt, "syncfs", lambda p: synced.append(p) or True)
+    fsyncs = _count_fsyncs(monkeypatch)
+    lm.shutdown()
+    assert sorted(synced) == sorted(os.path.abspath(d) for d in dirs)
+    # only the checkpoints and markers: 3 checkpoints + marker per dir, each file + its dir
+    assert len(fsyncs) <= 2 * 4 * len(dirs)
+    lm = LogManager(dirs, LogConfig(), time_ms=clock, background=False)
+    lm.startup()
+    for p in range(20):
+        lg = lm.get_log(("t", p))
+        assert lg.log_end_offset == 2 and lg.recovery_point == 2 and lg.recovered_segments_on_load == 0
+        assert lg.leader_epoch_cache.epoch_entries() == [(0, 0)]
+    lm.shutdown()
+
+
+def test_clean_shutdown_on_other_file_systems_fsyncs_every_log(tmp_path, monkeypatch):
+    clock = Clock()
+    lm = LogManager([str(tmp_path / "d")], LogConfig(), time_ms=clock, background=False)
+    lm.startup()
+    for p in range(10):
+        lm.get_or_create_log(("t", p)).append(batch(1, ts=clock.now), leader_epoch=0)
+    monkeypatch.setattr(ckpt, "file_system_type", lambda p: "fuse.sshfs")
+    monkeypatch.setattr(ckpt, "syncfs", lambda p: pytest.fail("syncfs on a FUSE file system"))
+    fsyncs = _count_fsyncs(monkeypatch)
+    lm.shutdown()
+    assert len(fsyncs) >= 10 * 3          # per log: segment, epoch checkpoint, producer snapshot
+
+
+def test_syncfs_helper(tmp_path):
+    assert ckpt.file_system_type(str(tmp_path)) is not None
+    if ckpt.file_system_type(str(tmp_path)) in ckpt.SYNCFS_FILE_SYSTEMS:
+        assert ckpt.syncfs(str(tmp_path)) is True
+
+
+def test_final_time_index_entry_written_on_close_and_roll(tmp_path):
+    d = str(tmp_path / "t-0")
+    lg = Log.open(d, LogConfig({"segment.bytes": 2000}))
+    for ts in (10, 30, 20):
+        lg.append(batch(1, ts=ts))
+    lg.close()
+    ti = os.path.join(d, "00000000000000000000.timeindex")
+    assert os.path.getsize(ti) == 12      # exactly the final (max timestamp) entry
+    lg = Log.open(d, LogConfig({"segment.bytes": 2000}), had_clean_shutdown=True)
+    seg = lg.active_segment
+    assert seg.time_index.entries == 1 and seg.time_index.last_entry == (30, 1)
+    assert lg.fetch_offset_by_timestamp(25).offset == 1
+    for ts in (40, 50):
+        lg.append(batch(1, ts=ts))
+    lg.roll()
+    assert os.path.getsize(ti) == 24 and lg.segments[0].time_index.last_entry == (50, 4)
+    assert lg.fetch_offset_by_timestamp(45).offset == 4
+    lg.close()
+
+
+def test_recovery_writes_exact_indexes(tmp_path):
+    d = str(tmp_path / "t-0")
+    cfg = LogConfig({"index.interval.bytes": 1})
+    lg = Log.open(d, cfg)
+    for ts in range(1, 41):
+        lg.append(batch(1, ts=ts * 10))
+    expected = [lg.fetch_offset_by_timestamp(t) for t in (5, 155, 400)]
+    # a crash: no close, indexes still 10 MiB and preallocated
+    again = Log.open(d, cfg, recovery_point=0, had_clean_shutdown=False)
+    seg = again.active_segment
+    assert os.path.getsize(seg.offset_index.path) == 8 * seg.offset_index.entries > 0
+    assert os.path.getsize(seg.time_index.path) == 12 * seg.time_index.entries > 0
+    assert [again.fetch_offset_by_timestamp(t) for t in (5, 155, 400)] == expected
+    assert len(read_all(again)) == 40
+    again.append(batch(1, ts=999))
+    assert again.fetch_offset_by_timestamp(990).offset == 40
+    again.close()
+
+
+def test_log_dir_choice_does_not_walk_the_logs(tmp_path):
+    dirs = [str(tmp_path / f"d{i}") for i in range(3)]
+    lm = LogManager(dirs, LogConfig(), background=False)
+    lm.startup()
+    for p in range(9):
+        lm.get_or_create_log(("t", p))
+    assert sorted(lm._dir_counts.values()) == [3, 3, 3]
+    lm.delete_log(("t", 0))
+    first = os.path.dirname(lm.get_log(("t", 1)).dir)
+    lost = [d for d in map(os.path.abspath, dirs) if lm._dir_counts.get(d) == 2]
+    assert len(lost) == 1
+    # the next log goes to the dir that lost one, without looking at the logs
+    logs = lm._logs
+    lm._logs = _Unwalkable(logs)
+    lg = lm.get_or_create_log(("u", 0))
+    lm._logs = dict(lm._logs)
+    assert os.path.dirname(lg.dir) == lost[0] and first
+    lm.shutdown()
+
+
+class _Unwalkable(dict):
+    def values(self):
+        raise AssertionError("walked the logs")
