@@ -3,7 +3,7 @@
 * the leader-epoch checkpoint is not written on the append path of a LogManager's log;
   it is written before the recovery point moves and at close, and recovery rebuilds
   the entries it may lack (or hold stale) from the batches past the recovery point;
-* a new partition directory is fsynced into its log dir at the log's first flush;
+* a new partition directory costs two directory fsyncs and no file fsync;
 * a clean shutdown on a local file system fsyncs no file, then syncs the file system
   once per log dir before the clean-shutdown marker; elsewhere it fsyncs every file;
 * the time index's final entry (roll, close) and rebuilt indexes are written with
@@ -85,26 +85,22 @@ def test_stale_epoch_checkpoint_past_the_recovery_point_is_replaced(tmp_path):
     again.close()
 
 
-def test_new_partition_dir_is_fsynced_at_first_flush(tmp_path, monkeypatch):
+def test_new_partition_dir_costs_two_dir_fsyncs(tmp_path, monkeypatch):
+    """A new log: its directory and its entry in the log dir are fsynced once each,
+    and nothing else is (partition.metadata is written in place, no tmp + fsync)."""
     synced = []
     monkeypatch.setattr("kbroker.log.log.fsync_dir", lambda p: synced.append(os.path.abspath(p)))
-    _, scheduler = _queue()
+    fsyncs = _count_fsyncs(monkeypatch)
     parent = tmp_path / "logs"
     parent.mkdir()
-    lg = Log.open(str(parent / "t-0"), LogConfig(), scheduler=scheduler)
-    assert synced == []                   # CreateTopics: no fsync per partition
-    lg.append(batch(1))
-    lg.flush()
-    assert str(parent) in synced and lg.dir in synced
-    synced.clear()
-    lg.append(batch(1))
-    lg.flush()
-    assert synced == []                   # once
+    import uuid
+    lg = Log.open(str(parent / "t-0"), LogConfig(), scheduler=_queue()[1], topic_id=uuid.uuid4())
+    assert sorted(synced) == sorted([str(parent), lg.dir]) and fsyncs == []
+    assert lg.topic_id is not None
     lg.close()
-    # fsync.every.append: the entry is durable before the first append is acknowledged
-    lg2 = Log.open(str(parent / "u-0"), LogConfig(), scheduler=scheduler, fsync_every_append=True)
-    assert str(parent) in synced
-    lg2.close()
+    again = Log.open(lg.dir, LogConfig(), had_clean_shutdown=True)
+    assert again.topic_id == lg.topic_id
+    again.close()
 
 
 def _count_fsyncs(monkeypatch):

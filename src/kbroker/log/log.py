@@ -146,10 +146,6 @@ class Log:
         fresh = not os.path.isdir(dir)
         if fresh:
             os.makedirs(dir, exist_ok=True)
-            if fsync_every_append:
-                # A new partition directory's entry must be durable before anything in it
-                # (fsynced segments, checkpoints) can be: a power loss would drop it all.
-                fsync_dir(os.path.dirname(os.path.abspath(dir)))
         cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(os.path.join(dir, LEADER_EPOCH_CHECKPOINT)),
                                      sync=True, deferred=scheduler is not None)
         if fresh:
@@ -165,10 +161,10 @@ class Log:
         meta = PartitionMetadataFile(os.path.join(dir, PARTITION_METADATA))
         if topic_id is not None:
             if fresh:
-                # Kafka's deferred parent-dir flush: the directory entries (and this file)
-                # become durable at the log's first flush (see flush); a partition.metadata
-                # lost to a power loss before it is rewritten from the cluster metadata.
-                meta.write(topic_id, sync=fsync_every_append)
+                # A new directory: written in place (a torn file reads as damaged and is
+                # rewritten from the cluster metadata); the directory fsyncs below make
+                # its entry and the segment's durable.
+                meta.write(topic_id, sync=False)
             else:
                 try:
                     current = meta.read() if meta.exists() else None
@@ -186,17 +182,17 @@ class Log:
         lg = cls(dir, topic, partition, config, loaded, time_ms=time_ms, leader_epoch_cache=cache,
                  fsync_every_append=fsync_every_append, topic_id=topic_id, scheduler=scheduler,
                  producer_state=psm)
-        lg._needs_flush_parent_dir = fresh and not fsync_every_append
+        if fresh:
+            # A new partition directory's entries (segment, partition.metadata) and its
+            # own entry in the log dir are durable before anything in it can be fsynced.
+            fsync_dir(dir)
+            fsync_dir(os.path.dirname(os.path.abspath(dir)))
         if not fresh:
             with lg._lock:
                 lg._load_producer_state_locked(had_clean_shutdown)
         if high_watermark is not None:
             lg.update_high_watermark(high_watermark)
         return lg
-
-    #: a new partition directory whose entry in its log dir (and its own entries) are
-    #: not fsynced yet: the first flush does it (Kafka's LocalLog.needsFlushParentDir)
-    _needs_flush_parent_dir = False
 
     def _jitter(self) -> int:
         j = self.config.segment_jitter_ms
@@ -620,14 +616,8 @@ class Log:
 
     def _flush_metadata(self, sync: bool = True) -> None:
         """Before the recovery point moves: the leader-epoch entries below it must be in
-        their checkpoint (recovery rebuilds only those at or above it), and a new
-        partition directory must be durable in its log dir."""
+        their checkpoint (recovery rebuilds only those at or above it)."""
         self.leader_epoch_cache.flush(sync)
-        if self._needs_flush_parent_dir and sync:
-            if os.path.isdir(self.dir):
-                fsync_dir(self.dir)
-                fsync_dir(os.path.dirname(os.path.abspath(self.dir)))
-            self._needs_flush_parent_dir = False
 
     def _run_pending_roll_flush(self) -> None:
         """Without a scheduler, a roll's flush runs inline, after the lock is released."""

@@ -166,8 +166,9 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
             truncated_total += t
             recovered += 1
             done.add(base)
-            if t > 0 and had_clean_shutdown:
-                log.warning("Truncated %d invalid bytes of %s", t, seg.log_path)
+            if t > 0:
+                log.warning("Found invalid bytes at the end of %s while rebuilding its indexes; "
+                            "truncated %d bytes", seg.log_path, t)
         segments.append(seg)
 
     if not had_clean_shutdown and segments:
