@@ -169,7 +169,7 @@ def log_end_offsets(bootstrap: str, topics: list[str], per_topic: int, timeout: 
 # -- client steps ----------------------------------------------------------------------------
 def create_topics(bootstrap: str, topics: list[str], per_topic: int, per_request: int, timeout: float) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000)})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": min(300000, int(timeout * 1000))})
     for i in range(0, len(topics), per_request):
         futures = admin.create_topics([NewTopic(t, num_partitions=per_topic, replication_factor=1)
                                        for t in topics[i:i + per_request]],

@@ -216,3 +216,39 @@ def test_log_dir_choice_does_not_walk_the_logs(tmp_path):
 class _Unwalkable(dict):
     def values(self):
         raise AssertionError("walked the logs")
+
+
+def test_idle_ticks_touch_no_log(tmp_path, monkeypatch):
+    """The once-a-second deletion task and the periodic checkpoints do no per-log
+    work (no lock, no file write) while nothing changed."""
+    clock = Clock()
+    lm = LogManager([str(tmp_path / "d")], LogConfig({"file.delete.delay.ms": 1000}), time_ms=clock,
+                    background=False)
+    lm.startup()
+    for p in range(50):
+        lm.get_or_create_log(("t", p)).append(batch(1, ts=clock.now))
+    calls = []
+    real = Log.delete_pending_segments
+    monkeypatch.setattr(Log, "delete_pending_segments",
+                        lambda self, *a, **k: calls.append(self.name) or real(self, *a, **k))
+    writes = []
+    real_write = ckpt.OffsetCheckpointFile.write
+    monkeypatch.setattr(ckpt.OffsetCheckpointFile, "write",
+                        lambda self, offsets: writes.append(self.path) or real_write(self, offsets))
+    lm.delete_pending()
+    assert calls == []
+    lm.checkpoint_high_watermarks()
+    lm.checkpoint_recovery_offsets()
+    assert len(writes) == 2
+    lm.checkpoint_high_watermarks()
+    lm.checkpoint_recovery_offsets()
+    assert len(writes) == 2                      # unchanged: not rewritten
+    lg = lm.get_log(("t", 3))
+    lg.update_high_watermark(1)
+    lm.checkpoint_high_watermarks()
+    assert len(writes) == 3
+    lg.roll()
+    lg.truncate_to(0)                            # the rolled segment's deletion is pending
+    lm.delete_pending(now_ms=clock.now + 10_000)
+    assert calls == ["t-3"]
+    lm.shutdown()

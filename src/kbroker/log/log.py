@@ -828,7 +828,7 @@ class Log:
         was kept) is not scanned: empty snapshots are written instead, at the last
         two segments' base offsets and the log end, as Kafka does on upgrade."""
         psm = self.producer_state
-        psm.remove_stray_snapshots(self._bases)
+        psm.remove_stray_snapshots(self._bases, rescan=False)   # its directory was just listed
         leo = self._leo
         if had_clean_shutdown and psm.latest_snapshot_offset() is None:
             for offset in self._bases[-2:] + [leo]:

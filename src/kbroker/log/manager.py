@@ -476,7 +476,8 @@ class LogManager:
         now = self._time_ms() if now_ms is None else now_ms
         n = 0
         for lg in self.all_logs():
-            n += lg.delete_pending_segments(now)
+            if lg.pending_deletes:    # no lock taken for the (many) logs with none
+                n += lg.delete_pending_segments(now)
         with self._lock:
             ready = [lg for due, lg in self._logs_to_delete if due <= now]
             self._logs_to_delete = [(d, lg) for d, lg in self._logs_to_delete if d > now]

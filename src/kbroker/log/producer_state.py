@@ -632,11 +632,13 @@ class ProducerStateManager:
             return None
         return path + _DELETED_SUFFIX
 
-    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], rescan: bool = True) -> None:
         """Delete snapshots without a segment of the same base offset, except the
-        newest stray one when it is above every segment (the clean-shutdown snapshot)."""
+        newest stray one when it is above every segment (the clean-shutdown snapshot).
+        ``rescan=False``: trust the listing taken when this manager was built."""
         bases = set(segment_base_offsets)
-        self._snapshots = self._scan_snapshots()
+        if rescan:
+            self._snapshots = self._scan_snapshots()
         strays = [o for o in sorted(self._snapshots) if o not in bases]
         keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
         for off in strays:

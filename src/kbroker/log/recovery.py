@@ -62,15 +62,19 @@ def _remove(path: str) -> None:
         pass
 
 
-def _resolve_leftovers(dir: str, config: LogConfig, time_ms) -> None:
+def _resolve_leftovers(dir: str, config: LogConfig, time_ms) -> list[str] | None:
+    """Step 1; returns the directory's names when it changed nothing (None if it did)."""
     names = os.listdir(dir)
+    changed = False
     swaps: list[str] = []
     min_cleaned = None
     for name in names:
         path = os.path.join(dir, name)
         if name.endswith(DELETED_SUFFIX):
             _remove(path)
+            changed = True
         elif name.endswith(CLEANED_SUFFIX):
+            changed = True
             try:
                 base = offset_from_filename(name)
                 min_cleaned = base if min_cleaned is None else min(min_cleaned, base)
@@ -81,6 +85,9 @@ def _resolve_leftovers(dir: str, config: LogConfig, time_ms) -> None:
             swaps.append(name)
         elif name.endswith(".tmp"):
             _remove(path)
+            changed = True
+    if not swaps:
+        return None if changed else names
     for name in swaps:
         path = os.path.join(dir, name)
         try:
@@ -116,6 +123,7 @@ def _resolve_leftovers(dir: str, config: LogConfig, time_ms) -> None:
             _remove(prefix + suffix)
         os.replace(prefix + LOG_SUFFIX + SWAP_SUFFIX, prefix + LOG_SUFFIX)
         log.info("Completed swap of %s", prefix + LOG_SUFFIX)
+    return None
 
 
 def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_point: int,
@@ -123,12 +131,12 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
              fsync_every_append: bool = False, segment_factory=None) -> LoadedLog:
     """Load (and if needed recover) the segments of ``dir``; see the module docstring."""
     os.makedirs(dir, exist_ok=True)
-    _resolve_leftovers(dir, config, time_ms)
+    listed = _resolve_leftovers(dir, config, time_ms)
     make = segment_factory or (lambda base, create=False: LogSegment(
         dir, base, config, time_ms, create=create, fsync_every_append=fsync_every_append,
         preallocate_bytes=config.segment_bytes if create and config.preallocate else 0))
 
-    names = os.listdir(dir)
+    names = listed if listed is not None else os.listdir(dir)
     logs = set()
     for name in names:
         if name.endswith(LOG_SUFFIX):
