@@ -252,3 +252,22 @@ def test_idle_ticks_touch_no_log(tmp_path, monkeypatch):
     lm.delete_pending(now_ms=clock.now + 10_000)
     assert calls == ["t-3"]
     lm.shutdown()
+
+
+def test_batched_dir_sync_fsyncs_the_log_dir_once(tmp_path, monkeypatch):
+    """CreateTopics: each new partition directory is fsynced, its log dir once per topic."""
+    import kbroker.log.manager as manager_mod
+    synced = []
+    monkeypatch.setattr("kbroker.log.log.fsync_dir", lambda p: synced.append(("log", os.path.abspath(p))))
+    monkeypatch.setattr(manager_mod, "fsync_dir", lambda p: synced.append(("manager", os.path.abspath(p))))
+    d = str(tmp_path / "d")
+    lm = LogManager([d], LogConfig(), background=False)
+    lm.startup()
+    with lm.batched_dir_sync():
+        logs = [lm.get_or_create_log(("t", p)) for p in range(50)]
+        assert ("log", os.path.abspath(d)) not in synced and ("manager", os.path.abspath(d)) not in synced
+    assert sorted(synced) == sorted([("log", lg.dir) for lg in logs] + [("manager", os.path.abspath(d))])
+    synced.clear()
+    lg = lm.get_or_create_log(("u", 0))           # outside a batch: its log dir at once
+    assert sorted(synced) == sorted([("log", lg.dir), ("log", os.path.abspath(d))])
+    lm.shutdown()

@@ -129,7 +129,8 @@ class Log:
     def open(cls, dir: str, config: LogConfig | None = None, *, log_start_offset: int = 0,
              recovery_point: int = 0, high_watermark: int | None = None, had_clean_shutdown: bool = False,
              time_ms: Callable[[], int] | None = None, topic_id=None, fsync_every_append: bool | None = None,
-             scheduler=None, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT) -> "Log":
+             scheduler=None, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+             sync_parent_dir: bool = True) -> "Log":
         """Open (creating if needed) the partition directory ``dir`` = ``<log.dir>/<topic>-<partition>``.
 
         ``log_start_offset`` / ``recovery_point`` / ``high_watermark`` come from the
@@ -137,6 +138,9 @@ class Log:
         ``scheduler(fn) -> bool`` queues fn for a background thread (roll flushes);
         if it returns False or is None, the flush runs inline after the lock is released.
         Producer state is loaded from the newest snapshot plus the batches after it.
+        A new directory is fsynced, and so is its log dir unless ``sync_parent_dir`` is
+        False (the caller then fsyncs the log dir before anything relies on the log:
+        LogManager.batched_dir_sync).
         """
         config = config or LogConfig()
         time_ms = time_ms or _now_ms
@@ -186,7 +190,8 @@ class Log:
             # A new partition directory's entries (segment, partition.metadata) and its
             # own entry in the log dir are durable before anything in it can be fsynced.
             fsync_dir(dir)
-            fsync_dir(os.path.dirname(os.path.abspath(dir)))
+            if sync_parent_dir:
+                fsync_dir(os.path.dirname(os.path.abspath(dir)))
         if not fresh:
             with lg._lock:
                 lg._load_producer_state_locked(had_clean_shutdown)

@@ -115,8 +115,9 @@ class KafkaBroker:
             "Fetch", broker_id=self.node_id, purge_interval=c["fetch.purgatory.purge.interval.requests"])
         self.replica_manager = ReplicaManager(c, self.log_manager, self.node_id,
                                               self.produce_purgatory, self.fetch_purgatory)
-        for t in self.metadata.image.topics.values():
-            self.replica_manager.apply_topic(t)
+        with self.log_manager.batched_dir_sync():
+            for t in self.metadata.image.topics.values():
+                self.replica_manager.apply_topic(t)
         self.log_manager.schedule(self.log_manager.checkpoint_high_watermarks,
                                   c["replica.high.watermark.checkpoint.interval.ms"],
                                   c["replica.high.watermark.checkpoint.interval.ms"])

@@ -111,7 +111,8 @@ class TopicManager:
                                      f"Topic '{name}' collides with existing topic: {other}")
             t = b.metadata.create_topic(name, num_partitions, clean)
             b.log_manager.update_topic_config(name, clean)
-            b.replica_manager.apply_topic(t)
+            with b.log_manager.batched_dir_sync():
+                b.replica_manager.apply_topic(t)
             return t
 
     def _check_manual_assignment(self, assignments, num_partitions: int, replication_factor: int):
@@ -168,7 +169,8 @@ class TopicManager:
             if t is None:
                 t = b.metadata.create_topic(name, num_partitions, configs)
                 b.log_manager.update_topic_config(name, configs)
-                b.replica_manager.apply_topic(t)
+                with b.log_manager.batched_dir_sync():
+                    b.replica_manager.apply_topic(t)
             return t
 
     def delete(self, name: str):
@@ -216,5 +218,6 @@ class TopicManager:
             if validate_only:
                 return t
             t = b.metadata.create_partitions(name, count)
-            b.replica_manager.apply_topic(t)
+            with b.log_manager.batched_dir_sync():
+                b.replica_manager.apply_topic(t)
             return t
