@@ -271,3 +271,35 @@ def test_batched_dir_sync_fsyncs_the_log_dir_once(tmp_path, monkeypatch):
     lg = lm.get_or_create_log(("u", 0))           # outside a batch: its log dir at once
     assert sorted(synced) == sorted([("log", lg.dir), ("log", os.path.abspath(d))])
     lm.shutdown()
+
+
+def test_deletion_tick_visits_only_logs_with_pending_deletions(tmp_path, monkeypatch):
+    clock = Clock()
+    lm = LogManager([str(tmp_path / "d")], LogConfig({"file.delete.delay.ms": 1000, "retention.ms": 1000,
+                                                     "segment.bytes": 1000}),
+                    time_ms=clock, background=False)
+    lm.startup()
+    logs = [lm.get_or_create_log(("t", p)) for p in range(20)]
+    old = logs[5]
+    for _ in range(30):
+        old.append(batch(1, ts=clock.now))
+    old.update_high_watermark(old.log_end_offset)
+    visited = []
+    monkeypatch.setattr(type(old), "pending_deletes", property(lambda self: visited.append(self.name) or
+                                                                len(self._pending_deletes)))
+    clock.now += 5000
+    assert lm.cleanup_logs() > 0 and old.pending_deletes
+    visited.clear()
+    lm._delete_pending_tick()                   # not due yet: only the log with deletions
+    assert set(visited) == {"t-5"}
+    clock.now += 2000
+    visited.clear()
+    lm._delete_pending_tick()
+    assert set(visited) == {"t-5"} and old._pending_deletes == []
+    visited.clear()
+    lm._delete_pending_tick()
+    assert visited == []                        # nothing pending anywhere: no log visited
+    clock.now += 60000
+    lm._delete_pending_tick()                   # the periodic full sweep
+    assert len(visited) == 20
+    lm.shutdown()

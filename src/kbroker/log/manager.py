@@ -71,6 +71,9 @@ STRAY_DIR_SUFFIX = "-stray"
 
 TopicPartition = tuple  # (topic: str, partition: int)
 
+#: how often the deletion tick looks at every log (see LogManager._delete_pending_tick)
+FULL_DELETE_SWEEP_MS = 60000
+
 #: producer.id.expiration.check.interval.ms (Kafka's internal default: 10 minutes)
 PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS_DEFAULT = 600000
 
@@ -157,6 +160,8 @@ class LogManager:
         self._dir_counts: dict[str, int] = {}   # log dir -> logs in it (guarded by _lock)
         self._last_checkpoints: dict[str, dict] = {}   # file path -> offsets last written
         self._loading = False
+        self._pending_logs: set = set()    # logs the retention pass left deletions in (guarded by _lock)
+        self._last_full_delete_sweep_ms = self._time_ms()
         self._dir_sync_batch: dict[int, set] = {}    # thread id -> log dirs to fsync (batched_dir_sync)
         self._topic_configs: dict[str, LogConfig] = {}
         self._logs_to_delete: list[tuple[int, Log]] = []
@@ -347,7 +352,7 @@ class LogManager:
                    max(mc.flush_recovery_offset_checkpoint_interval_ms, 1))
         s.schedule(self._safe(self.checkpoint_log_start_offsets), 30000,
                    max(mc.flush_start_offset_checkpoint_interval_ms, 1))
-        s.schedule(self._safe(self.delete_pending), 1000, 1000)
+        s.schedule(self._safe(self._delete_pending_tick), 1000, 1000)
         s.schedule(self._safe(self.remove_expired_producers), self.producer_id_expiration_check_interval_ms,
                    self.producer_id_expiration_check_interval_ms)
 
@@ -474,7 +479,11 @@ class LogManager:
                 continue
             if lg.config.compact and self.cleaner is not None:
                 self.cleaner.maybe_clean(lg)
-            total += lg.delete_old_segments(now_ms)
+            deleted = lg.delete_old_segments(now_ms)
+            if deleted:
+                with self._lock:
+                    self._pending_logs.add(lg)
+            total += deleted
         return total
 
     def remove_expired_producers(self, now_ms: int | None = None) -> int:
@@ -498,13 +507,22 @@ class LogManager:
                 n += 1
         return n
 
-    def delete_pending(self, now_ms: int | None = None) -> int:
-        """Complete delayed deletions of segments and of deleted logs."""
+    def delete_pending(self, now_ms: int | None = None, *, logs=None) -> int:
+        """Complete delayed deletions of segments (of ``logs``, default every log) and
+        of deleted logs."""
         now = self._time_ms() if now_ms is None else now_ms
         n = 0
-        for lg in self.all_logs():
+        still = set()
+        for lg in self.all_logs() if logs is None else logs:
             if lg.pending_deletes:    # no lock taken for the (many) logs with none
                 n += lg.delete_pending_segments(now)
+                if lg.pending_deletes:
+                    still.add(lg)
+        with self._lock:
+            if logs is None:
+                self._pending_logs = still
+            else:
+                self._pending_logs.difference_update(lg for lg in logs if lg not in still)
         with self._lock:
             ready = [lg for due, lg in self._logs_to_delete if due <= now]
             self._logs_to_delete = [(d, lg) for d, lg in self._logs_to_delete if d > now]
@@ -512,6 +530,19 @@ class LogManager:
             lg.delete()
             n += 1
         return n
+
+    def _delete_pending_tick(self) -> None:
+        """The once-a-second deletion task: the logs the retention pass left deletions
+        in, and every log only each FULL_DELETE_SWEEP_MS (deletions from truncation
+        or compaction wait at most that much longer than file.delete.delay.ms)."""
+        now = self._time_ms()
+        if now - self._last_full_delete_sweep_ms >= FULL_DELETE_SWEEP_MS:
+            self._last_full_delete_sweep_ms = now
+            self.delete_pending(now)
+        else:
+            with self._lock:
+                logs = list(self._pending_logs)
+            self.delete_pending(now, logs=logs)
 
     def _offsets_by_dir(self, fn) -> dict[str, dict]:
         out: dict[str, dict] = {d: {} for d in self.log_dirs}
