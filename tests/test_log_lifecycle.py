@@ -303,3 +303,41 @@ def test_deletion_tick_visits_only_logs_with_pending_deletions(tmp_path, monkeyp
     lm._delete_pending_tick()                   # the periodic full sweep
     assert len(visited) == 20
     lm.shutdown()
+
+
+def test_first_small_append_creates_no_index_file(tmp_path):
+    """The first record to a new partition writes the .log only: its index files are
+    created at close (exact size), or when an entry is due, or by a read that needs
+    them; a never-written partition closes with empty index files, so neither is
+    rebuilt at the next start."""
+    d = str(tmp_path / "t-0")
+    lg = Log.open(d, LogConfig({"index.interval.bytes": 4096}))
+    idx = [os.path.join(d, "00000000000000000000" + s) for s in (".index", ".timeindex")]
+    lg.append(batch(1, ts=100))
+    lg.append(batch(1, ts=300))
+    assert not any(os.path.exists(p) for p in idx)
+    assert len(read_all(lg)) == 2 and lg.fetch_offset_by_timestamp(200).offset == 1
+    for _ in range(60):                           # past index.interval.bytes: entries
+        lg.append(batch(1, ts=400))
+    assert lg.active_segment.offset_index.entries > 0
+    lg.close()
+    again = Log.open(d, LogConfig({"index.interval.bytes": 4096}), had_clean_shutdown=True)
+    assert again.recovered_segments_on_load == 0 and len(read_all(again)) == 62
+    again.close()
+
+    e = str(tmp_path / "u-0")
+    lg = Log.open(e, LogConfig())
+    lg.append(batch(1, ts=100))
+    lg.close()
+    assert os.path.getsize(os.path.join(e, "00000000000000000000.index")) == 0
+    assert os.path.getsize(os.path.join(e, "00000000000000000000.timeindex")) == 12
+    f = str(tmp_path / "v-0")
+    Log.open(f, LogConfig()).close()              # never written
+    for name in ("00000000000000000000.index", "00000000000000000000.timeindex"):
+        assert os.path.getsize(os.path.join(f, name)) == 0
+    for path in (e, f):
+        again = Log.open(path, LogConfig(), had_clean_shutdown=True)
+        assert again.recovered_segments_on_load == 0
+        again.append(batch(1, ts=500))
+        assert again.fetch_offset_by_timestamp(450).offset == again.log_end_offset - 1
+        again.close()

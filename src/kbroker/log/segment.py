@@ -254,12 +254,22 @@ class LogSegment:
 
     # -- append ------------------------------------------------------------------
     def prepare_writable(self) -> None:
-        """Make this the active segment: indexes checked and re-extended to max size."""
+        """Make this the active segment: indexes checked and re-extended to max size.
+        An index whose file does not exist yet (a new segment) stays unopened: its
+        first use creates it at max size (MmapIndex._ensure), and an append adds an
+        entry only every index.interval.bytes, so a partition that only ever got a
+        few small records creates its index files when it closes (``close``)."""
         if not self._writable_indexes:
             self._check_indexes()
-            self.offset_index.resize(self.max_index_size)
-            self.time_index.resize(self.max_index_size)
+            for idx in (self.offset_index, self.time_index):
+                if idx.is_loaded or os.path.exists(idx.path):
+                    idx.resize(self.max_index_size)
             self._writable_indexes = True
+
+    @staticmethod
+    def _unopened(idx) -> bool:
+        """Not mapped and no file: no entries, and room for any append's entries."""
+        return not idx.is_loaded and not os.path.exists(idx.path)
 
     def append(self, buf, max_timestamp: int, offset_of_max_timestamp: int, bytes_since: int,
                entries) -> None:
@@ -325,8 +335,8 @@ class LogSegment:
             self.prepare_writable()
         oi = self.offset_index
         ti = self.time_index
-        if oi.is_full or ti.is_full:
-            return None
+        if (oi.is_loaded and oi.is_full) or (ti.is_loaded and ti.is_full):
+            return None          # (an index not loaded here is one without a file: empty)
         roll_after = _INT64_MAX
         if size > 0:
             limit = segment_ms - self.roll_jitter_ms
@@ -527,7 +537,8 @@ class LogSegment:
             return True
         if not self._writable_indexes:
             self.prepare_writable()
-        return self.offset_index.is_full or self.time_index.is_full
+        oi, ti = self.offset_index, self.time_index
+        return (oi.is_loaded and oi.is_full) or (ti.is_loaded and ti.is_full)
 
     # -- recovery / truncation ---------------------------------------------------
     def _scan_file(self, verify_crc: bool, expected_next_offset: int = -1, max_batch_size: int = INT32_MAX):
@@ -663,15 +674,23 @@ class LogSegment:
         final = None
         if self._max_ts_loaded or self.time_index.is_loaded:
             ts = self.max_timestamp_so_far
-            if ts >= 0 and ts > self.time_index.last_entry[0]:
+            last_ts = -1 if self._unopened(self.time_index) else self.time_index.last_entry[0]
+            if ts >= 0 and ts > last_ts:
                 final = (ts, self._offset_of_max_ts)
-        self.offset_index.trim_to_valid_size()
+        if self._unopened(self.offset_index):
+            self._replace_index_files(b"", None)     # an index file of no entries
+        else:
+            self.offset_index.trim_to_valid_size()
         if final is None:
-            self.time_index.trim_to_valid_size()
+            if self._unopened(self.time_index):
+                self._replace_index_files(None, b"")
+            else:
+                self.time_index.trim_to_valid_size()
         else:
             ti = self.time_index
-            n = ti.entries
-            ti.trim_to_valid_size()
+            n = 0 if self._unopened(ti) else ti.entries
+            if n:
+                ti.trim_to_valid_size()
             existing = b""
             if n:
                 with open(ti.path, "rb") as f:   # the shared map's bytes, via the page cache
@@ -723,6 +742,10 @@ class LogSegment:
             self.on_become_inactive()
         else:
             self.trim()
+            if self.size == 0:      # a new segment never appended to: empty index files,
+                # so the next start-up finds them and does not rebuild them
+                self._replace_index_files(b"" if self._unopened(self.offset_index) else None,
+                                          b"" if self._unopened(self.time_index) else None)
         self.offset_index.close()
         self.time_index.close()
         if self._file is not None:
