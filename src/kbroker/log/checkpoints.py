@@ -182,14 +182,14 @@ class OffsetCheckpointFile:
 
     def read(self) -> dict[tuple[str, int], int]:
         """The checkpointed offsets; {} if the file does not exist."""
-        if not os.path.exists(self.path):
-            return {}
-
         def entry(line: str):
             topic, partition, offset = line.split(" ")
             return (topic, int(partition)), int(offset)
 
-        return dict(_read_versioned(self.path, entry))
+        try:
+            return dict(_read_versioned(self.path, entry))
+        except FileNotFoundError:
+            return {}
 
 
 class LeaderEpochCheckpointFile:
@@ -208,14 +208,14 @@ class LeaderEpochCheckpointFile:
         atomic_write(self.path, self.encode(entries), sync=sync)
 
     def read(self) -> list[tuple[int, int]]:
-        if not os.path.exists(self.path):
-            return []
-
         def entry(line: str):
             epoch, offset = line.split(" ")
             return int(epoch), int(offset)
 
-        return _read_versioned(self.path, entry)
+        try:
+            return _read_versioned(self.path, entry)
+        except FileNotFoundError:
+            return []
 
 
 def topic_id_to_str(topic_id: uuid.UUID | bytes) -> str:

@@ -171,14 +171,16 @@ class Log:
                 meta.write(topic_id, sync=False)
             else:
                 try:
-                    current = meta.read() if meta.exists() else None
-                except Exception:
+                    current = meta.read()
+                except Exception:       # missing or damaged: rewritten
                     current = None
                 if current != topic_id:
                     meta.write(topic_id)
-        elif meta.exists():
+        elif not fresh:
             try:
                 topic_id = meta.read()
+            except FileNotFoundError:
+                topic_id = None
             except Exception:  # a damaged partition.metadata is rewritten by the broker later
                 topic_id = None
         psm = ProducerStateManager(dir, topic_partition=f"{topic}-{partition}",

@@ -279,19 +279,18 @@ class LogManager:
         log_starts = self._read_checkpoint(d, LOG_START_OFFSET_CHECKPOINT)
         hws = self._read_checkpoint(d, REPLICATION_OFFSET_CHECKPOINT)
         jobs = []
-        for name in sorted(os.listdir(d)):
-            path = os.path.join(d, name)
+        with os.scandir(d) as it:
+            entries = sorted((e for e in it if e.is_dir()), key=lambda e: e.name)  # d_type: no stat
+        for e in entries:
+            name, path = e.name, e.path
             if name.endswith(DELETE_DIR_SUFFIX):
-                if os.path.isdir(path):
-                    shutil.rmtree(path, ignore_errors=True)
+                shutil.rmtree(path, ignore_errors=True)
                 continue
             if name.endswith(FUTURE_DIR_SUFFIX) or name.endswith(STRAY_DIR_SUFFIX):
                 continue
             try:
                 tp = parse_topic_partition_name(name)
             except ValueError:
-                continue
-            if not os.path.isdir(path):
                 continue
             jobs.append((tp, path))
 

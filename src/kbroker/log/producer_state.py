@@ -584,7 +584,7 @@ class ProducerStateManager:
                 _unlink(path)
                 continue
             off = _snapshot_offset(name)
-            if off is not None and os.path.isfile(path):
+            if off is not None:        # only this manager writes *.snapshot names here
                 found[off] = path
         return found
 

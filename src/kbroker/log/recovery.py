@@ -136,7 +136,7 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
         dir, base, config, time_ms, create=create, fsync_every_append=fsync_every_append,
         preallocate_bytes=config.segment_bytes if create and config.preallocate else 0))
 
-    names = listed if listed is not None else os.listdir(dir)
+    names = set(listed if listed is not None else os.listdir(dir))
     logs = set()
     for name in names:
         if name.endswith(LOG_SUFFIX):
@@ -168,7 +168,8 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
     truncated_total = 0
     for base in sorted(logs):
         seg = make(base)
-        if not seg.index_files_exist():
+        prefix = f"{base:020d}"
+        if prefix + INDEX_SUFFIX not in names or prefix + TIME_INDEX_SUFFIX not in names:
             log.info("Could not find index files of %s, rebuilding them", seg.log_path)
             t, _ = seg.recover(leader_epoch_cache if not had_clean_shutdown else None)
             truncated_total += t
