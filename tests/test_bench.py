@@ -335,3 +335,23 @@ def test_produce_loop_is_bounded_by_deadline():
     assert time.monotonic() - t0 < 1.0
     assert sent == f.n and 150 <= sent <= 260                   # ~1000/s for 0.2 s
     assert np.isfinite(sent)
+
+
+def test_partition_cost(kbroker, tmp_path, capsys):
+    from bench import partition_cost
+    rc = partition_cost.main([*_pid_args(kbroker), "--partitions", "1,7", "--partitions-per-topic", "4",
+                              "--duration", "0.3", "--requests", "50", "--results", str(tmp_path), "--json"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("{"):])["summary"]
+    assert set(summary) == {f"kbroker/{api}/{n}" for api in ("produce", "fetch") for n in (1, 7)}
+    for v in summary.values():
+        assert v["us_per_partition"] > 0 and v["broker_cpu_us_per_partition"] is not None
+    runs = _runs(tmp_path)
+    assert len(runs) == 4
+    for run in runs:
+        m, d = _check_run(run, tool="bench.partition_cost", metrics=())
+        api = m["workload"]["name"].split("-")[2]
+        n = m["workload"]["partitions"]
+        recs = sum(d["records_sent"] if api == "produce" else d["records_received"])
+        assert recs > 0 and recs % n == 0     # every request carried all N partitions
