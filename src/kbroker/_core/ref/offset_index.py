@@ -99,6 +99,7 @@ class MmapIndex:
             if new_length > 0:
                 access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
                 self._map = mmap.mmap(fd, new_length, access=access)
+                self._map.madvise(mmap.MADV_RANDOM)   # as the kernel: no read-around on faults
         finally:
             os.close(fd)
         self._length = new_length
