@@ -148,9 +148,11 @@ class ReplicaManager:
     def append_records(self, timeout_ms: int, required_acks: int,
                        entries: dict[TopicPartition, object],
                        respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None], *,
-                       internal_topics_allowed: bool = False, produce_version: int = 11) -> None:
+                       internal_topics_allowed: bool = False, produce_version: int | None = None) -> None:
         """Validate and append ``entries`` (records buffers by partition), then call
-        ``respond`` — at once, or from the produce purgatory when acks=all has to wait."""
+        ``respond`` — at once, or from the produce purgatory when acks=all has to wait.
+        ``produce_version``: the ProduceRequest's version for a client's records (checked
+        as AppendOrigin.CLIENT), None for the broker's own appends."""
         results: dict[TopicPartition, ProducePartitionResult] = {}
         appended = []
         for tp, buf in entries.items():
@@ -204,7 +206,12 @@ class ReplicaManager:
             listener(tp)
 
     def _append_to_local_log(self, tp, buf, internal_topics_allowed: bool,
-                             produce_version: int) -> ProducePartitionResult:
+                             produce_version: int | None) -> ProducePartitionResult:
+        """Kafka's ReplicaManager.appendToLocalLog for one partition, with the checks of
+        UnifiedLog.analyzeAndValidateRecords and LogValidator on the way to ``Log.append``.
+        ``produce_version`` is set for a client's ProduceRequest (AppendOrigin.CLIENT,
+        whose records ProduceRequest.validateRecords already checked: one v2 batch);
+        None for the broker's own appends (the group coordinator)."""
         topic = tp[0]
         if topic.startswith("__") and topic in ("__consumer_offsets", "__transaction_state") \
                 and not internal_topics_allowed:
@@ -216,51 +223,46 @@ class ReplicaManager:
         lg = part.log
         if buf is None or len(buf) == 0:
             return ProducePartitionResult(ErrorCode.NONE, -1, -1, lg.log_start_offset)
+        cfg = lg.config
+        client = produce_version is not None
+        if client:
+            # analyzeAndValidateRecords, before the CRC: base offset 0, then the batch size
+            head = memoryview(buf)[:12].cast("B")
+            base_offset = int.from_bytes(head[:8], "big", signed=True)
+            if base_offset != 0:
+                return ProducePartitionResult(
+                    ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+                    error_message=(f"The baseOffset of the record batch in the append to {topic}-{tp[1]} "
+                                   f"should be 0, but it is {base_offset}"))
+            size = 12 + int.from_bytes(head[8:12], "big", signed=True)
+            if size > cfg.max_message_bytes:
+                return _too_large(tp, size, cfg)
+        now = self._time_ms()
+        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
         try:
-            infos = _records.validate_batches(buf)
+            infos = _records.validate_batches(
+                buf, timestamp_type=_LOG_APPEND_TIME if log_append_time else _CREATE_TIME, now_ms=now,
+                timestamp_before_max_ms=cfg.timestamp_before_max_ms,
+                timestamp_after_max_ms=cfg.timestamp_after_max_ms, compacted=cfg.compact)
         except _records.UnsupportedCompressionError as e:
             return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
         except _records.InvalidRecordError as e:
-            return ProducePartitionResult(ErrorCode.INVALID_RECORD, error_message=str(e))
+            return ProducePartitionResult(ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+                                          error_message=str(e))
         except _records.CorruptRecordError as e:
             return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
-        cfg = lg.config
-        now = self._time_ms()
-        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
-        writable = None
-        for i, info in enumerate(infos):
-            if info.compression == _records.ZSTD and produce_version < 7:
-                return ProducePartitionResult(
-                    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                    error_message="Produce requests with version < 7 cannot use zstd")
-            if info.size_in_bytes > cfg.max_message_bytes:
-                return ProducePartitionResult(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    error_message=(f"The record batch size is {info.size_in_bytes} bytes which exceeds "
-                                   f"the maximum configured value of {cfg.max_message_bytes}."))
-            if cfg.compact and info.has_null_key:
-                return ProducePartitionResult(
-                    ErrorCode.INVALID_RECORD, record_errors=[(i, "Compacted topic cannot accept message without key")],
-                    error_message="Compacted topic cannot accept message without key in topic partition "
-                                  f"{topic}-{tp[1]}.")
-            if not log_append_time and info.timestamp_type == _records.TIMESTAMP_CREATE_TIME:
-                if (info.min_record_timestamp >= 0 and now - info.min_record_timestamp > cfg.message_timestamp_before_max_ms) \
-                        or info.max_record_timestamp - now > cfg.message_timestamp_after_max_ms:
-                    return ProducePartitionResult(
-                        ErrorCode.INVALID_TIMESTAMP,
-                        error_message="Timestamp of a record is out of range of the configured "
-                                      "message.timestamp.before/after.max.ms")
+        for info in infos:
+            if not client and info.size_in_bytes > cfg.max_message_bytes:
+                return _too_large(tp, info.size_in_bytes, cfg)
+            if info.record_errors:
+                return _record_validation_failure(tp, lg, buf, info, now)
+        for info in infos:
             if info.is_transactional:
                 # transactions are not implemented yet: no transaction can be ongoing
                 return ProducePartitionResult(
                     ErrorCode.INVALID_TXN_STATE,
                     error_message="Transactional produce is not supported by this broker yet")
-        if log_append_time:
-            writable = buf if not isinstance(buf, (bytes, memoryview)) or (
-                isinstance(buf, memoryview) and not buf.readonly) else bytearray(buf)
-            for info in infos:
-                _records.set_log_append_time(writable, info.position, now)
-            buf = writable
+        buf = _set_max_timestamps(buf, infos, log_append_time, now)
         try:
             info = lg.append(buf, infos, leader_epoch=part.leader_epoch)
         except RecordTooLargeError as e:
@@ -346,3 +348,85 @@ def region_size(r) -> int:
         return 0
     size = getattr(r, "size", None)
     return size if isinstance(size, int) else len(r)
+
+
+_CREATE_TIME = _records.TIMESTAMP_CREATE_TIME
+_LOG_APPEND_TIME = _records.TIMESTAMP_LOG_APPEND_TIME
+_INT64 = 1 << 64
+
+
+def _wrap64(v: int) -> int:
+    """Java long arithmetic (Kafka's messages print wrapped bounds)."""
+    return (v + (1 << 63)) % _INT64 - (1 << 63)
+
+
+def _too_large(tp, size: int, cfg) -> ProducePartitionResult:
+    return ProducePartitionResult(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        error_message=(f"The record batch size in the append to {tp[0]}-{tp[1]} is {size} bytes which "
+                       f"exceeds the maximum configured value of {cfg.max_message_bytes}."))
+
+
+def _set_max_timestamps(buf, infos, log_append_time: bool, now: int):
+    """LogValidator's ``batch.setMaxTimestamp``: a LogAppendTime topic stamps every batch
+    LogAppendTime with ``now``; a CreateTime topic makes each batch CreateTime with the
+    largest of its records' timestamps (-1 when none has one), whatever its header claimed.
+    The CRC is recomputed only for a batch that changes. Returns the buffer to append
+    (a writable copy when ``buf`` is read-only and a header changes)."""
+    writable = None
+    for info in infos:
+        if log_append_time:
+            ts_type, max_ts = _LOG_APPEND_TIME, now
+        else:
+            # a LogAppendTime batch's records all carry its header max_timestamp
+            max_ts = info.max_timestamp if info.timestamp_type == _LOG_APPEND_TIME else info.max_record_timestamp
+            if max_ts < -1:
+                max_ts = -1
+            ts_type = _CREATE_TIME
+        if info.timestamp_type == ts_type and info.max_timestamp == max_ts:
+            continue
+        if writable is None:
+            writable = buf if isinstance(buf, bytearray) or (
+                isinstance(buf, memoryview) and not buf.readonly) else bytearray(buf)
+        _records.set_max_timestamp(writable, info.position, ts_type, max_ts)
+    return buf if writable is None else writable
+
+
+def _record_validation_failure(tp, lg, buf, info, now: int) -> ProducePartitionResult:
+    """Kafka's RecordValidationException answer (LogValidator.processRecordErrors): the
+    batch is rejected with one RecordError per failing record, indexed inside the batch;
+    INVALID_TIMESTAMP if any failure is a timestamp one, else INVALID_RECORD; the log
+    start offset is reported (ReplicaManager.appendToLocalLog)."""
+    cfg = lg.config
+    before, after = cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms
+    records = None
+    errors = []
+    timestamp_error = False
+    for index, kind, ts in info.record_errors:
+        if kind == _records.RECORD_ERROR_NO_KEY:
+            msg = f"Compacted topic cannot accept message without key in topic partition {tp[0]}-{tp[1]}"
+        elif kind == _records.RECORD_ERROR_TIMESTAMP:
+            timestamp_error = True
+            # the record's offset before offsets are assigned: the client's base offset (0) + delta
+            msg = (f"Timestamp {ts} of message with offset {index} is out of range. The timestamp should be "
+                   f"within [{_wrap64(now - before)}, {_wrap64(now + after)}]")
+        else:
+            timestamp_error = True
+            if records is None:  # only this message shows a record's key and value sizes
+                mv = memoryview(buf).cast("B")[info.position:info.position + info.size_in_bytes]
+                records = _records.decode_batch(mv).records
+            r = records[index]
+            msg = (f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={r.timestamp}, "
+                   f"key={0 if r.key is None else len(r.key)} bytes, "
+                   f"value={0 if r.value is None else len(r.value)} bytes). "
+                   "Producer should not set timestamp type to LogAppendTime.")
+        errors.append((index, msg))
+    if timestamp_error:
+        code, message = ErrorCode.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid timestamp"
+    else:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        code = ErrorCode.INVALID_RECORD
+        message = (f"One or more records have been rejected due to {len(errors)} record errors in total, "
+                   f"and only showing the first three errors at most: [{shown}]")
+    return ProducePartitionResult(code, log_start_offset=lg.log_start_offset, error_message=message,
+                                  record_errors=errors)
