@@ -886,6 +886,7 @@ cdef class BatchBuilder:
     cdef Py_ssize_t _cap
     cdef Py_ssize_t _batch_size
     cdef int _compression
+    cdef object _level
     cdef int16_t _attributes
     cdef int64_t _base_offset
     cdef bint _has_base_ts
@@ -908,13 +909,14 @@ cdef class BatchBuilder:
                  int32_t base_sequence=NO_SEQUENCE,
                  int32_t partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
                  bint is_transactional=False, bint is_control=False,
-                 int64_t base_offset=0):
+                 int64_t base_offset=0, compression_level=None):
         if not 0 <= compression <= 4:
             raise UnsupportedCompressionError(
                 f"unknown compression codec id {compression}")
         if timestamp_type != 0 and timestamp_type != 1:
             raise ValueError(f"bad timestamp_type {timestamp_type}")
         self._compression = compression
+        self._level = compression_level
         self._batch_size = min(batch_size, 1 << 62)
         self._attributes = (compression | (timestamp_type << 3)
                             | (TRANSACTIONAL_MASK if is_transactional else 0)
@@ -1085,7 +1087,7 @@ cdef class BatchBuilder:
             payload = _compression.compress(
                 self._compression,
                 PyBytes_FromStringAndSize(<const char*>self._buf + OVERHEAD,
-                                          self._len - OVERHEAD))
+                                          self._len - OVERHEAD), self._level)
             total = OVERHEAD + len(payload)
             if total - LOG_OVERHEAD > INT32_MAX:
                 raise OverflowError("record batch too large")
@@ -1121,20 +1123,21 @@ def encode_batch(records, *, int64_t base_offset=0, int compression=NO_COMPRESSI
                  int16_t producer_epoch=NO_PRODUCER_EPOCH,
                  int32_t base_sequence=NO_SEQUENCE,
                  int32_t partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
-                 bint is_transactional=False, bint is_control=False):
+                 bint is_transactional=False, bint is_control=False, compression_level=None):
     """Encode ``records`` — a sequence of (timestamp_ms, key, value, headers)
     — as one record batch v2. Offset deltas are 0..n-1; base_timestamp
     defaults to the first record's timestamp; max_timestamp is the largest
     record timestamp (the caller passes the append time as the records'
     timestamps for LogAppendTime, or rewrites it with set_log_append_time).
-    An empty ``records`` gives a header-only batch with timestamps -1."""
+    An empty ``records`` gives a header-only batch with timestamps -1.
+    ``compression_level``: the codec's level (None: kbroker's default for it)."""
     cdef BatchBuilder b = BatchBuilder(
         compression=compression, batch_size=1 << 62,
         timestamp_type=timestamp_type, base_timestamp=base_timestamp,
         producer_id=producer_id, producer_epoch=producer_epoch,
         base_sequence=base_sequence, partition_leader_epoch=partition_leader_epoch,
         is_transactional=is_transactional, is_control=is_control,
-        base_offset=base_offset)
+        base_offset=base_offset, compression_level=compression_level)
     cdef int64_t ts
     for r in records:
         ts_obj, key, value, headers = r

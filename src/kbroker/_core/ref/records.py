@@ -339,7 +339,8 @@ class BatchBuilder:
                  producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH,
                  base_sequence=NO_SEQUENCE,
                  partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
-                 is_transactional=False, is_control=False, base_offset=0):
+                 is_transactional=False, is_control=False, base_offset=0,
+                 compression_level=None):
         if not 0 <= compression <= 4:
             raise UnsupportedCompressionError(
                 f"unknown compression codec id {compression}")
@@ -354,6 +355,7 @@ class BatchBuilder:
         if base_timestamp is not None:
             _check_i64(base_timestamp, "base_timestamp")
         self._compression = compression
+        self._level = compression_level
         self._batch_size = batch_size
         self._attributes = (compression | (timestamp_type << 3)
                             | (TRANSACTIONAL_MASK if is_transactional else 0)
@@ -433,7 +435,7 @@ class BatchBuilder:
         records = self._buf
         if self._compression:
             payload = _compression.compress(
-                self._compression, memoryview(records)[RECORD_BATCH_OVERHEAD:])
+                self._compression, memoryview(records)[RECORD_BATCH_OVERHEAD:], self._level)
             out = bytearray(RECORD_BATCH_OVERHEAD)
             out += payload
         else:
@@ -459,20 +461,21 @@ def encode_batch(records, *, base_offset=0, compression=NO_COMPRESSION,
                  producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH,
                  base_sequence=NO_SEQUENCE,
                  partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
-                 is_transactional=False, is_control=False):
+                 is_transactional=False, is_control=False, compression_level=None):
     """Encode ``records`` — a sequence of (timestamp_ms, key, value, headers)
     — as one record batch v2. Offset deltas are 0..n-1; base_timestamp
     defaults to the first record's timestamp; max_timestamp is the largest
     record timestamp (the caller passes the append time as the records'
     timestamps for LogAppendTime, or rewrites it with set_log_append_time).
-    An empty ``records`` gives a header-only batch with timestamps -1."""
+    An empty ``records`` gives a header-only batch with timestamps -1.
+    ``compression_level``: the codec's level (None: kbroker's default for it)."""
     b = BatchBuilder(compression=compression, batch_size=1 << 62,
                      timestamp_type=timestamp_type, base_timestamp=base_timestamp,
                      producer_id=producer_id, producer_epoch=producer_epoch,
                      base_sequence=base_sequence,
                      partition_leader_epoch=partition_leader_epoch,
                      is_transactional=is_transactional, is_control=is_control,
-                     base_offset=base_offset)
+                     base_offset=base_offset, compression_level=compression_level)
     for r in records:
         timestamp_ms, key, value, headers = r
         b.append(timestamp_ms, key, value, headers)
