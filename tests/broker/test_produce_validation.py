@@ -1,6 +1,7 @@
 """Produce checks as Kafka's: ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords
 and LogValidator (per-record errors, the batch header's max_timestamp recomputed from the
-records), against a real broker over the raw protocol and with librdkafka.
+records, compression.type and its levels), against a real broker over the raw protocol and
+with librdkafka.
 """
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import time
 import pytest
 from confluent_kafka import KafkaError, Producer
 
+from kbroker._core import compression
 from kbroker.kernels import records as rec
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages import produce as pr
+from kbroker.protocol.messages import init_producer_id as ipi, produce as pr
 from tests.broker.raw_client import advertised
 from tests.broker.test_api_matrix import Env, decode_records, fetch_parts, fetch_request
 
@@ -220,3 +222,89 @@ def test_librdkafka_fails_exactly_the_keyless_records(broker, env, one_per_batch
     others = {results[i] for i in range(100) if i % 10}
     assert others == ({None} if one_per_batch else {KafkaError._INVALID_DIFFERENT_RECORD})
     assert _end_offset(env, topic) == (90 if one_per_batch else 0)
+
+
+# -- compression.type: the batch rebuilt with the topic's codec and level ----------------------
+
+def _payload_codec_level_check(raw_stored, codec, level, default_level_differs=True):
+    """The stored batch's records section is exactly ``codec`` at ``level`` of its records."""
+    section = bytes(raw_stored[rec.RECORD_BATCH_OVERHEAD:])
+    plain = compression.decompress(codec, section)
+    assert section == compression.compress(codec, plain, level)
+    if default_level_differs:
+        assert section != compression.compress(codec, plain), "pick data where the level shows"
+
+
+def _stored_raw(env, topic):
+    v = env.top(K.FETCH)
+    tid = env.topic_id(topic) if v >= 13 else None
+    r = env.call(K.FETCH, v, fetch_request(v, [(topic, tid, [(0, 0)])]))
+    return bytes(fetch_parts(v, r, {tid: topic})[(topic, 0)].records)
+
+
+#: text that compresses differently at each level
+TEXT = b" ".join(b"record-%d-%s" % (i, b"abcdefghij"[: i % 10] * (i % 7)) for i in range(3000))
+
+
+@pytest.mark.parametrize("name,codec,level_key,level", [
+    ("gzip", rec.GZIP, "compression.gzip.level", 1),
+    ("lz4", rec.LZ4, "compression.lz4.level", 12),
+    ("zstd", rec.ZSTD, "compression.zstd.level", 19),
+])
+def test_compression_type_recompresses_with_the_topic_level(env, name, codec, level_key, level):
+    topic, _ = env.new_topic(f"lv-ct-{name}", configs={"compression.type": name, level_key: str(level)})
+    now = _now()
+    records = [(now - 3, b"k1", TEXT, [("h", b"x")]), (now, None, b"v2", []), (now - 9, b"k3", None, [("a", None)])]
+    sent = _lying_batch(records, YEAR_3000, compression=rec.SNAPPY)
+    p = _produce_raw(env, topic, sent)
+    assert (p.error_code, p.base_offset) == (E.NONE, 0)
+    raw = _stored_raw(env, topic)
+    (b,) = rec.decode_batches(raw)
+    assert b.is_valid() and (b.compression, b.timestamp_type, b.max_timestamp) == (codec, 0, now)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in b.records] == [
+        (i, t, k, v, list(h)) for i, (t, k, v, h) in enumerate(records)]
+    _payload_codec_level_check(raw, codec, level)
+
+
+def test_compression_type_same_codec_is_kept_as_sent_and_uncompressed_unpacks(env):
+    gz, _ = env.new_topic("lv-ct-same", configs={"compression.type": "gzip", "compression.gzip.level": "1"})
+    sent = rec.encode_batch([(_now(), b"k", TEXT, [])], compression=rec.GZIP, compression_level=9)
+    assert _produce_raw(env, gz, sent).error_code == E.NONE
+    assert _stored_raw(env, gz)[rec.RECORD_BATCH_OVERHEAD:] == sent[rec.RECORD_BATCH_OVERHEAD:]
+    plain, _ = env.new_topic("lv-ct-none", configs={"compression.type": "uncompressed"})
+    assert _produce_raw(env, plain, rec.encode_batch([(_now(), b"k", TEXT, [])], compression=rec.LZ4)) \
+        .error_code == E.NONE
+    (b,) = rec.decode_batches(_stored_raw(env, plain))
+    assert b.compression == rec.NO_COMPRESSION and b.is_valid() and b.records[0].value == TEXT
+
+
+def test_compression_type_with_log_append_time_and_the_size_limit(env):
+    topic, _ = env.new_topic("lv-ct-lat", configs={"compression.type": "lz4",
+                                                   "message.timestamp.type": "LogAppendTime"})
+    p = _produce_raw(env, topic, rec.encode_batch([(5, b"k", b"v", [])]))
+    (b,) = rec.decode_batches(_stored_raw(env, topic))
+    assert (b.compression, b.timestamp_type, b.max_timestamp) == (rec.LZ4, 1, p.log_append_time_ms)
+    # a batch that grows past max.message.bytes once rebuilt (UnifiedLog re-checks the size)
+    small, _ = env.new_topic("lv-ct-big", configs={"compression.type": "uncompressed",
+                                                   "max.message.bytes": "5000"})
+    zeros = rec.encode_batch([(_now(), b"k", bytes(20000), [])], compression=rec.ZSTD)
+    assert len(zeros) < 5000
+    p = _produce_raw(env, small, zeros)
+    assert p.error_code == E.MESSAGE_TOO_LARGE
+    assert _end_offset(env, small) == 0
+
+
+def test_compression_type_keeps_the_idempotent_producer_state(env):
+    """The rebuilt batch keeps producer id, epoch and sequence: a retry is still a duplicate."""
+    topic, _ = env.new_topic("lv-ct-idem", configs={"compression.type": "zstd"})
+    pid = env.call(K.INIT_PRODUCER_ID, 0, ipi.InitProducerIdRequest(
+        transactional_id=None, transaction_timeout_ms=60000)).producer_id
+    first = rec.encode_batch([(_now(), b"k", b"v", [])], producer_id=pid, producer_epoch=0, base_sequence=0)
+    assert _produce_raw(env, topic, first).base_offset == 0
+    again = _produce_raw(env, topic, first)
+    assert (again.error_code, again.base_offset) == (E.NONE, 0)
+    nxt = rec.encode_batch([(_now(), b"k", b"w", [])], producer_id=pid, producer_epoch=0, base_sequence=1)
+    assert _produce_raw(env, topic, nxt).base_offset == 1
+    (b0, b1) = rec.decode_batches(_stored_raw(env, topic))
+    assert (b1.compression, b1.producer_id, b1.producer_epoch, b1.base_sequence) == (rec.ZSTD, pid, 0, 1)
+    assert _end_offset(env, topic) == 2

@@ -28,6 +28,7 @@ from kbroker.log.errors import (
 )
 from kbroker.log.producer_state import ProducerStateError
 from kbroker.protocol import ErrorCode
+from kbroker.server import log_validator
 from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
 from kbroker.server.metadata import TopicImage
 
@@ -241,7 +242,8 @@ class ReplicaManager:
         log_append_time = cfg.message_timestamp_type == "LogAppendTime"
         try:
             infos = _records.validate_batches(
-                buf, timestamp_type=_LOG_APPEND_TIME if log_append_time else _CREATE_TIME, now_ms=now,
+                buf, timestamp_type=log_validator.LOG_APPEND_TIME if log_append_time else log_validator.CREATE_TIME,
+                now_ms=now,
                 timestamp_before_max_ms=cfg.timestamp_before_max_ms,
                 timestamp_after_max_ms=cfg.timestamp_after_max_ms, compacted=cfg.compact)
         except _records.UnsupportedCompressionError as e:
@@ -255,14 +257,28 @@ class ReplicaManager:
             if not client and info.size_in_bytes > cfg.max_message_bytes:
                 return _too_large(tp, info.size_in_bytes, cfg)
             if info.record_errors:
-                return _record_validation_failure(tp, lg, buf, info, now)
+                e = log_validator.record_validation_error(tp, cfg, buf, info, now)
+                return ProducePartitionResult(e.code, log_start_offset=lg.log_start_offset,
+                                              error_message=e.message, record_errors=e.record_errors)
         for info in infos:
             if info.is_transactional:
                 # transactions are not implemented yet: no transaction can be ongoing
                 return ProducePartitionResult(
                     ErrorCode.INVALID_TXN_STATE,
                     error_message="Transactional produce is not supported by this broker yet")
-        buf = _set_max_timestamps(buf, infos, log_append_time, now)
+        target = log_validator.target_compression(cfg)
+        if target is not None and any(info.compression != target[0] for info in infos):
+            buf = log_validator.recompress(buf, infos, target[0], target[1], log_append_time, now)
+            infos = _records.validate_batches(buf)
+            for info in infos:  # the size may have changed (UnifiedLog.append re-checks it)
+                if info.size_in_bytes > cfg.max_message_bytes:
+                    return ProducePartitionResult(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        error_message=(f"Message batch size is {info.size_in_bytes} bytes in append to partition "
+                                       f"{topic}-{tp[1]} which exceeds the maximum configured size of "
+                                       f"{cfg.max_message_bytes}."))
+        else:
+            buf = log_validator.set_max_timestamps(buf, infos, log_append_time, now)
         try:
             info = lg.append(buf, infos, leader_epoch=part.leader_epoch)
         except RecordTooLargeError as e:
@@ -350,83 +366,8 @@ def region_size(r) -> int:
     return size if isinstance(size, int) else len(r)
 
 
-_CREATE_TIME = _records.TIMESTAMP_CREATE_TIME
-_LOG_APPEND_TIME = _records.TIMESTAMP_LOG_APPEND_TIME
-_INT64 = 1 << 64
-
-
-def _wrap64(v: int) -> int:
-    """Java long arithmetic (Kafka's messages print wrapped bounds)."""
-    return (v + (1 << 63)) % _INT64 - (1 << 63)
-
-
 def _too_large(tp, size: int, cfg) -> ProducePartitionResult:
     return ProducePartitionResult(
         ErrorCode.MESSAGE_TOO_LARGE,
         error_message=(f"The record batch size in the append to {tp[0]}-{tp[1]} is {size} bytes which "
                        f"exceeds the maximum configured value of {cfg.max_message_bytes}."))
-
-
-def _set_max_timestamps(buf, infos, log_append_time: bool, now: int):
-    """LogValidator's ``batch.setMaxTimestamp``: a LogAppendTime topic stamps every batch
-    LogAppendTime with ``now``; a CreateTime topic makes each batch CreateTime with the
-    largest of its records' timestamps (-1 when none has one), whatever its header claimed.
-    The CRC is recomputed only for a batch that changes. Returns the buffer to append
-    (a writable copy when ``buf`` is read-only and a header changes)."""
-    writable = None
-    for info in infos:
-        if log_append_time:
-            ts_type, max_ts = _LOG_APPEND_TIME, now
-        else:
-            # a LogAppendTime batch's records all carry its header max_timestamp
-            max_ts = info.max_timestamp if info.timestamp_type == _LOG_APPEND_TIME else info.max_record_timestamp
-            if max_ts < -1:
-                max_ts = -1
-            ts_type = _CREATE_TIME
-        if info.timestamp_type == ts_type and info.max_timestamp == max_ts:
-            continue
-        if writable is None:
-            writable = buf if isinstance(buf, bytearray) or (
-                isinstance(buf, memoryview) and not buf.readonly) else bytearray(buf)
-        _records.set_max_timestamp(writable, info.position, ts_type, max_ts)
-    return buf if writable is None else writable
-
-
-def _record_validation_failure(tp, lg, buf, info, now: int) -> ProducePartitionResult:
-    """Kafka's RecordValidationException answer (LogValidator.processRecordErrors): the
-    batch is rejected with one RecordError per failing record, indexed inside the batch;
-    INVALID_TIMESTAMP if any failure is a timestamp one, else INVALID_RECORD; the log
-    start offset is reported (ReplicaManager.appendToLocalLog)."""
-    cfg = lg.config
-    before, after = cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms
-    records = None
-    errors = []
-    timestamp_error = False
-    for index, kind, ts in info.record_errors:
-        if kind == _records.RECORD_ERROR_NO_KEY:
-            msg = f"Compacted topic cannot accept message without key in topic partition {tp[0]}-{tp[1]}"
-        elif kind == _records.RECORD_ERROR_TIMESTAMP:
-            timestamp_error = True
-            # the record's offset before offsets are assigned: the client's base offset (0) + delta
-            msg = (f"Timestamp {ts} of message with offset {index} is out of range. The timestamp should be "
-                   f"within [{_wrap64(now - before)}, {_wrap64(now + after)}]")
-        else:
-            timestamp_error = True
-            if records is None:  # only this message shows a record's key and value sizes
-                mv = memoryview(buf).cast("B")[info.position:info.position + info.size_in_bytes]
-                records = _records.decode_batch(mv).records
-            r = records[index]
-            msg = (f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={r.timestamp}, "
-                   f"key={0 if r.key is None else len(r.key)} bytes, "
-                   f"value={0 if r.value is None else len(r.value)} bytes). "
-                   "Producer should not set timestamp type to LogAppendTime.")
-        errors.append((index, msg))
-    if timestamp_error:
-        code, message = ErrorCode.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid timestamp"
-    else:
-        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-        code = ErrorCode.INVALID_RECORD
-        message = (f"One or more records have been rejected due to {len(errors)} record errors in total, "
-                   f"and only showing the first three errors at most: [{shown}]")
-    return ProducePartitionResult(code, log_start_offset=lg.log_start_offset, error_message=message,
-                                  record_errors=errors)
