@@ -15,6 +15,7 @@ from kbroker._core import compression
 from kbroker.kernels import records as rec
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages import init_producer_id as ipi, produce as pr
+from kbroker.server.apis.produce import validate_records
 from tests.broker.raw_client import advertised
 from tests.broker.test_api_matrix import Env, decode_records, fetch_parts, fetch_request
 
@@ -176,6 +177,28 @@ def test_one_batch_per_partition(env):
     rec.set_base_offset(b, 0, 5)
     assert _produce_raw(env, topic, bytes(b)).error_code == E.INVALID_RECORD
     assert _produce_raw(env, topic, one).base_offset == 1
+
+
+def test_validate_records_walks_headers_as_kafka():
+    """ProduceRequest.validateRecords over MemoryRecords.batches(): a batch cut short ends the
+    walk; a bad size or magic in a header that is read is CORRUPT_MESSAGE."""
+    one = rec.encode_batch([(1, b"k", b"v", [])])
+    magic = lambda b, m: b[:16] + bytes([m & 0xFF]) + b[17:]  # noqa: E731
+    cases = [
+        (b"", E.INVALID_RECORD), (one, E.NONE), (one + one, E.INVALID_RECORD),
+        (one + b"\0" * 11, E.NONE),                                   # less than a size field
+        (one + struct.pack(">qi", 0, 1000) + b"\0\0\0\0\2", E.NONE),  # a second batch cut short
+        (one + struct.pack(">qi", 0, 3), E.CORRUPT_MESSAGE),           # size below the minimum
+        (magic(one, 1), E.INVALID_RECORD), (magic(one, 0), E.INVALID_RECORD),
+        (magic(one, 3), E.CORRUPT_MESSAGE), (magic(one, -1), E.CORRUPT_MESSAGE),
+        (one + magic(one, 3), E.CORRUPT_MESSAGE),
+    ]
+    for records, want in cases:
+        for wrap in (bytes, memoryview):
+            assert validate_records(11, wrap(records)) == want, (records.hex(), want)
+    zstd = rec.encode_batch([(1, b"k", b"v", [])], compression=rec.ZSTD)
+    assert [validate_records(v, zstd) for v in (3, 6, 7, 11)] == [E.UNSUPPORTED_COMPRESSION_TYPE] * 2 + [E.NONE] * 2
+    assert validate_records(3, None) == E.INVALID_RECORD
 
 
 # -- 3. keyless records to a compacted topic -----------------------------------------------------

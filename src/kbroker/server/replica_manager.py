@@ -17,6 +17,7 @@ Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -228,14 +229,13 @@ class ReplicaManager:
         client = produce_version is not None
         if client:
             # analyzeAndValidateRecords, before the CRC: base offset 0, then the batch size
-            head = memoryview(buf)[:12].cast("B")
-            base_offset = int.from_bytes(head[:8], "big", signed=True)
+            base_offset, length = _BASE_OFFSET_AND_LENGTH(buf, 0)
             if base_offset != 0:
                 return ProducePartitionResult(
                     ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
                     error_message=(f"The baseOffset of the record batch in the append to {topic}-{tp[1]} "
                                    f"should be 0, but it is {base_offset}"))
-            size = 12 + int.from_bytes(head[8:12], "big", signed=True)
+            size = 12 + length
             if size > cfg.max_message_bytes:
                 return _too_large(tp, size, cfg)
         now = self._time_ms()
@@ -364,6 +364,9 @@ def region_size(r) -> int:
         return 0
     size = getattr(r, "size", None)
     return size if isinstance(size, int) else len(r)
+
+
+_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi").unpack_from
 
 
 def _too_large(tp, size: int, cfg) -> ProducePartitionResult:

@@ -9,6 +9,7 @@ the connection so the client notices (Kafka's behaviour).
 from __future__ import annotations
 
 import logging
+import struct
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.produce import (
@@ -96,21 +97,23 @@ def validate_records(version: int, records) -> int:
     MemoryRecords.batches() does (a batch cut short ends the walk): no complete batch,
     or a first batch not of magic 2, is INVALID_RECORD; zstd before v7 is
     UNSUPPORTED_COMPRESSION_TYPE; a second batch is INVALID_RECORD ("exactly one record
-    batch per partition"). A batch size below the legacy minimum or a magic above 2 is
-    CORRUPT_MESSAGE (the iterator's CorruptRecordException)."""
+    batch per partition"). A batch size below the legacy minimum or a magic outside 0..2
+    is CORRUPT_MESSAGE (the iterator's CorruptRecordException)."""
     if records is None:
         return ErrorCode.INVALID_RECORD
-    mv = memoryview(records).cast("B")
-    first = _next_batch(mv, 0)
+    n = len(records)
+    first = _next_batch(records, 0, n)
     if first is None:
         return ErrorCode.INVALID_RECORD      # "must have at least one record batch per partition"
     if first < 0:
         return ErrorCode.CORRUPT_MESSAGE
-    if mv[_MAGIC_OFFSET] != 2:
+    if _i8(records, _MAGIC_OFFSET)[0] != 2:
         return ErrorCode.INVALID_RECORD      # "only allowed to contain record batches with magic version 2"
-    if version < 7 and mv[_ATTRIBUTES_OFFSET + 1] & _COMPRESSION_MASK == _ZSTD:
+    if version < 7 and _i16(records, _ATTRIBUTES_OFFSET)[0] & _COMPRESSION_MASK == _ZSTD:
         return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-    second = _next_batch(mv, first)
+    if first == n:
+        return ErrorCode.NONE
+    second = _next_batch(records, first, n)
     if second is None:
         return ErrorCode.NONE
     if second < 0:
@@ -125,20 +128,24 @@ _COMPRESSION_MASK = 0x07
 _ZSTD = 4
 _LOG_OVERHEAD = 12
 _LEGACY_RECORD_OVERHEAD_V0 = 14
+_i8 = struct.Struct(">b").unpack_from
+_i16 = struct.Struct(">h").unpack_from
+_i32 = struct.Struct(">i").unpack_from
 
 
-def _next_batch(mv, pos: int) -> int | None:
-    """Kafka's ByteBufferLogInputStream.nextBatch(Size) at ``pos``: the end of the batch
-    there, None when no complete batch is left, -1 when its size or magic is corrupt."""
-    left = len(mv) - pos
+def _next_batch(buf, pos: int, n: int) -> int | None:
+    """Kafka's ByteBufferLogInputStream.nextBatch(Size) at ``pos`` of ``buf`` (``n`` bytes):
+    the end of the batch there, None when no complete batch is left, -1 when its size or
+    magic is corrupt."""
+    left = n - pos
     if left < _LOG_OVERHEAD:
         return None
-    size = int.from_bytes(mv[pos + _LENGTH_OFFSET:pos + _LOG_OVERHEAD], "big", signed=True)
+    size = _i32(buf, pos + _LENGTH_OFFSET)[0]
     if size < _LEGACY_RECORD_OVERHEAD_V0:
         return -1
     if left < _MAGIC_OFFSET + 1:
         return None
-    if mv[pos + _MAGIC_OFFSET] > 2:   # a negative magic byte reads as > 127 here
+    if not 0 <= _i8(buf, pos + _MAGIC_OFFSET)[0] <= 2:
         return -1
     if left < _LOG_OVERHEAD + size:
         return None
