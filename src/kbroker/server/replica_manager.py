@@ -17,6 +17,7 @@ Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from kbroker.log.errors import (
 )
 from kbroker.log.producer_state import ProducerStateError
 from kbroker.protocol import ErrorCode
+from kbroker.server import log_validator
 from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
 from kbroker.server.metadata import TopicImage
 
@@ -148,9 +150,11 @@ class ReplicaManager:
     def append_records(self, timeout_ms: int, required_acks: int,
                        entries: dict[TopicPartition, object],
                        respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None], *,
-                       internal_topics_allowed: bool = False, produce_version: int = 11) -> None:
+                       internal_topics_allowed: bool = False, produce_version: int | None = None) -> None:
         """Validate and append ``entries`` (records buffers by partition), then call
-        ``respond`` — at once, or from the produce purgatory when acks=all has to wait."""
+        ``respond`` — at once, or from the produce purgatory when acks=all has to wait.
+        ``produce_version``: the ProduceRequest's version for a client's records (checked
+        as AppendOrigin.CLIENT), None for the broker's own appends."""
         results: dict[TopicPartition, ProducePartitionResult] = {}
         appended = []
         for tp, buf in entries.items():
@@ -204,7 +208,12 @@ class ReplicaManager:
             listener(tp)
 
     def _append_to_local_log(self, tp, buf, internal_topics_allowed: bool,
-                             produce_version: int) -> ProducePartitionResult:
+                             produce_version: int | None) -> ProducePartitionResult:
+        """Kafka's ReplicaManager.appendToLocalLog for one partition, with the checks of
+        UnifiedLog.analyzeAndValidateRecords and LogValidator on the way to ``Log.append``.
+        ``produce_version`` is set for a client's ProduceRequest (AppendOrigin.CLIENT,
+        whose records ProduceRequest.validateRecords already checked: one v2 batch);
+        None for the broker's own appends (the group coordinator)."""
         topic = tp[0]
         if topic.startswith("__") and topic in ("__consumer_offsets", "__transaction_state") \
                 and not internal_topics_allowed:
@@ -216,51 +225,60 @@ class ReplicaManager:
         lg = part.log
         if buf is None or len(buf) == 0:
             return ProducePartitionResult(ErrorCode.NONE, -1, -1, lg.log_start_offset)
+        cfg = lg.config
+        client = produce_version is not None
+        if client:
+            # analyzeAndValidateRecords, before the CRC: base offset 0, then the batch size
+            base_offset, length = _BASE_OFFSET_AND_LENGTH(buf, 0)
+            if base_offset != 0:
+                return ProducePartitionResult(
+                    ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+                    error_message=(f"The baseOffset of the record batch in the append to {topic}-{tp[1]} "
+                                   f"should be 0, but it is {base_offset}"))
+            size = 12 + length
+            if size > cfg.max_message_bytes:
+                return _too_large(tp, size, cfg)
+        now = self._time_ms()
+        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
         try:
-            infos = _records.validate_batches(buf)
+            infos = _records.validate_batches(
+                buf, timestamp_type=log_validator.LOG_APPEND_TIME if log_append_time else log_validator.CREATE_TIME,
+                now_ms=now,
+                timestamp_before_max_ms=cfg.timestamp_before_max_ms,
+                timestamp_after_max_ms=cfg.timestamp_after_max_ms, compacted=cfg.compact)
         except _records.UnsupportedCompressionError as e:
             return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
         except _records.InvalidRecordError as e:
-            return ProducePartitionResult(ErrorCode.INVALID_RECORD, error_message=str(e))
+            return ProducePartitionResult(ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+                                          error_message=str(e))
         except _records.CorruptRecordError as e:
             return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
-        cfg = lg.config
-        now = self._time_ms()
-        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
-        writable = None
-        for i, info in enumerate(infos):
-            if info.compression == _records.ZSTD and produce_version < 7:
-                return ProducePartitionResult(
-                    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                    error_message="Produce requests with version < 7 cannot use zstd")
-            if info.size_in_bytes > cfg.max_message_bytes:
-                return ProducePartitionResult(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    error_message=(f"The record batch size is {info.size_in_bytes} bytes which exceeds "
-                                   f"the maximum configured value of {cfg.max_message_bytes}."))
-            if cfg.compact and info.has_null_key:
-                return ProducePartitionResult(
-                    ErrorCode.INVALID_RECORD, record_errors=[(i, "Compacted topic cannot accept message without key")],
-                    error_message="Compacted topic cannot accept message without key in topic partition "
-                                  f"{topic}-{tp[1]}.")
-            if not log_append_time and info.timestamp_type == _records.TIMESTAMP_CREATE_TIME:
-                if (info.min_record_timestamp >= 0 and now - info.min_record_timestamp > cfg.message_timestamp_before_max_ms) \
-                        or info.max_record_timestamp - now > cfg.message_timestamp_after_max_ms:
-                    return ProducePartitionResult(
-                        ErrorCode.INVALID_TIMESTAMP,
-                        error_message="Timestamp of a record is out of range of the configured "
-                                      "message.timestamp.before/after.max.ms")
+        for info in infos:
+            if not client and info.size_in_bytes > cfg.max_message_bytes:
+                return _too_large(tp, info.size_in_bytes, cfg)
+            if info.record_errors:
+                e = log_validator.record_validation_error(tp, cfg, buf, info, now)
+                return ProducePartitionResult(e.code, log_start_offset=lg.log_start_offset,
+                                              error_message=e.message, record_errors=e.record_errors)
+        for info in infos:
             if info.is_transactional:
                 # transactions are not implemented yet: no transaction can be ongoing
                 return ProducePartitionResult(
                     ErrorCode.INVALID_TXN_STATE,
                     error_message="Transactional produce is not supported by this broker yet")
-        if log_append_time:
-            writable = buf if not isinstance(buf, (bytes, memoryview)) or (
-                isinstance(buf, memoryview) and not buf.readonly) else bytearray(buf)
-            for info in infos:
-                _records.set_log_append_time(writable, info.position, now)
-            buf = writable
+        target = log_validator.target_compression(cfg)
+        if target is not None and any(info.compression != target[0] for info in infos):
+            buf = log_validator.recompress(buf, infos, target[0], target[1], log_append_time, now)
+            infos = _records.validate_batches(buf)
+            for info in infos:  # the size may have changed (UnifiedLog.append re-checks it)
+                if info.size_in_bytes > cfg.max_message_bytes:
+                    return ProducePartitionResult(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        error_message=(f"Message batch size is {info.size_in_bytes} bytes in append to partition "
+                                       f"{topic}-{tp[1]} which exceeds the maximum configured size of "
+                                       f"{cfg.max_message_bytes}."))
+        else:
+            buf = log_validator.set_max_timestamps(buf, infos, log_append_time, now)
         try:
             info = lg.append(buf, infos, leader_epoch=part.leader_epoch)
         except RecordTooLargeError as e:
@@ -346,3 +364,13 @@ def region_size(r) -> int:
         return 0
     size = getattr(r, "size", None)
     return size if isinstance(size, int) else len(r)
+
+
+_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi").unpack_from
+
+
+def _too_large(tp, size: int, cfg) -> ProducePartitionResult:
+    return ProducePartitionResult(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        error_message=(f"The record batch size in the append to {tp[0]}-{tp[1]} is {size} bytes which "
+                       f"exceeds the maximum configured value of {cfg.max_message_bytes}."))
