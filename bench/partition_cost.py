@@ -7,7 +7,9 @@
 For each N the driver sends, on one connection and one request at a time, a Produce
 whose N partitions each carry one record batch (``--records-per-batch`` records of
 ``--record-size`` bytes), then a Fetch of the same N partitions from offset 0 with
-``partition_max_bytes`` of one batch (so each partition answers one batch). What is
+``partition_max_bytes`` of one batch (so each partition answers one batch; min_bytes 1
+and max_wait_ms 500, answered at once since the data is there — Tansu answers a
+max_wait_ms 0 fetch with no partitions at all). What is
 reported per (broker, api, N):
 
 * the request round trip (median, p99) and the median divided by N: µs per
@@ -140,7 +142,7 @@ def produce_frame_fn(tps, batch: bytes, version: int, acks: int):
 def fetch_frame_fn(tps, part_bytes: int, version: int):
     from kbroker.protocol import encode_request
     from kbroker.protocol.messages.fetch import FetchPartition, FetchRequest, FetchTopic
-    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=0x7FFFFFFF, isolation_level=0,
+    req = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=0x7FFFFFFF, isolation_level=0,
                        session_id=0, session_epoch=-1, topics=[
                            FetchTopic(topic=t, partitions=[FetchPartition(
                                partition=p, fetch_offset=0, partition_max_bytes=part_bytes,
