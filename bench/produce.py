@@ -16,7 +16,9 @@ trace (manifest.json + Parquet) under ``--results``.
 ``--background-consumers N``: before the timed run, ``--background-prefill-mb`` of large
 records (64 KiB, untimed) go to the topic; during it N librdkafka consumers (in a child
 process) read that old data from offset 0 in a loop, a load of lagging readers on the
-broker's read path while the producer's latency is measured. Their reads are counted
+broker's read path while the producer's latency is measured; each fetch returns one 64 KiB
+record (many reads for the bytes moved), ``--background-rate-mb-s`` caps their total rate so
+they need not saturate the CPU. Their reads are counted
 (``background_consumers`` in the manifest's workload) but not traced.
 """
 from __future__ import annotations
@@ -115,14 +117,15 @@ class BackgroundConsumers:
     process (spawned), so their Python work does not compete for this process's GIL with
     the producer whose delivery latency is measured."""
 
-    def __init__(self, bootstrap: str, topic: str, ends: dict[int, int], n: int, max_s: float):
+    def __init__(self, bootstrap: str, topic: str, ends: dict[int, int], n: int, max_s: float,
+                 rate_mb_s: float = 0.0):
         import multiprocessing
         ctx = multiprocessing.get_context("spawn")
         self.n = n
         self._stop = ctx.Event()
         self._results = ctx.Queue()
         self._proc = ctx.Process(target=_background_main, name="bench-bg-consumers", daemon=True,
-                                 args=(bootstrap, topic, ends, n, max_s, self._stop, self._results))
+                                 args=(bootstrap, topic, ends, n, max_s, rate_mb_s, self._stop, self._results))
         self.records = self.bytes = self.laps = self.errors = 0
 
     @staticmethod
@@ -180,8 +183,9 @@ class BackgroundConsumers:
 
 
 def _background_main(bootstrap: str, topic: str, ends: dict[int, int], n: int, max_s: float,
-                     stop, results) -> None:
-    """Child process of BackgroundConsumers: ``n`` reader threads, then their totals on ``results``."""
+                     rate_mb_s: float, stop, results) -> None:
+    """Child process of BackgroundConsumers: ``n`` reader threads (each at most
+    ``rate_mb_s / n`` MB/s when ``rate_mb_s`` > 0), then their totals on ``results``."""
     import confluent_kafka
     from confluent_kafka import KafkaError, TopicPartition
     deadline = time.monotonic() + max_s
@@ -192,13 +196,23 @@ def _background_main(bootstrap: str, topic: str, ends: dict[int, int], n: int, m
         c = confluent_kafka.Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"bench-bg-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "fetch.queue.backoff.ms": 10,
-            "queued.max.messages.kbytes": 4096, "log.connection.close": False})
+            # one pre-fill record per fetch: many reads of old data for the bytes moved
+            "max.partition.fetch.bytes": BACKGROUND_RECORD_SIZE, "queued.max.messages.kbytes": 1024,
+            "log.connection.close": False})
         records = nbytes = laps = errors = 0
+        per_s = rate_mb_s * 1e6 / n if rate_mb_s > 0 else 0.0
+        t0 = time.monotonic()
         try:
             c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
                       for p, end in ends.items() if end > 0])
+            batch = 16 if per_s else 500
             while not stop.is_set() and time.monotonic() < deadline:
-                for m in c.consume(500, 0.1):
+                if per_s:     # ahead of the rate: wait (librdkafka's queue fills up, its fetches stop)
+                    ahead = nbytes / per_s - (time.monotonic() - t0)
+                    if ahead > 0:
+                        stop.wait(min(ahead, 0.5))
+                        continue
+                for m in c.consume(batch, 0.1):
                     if m.error() is not None:
                         errors += m.error().code() != KafkaError._PARTITION_EOF
                         continue
@@ -241,6 +255,7 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
                                               args.background_prefill_mb, args.quiet)
         workload["background_consumers"] = n_bg
         workload["background_prefill_mb"] = args.background_prefill_mb
+        workload["background_rate_mb_s"] = args.background_rate_mb_s
     manifest = {"tool": TOOL, "broker": target.name, "broker_version": target.version,
                 "client": args.client, "warmup_s": args.warmup, "session_id": session_id,
                 "round": round_, "topic": topic, "command": " ".join(sys.argv),
@@ -258,7 +273,8 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
                 limit_s = args.duration if args.duration is not None else MAX_RUN_S
                 if n_bg > 0:
                     background = BackgroundConsumers(target.bootstrap, topic, bg_ends, n_bg,
-                                                     limit_s + FLUSH_TIMEOUT_S).start()
+                                                     limit_s + FLUSH_TIMEOUT_S,
+                                                     args.background_rate_mb_s).start()
                 sent = produce_records(prod, topic, limit=args.records, deadline=start + limit_s,
                                        rate=rate, payloads=payloads, keys=keys,
                                        tick=lambda now: (rec.drain(), progress.maybe_print(now)))
@@ -303,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="N consumers re-reading the topic from offset 0 during the run (lagging readers)")
     g.add_argument("--background-prefill-mb", type=float, default=64.0, metavar="MB",
                    help="old data written first (untimed) for the background consumers")
+    g.add_argument("--background-rate-mb-s", type=float, default=0.0, metavar="MB/S",
+                   help="cap on the background consumers' total read rate (0 = as fast as they go)")
     return p
 
 
