@@ -275,6 +275,6 @@ def test_concurrent_append_read_roll_retention(tmp_path):
     stop.set()
     assert not any(t.is_alive() for t in threads)
     assert not errors, errors[0]
-    assert stats["reads"] > 100 and stats["appends"] > 100, stats
+    assert stats["reads"] > 50 and stats["appends"] > 50, stats
     assert lg.log_start_offset > 0           # retention and rolls did happen
     lg.close()
