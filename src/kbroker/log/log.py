@@ -25,11 +25,13 @@ Locking. One ``threading.Lock`` per log, the "append lock", serialises the
 writers: append, roll, truncation, retention, start-offset and high-watermark
 changes, segment swaps (compaction), close. fsyncs for flush run outside it.
 Readers never take it: ``read``, ``convert_to_offset_metadata``,
-``fetch_offset_by_timestamp``, ``end_offset_for_epoch`` and the offset
-properties work on the published :class:`LogView` (``self._view``), one
-immutable snapshot of the segment list and bases, the log start offset, the
-log end offset metadata (offset, active segment, byte position) and the high
-watermark metadata. Invariants:
+``fetch_offset_by_timestamp``, ``end_offset_for_epoch``,
+``high_watermark_metadata`` and the offset / segment properties work on the
+published :class:`LogView` (``self._view``), one immutable snapshot of the
+segment list and bases, the log start offset, the log end offset metadata
+(offset, active segment, byte position) and the high watermark metadata.
+(The leader-epoch cache they consult is copy-on-write, see leader_epoch.py.)
+Invariants:
 
 * A writer replaces ``_view`` (one reference assignment) while it holds the
   append lock, and only after its change is complete: an append publishes
@@ -45,13 +47,17 @@ watermark metadata. Invariants:
   readers resolve it against their own view (cached by identity of the
   metadata object, which writers replace whenever positions below it may
   change).
-* Segments before the view's last one never change while they are in a
-  list; the last one only grows past the view's bound. A segment removed from
-  the list (retention, compaction swap, truncation) is closed later (two-phase
-  delete) or at once with ``file.delete.delay.ms=0``; a reader still holding an
-  older view then gets ``SegmentClosedError`` (its fd pin or index refuses),
-  and retries on the new view. A segment's ``.log`` fd is closed only when no
-  reader has it pinned, so a pread never hits a reused descriptor.
+* Segments before the view's last one never change below their size while
+  they are in a list (a roll only trims index and preallocated tails); the
+  last one only grows past the view's bound. A segment leaves the list
+  (retention, compaction swap, truncation) by a new view published *before*
+  it is closed: later (two-phase delete, ``file.delete.delay.ms``) or at once
+  with a delay of 0. A reader still on an older view then gets
+  ``SegmentClosedError`` (its fd pin or index refuses) and retries on the
+  newer view; once the log itself is closed, KafkaStorageError. A segment's
+  ``.log`` fd is closed only when no reader has it pinned, so a pread never
+  hits a reused descriptor. A FileRegion handed out is sent later by the
+  network without a pin: it relies on the delete delay, as before.
 * Index maps are guarded by each index's own lock (remap on roll/trim,
   truncate, close), never by the append lock; a segment's lazy state (index
   sanity check, open fd, largest timestamp) by the segment's own lock.
