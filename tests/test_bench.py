@@ -104,6 +104,21 @@ def test_produce_records_rate_and_compression(kbroker, tmp_path):
     assert s.broker_cpu_s is not None and s.latency_ms["publish"]["samples"] > 0
 
 
+def test_produce_with_background_consumers(kbroker, tmp_path, capsys):
+    rc = produce.main([*_pid_args(kbroker), "--records", "1500", "--rate", "1000", "--warmup", "0",
+                       "--linger-ms", "0", "--background-consumers", "2", "--background-prefill-mb", "1",
+                       "--results", str(tmp_path), "--quiet"])
+    assert rc == 0
+    (run,) = _runs(tmp_path)
+    m, d = _check_run(run, tool="bench.produce")
+    wl = m["workload"]
+    assert wl["background_consumers"] == 2 and wl["background_prefill_mb"] == 1
+    assert wl["name"].endswith("-bg2") and sum(d["records_sent"]) == 1500
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("background: 2 consumers"))
+    assert "0 errors" in line and " 0 laps" not in line      # they re-read the old data
+
+
 def test_produce_vs_tansu_one_round(kbroker, tmp_path, capsys):
     rc = produce.main([*_pid_args(kbroker), "--vs", "tansu", "--rounds", "1", "--duration", "1.5",
                        "--warmup", "0.5", "--results", str(tmp_path), "--quiet"])

@@ -6,10 +6,14 @@ Single broker today: every partition has one replica, this node, which is the
 leader and the whole ISR. The high watermark is the minimum log end offset over
 the ISR, so here it follows the leader's log end offset right after each append
 (and, in fsync mode, after the fsync the log does before returning). The seams
-for replication: ``Partition.isr``, ``Partition.maybe_increment_high_watermark``
-(min over ISR replicas' LEO) and the produce purgatory, where acks=all waits for
-the high watermark to reach the last appended offset. Today that wait
-completes at once; with followers it completes when their fetches advance it.
+for replication: ``Partition.isr``, ``Partition.remote_log_end_offsets`` (what
+followers' fetches report), ``Partition.maybe_increment_high_watermark`` (min
+over ISR replicas' LEO metadata, handed to ``Log.maybe_increment_high_watermark``,
+which only moves it forward, under the log's lock: concurrent appends to one
+partition may compute their proposals in any order) and the produce purgatory,
+where acks=all waits for the high watermark to pass the last appended offset.
+Today that wait completes at once; with followers it completes when their
+fetches advance it.
 
 Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
 (a dict read is atomic); each Partition's log has its own append lock.
@@ -74,17 +78,23 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.isr = frozenset({node_id})
         self.replicas = (node_id,)
+        #: follower id -> its log end offset metadata (from its fetches); none yet
+        self.remote_log_end_offsets: dict[int, object] = {}
 
     @property
     def tp(self) -> TopicPartition:
         return (self.topic, self.partition)
 
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = min LEO over the ISR; with one replica, the log end offset."""
+        """Kafka's Partition.maybeIncrementLeaderHW: HW = min log end offset over the
+        ISR (the leader's own, and each in-sync follower's); the log moves it only
+        forward. Returns True if it moved. With one replica: the leader's LEO."""
         lg = self.log
-        old = lg.high_watermark
-        new = lg.update_high_watermark(lg.log_end_offset)
-        return new > old
+        new_hw = lg.log_end_offset_metadata
+        for replica_id, leo in self.remote_log_end_offsets.items():
+            if replica_id in self.isr and leo.message_offset < new_hw.message_offset:
+                new_hw = leo
+        return lg.maybe_increment_high_watermark(new_hw) is not None
 
     def check_leader_epoch(self, current_leader_epoch: int) -> int:
         """Kafka's Partition.checkCurrentLeaderEpoch: -1 means "don't check"."""
