@@ -175,6 +175,8 @@ def default_workload_name(args, tool: str, rate: float) -> str:
         extra.append(args.compression)
     if getattr(args, "keys", "none") != "none":
         extra.append(f"keys-{args.keys}")
+    if getattr(args, "background_consumers", 0):
+        extra.append(f"bg{args.background_consumers}")
     parts = [kind, f"{t}-topic-{args.partitions}-partition-{_size_label(args.record_size)}"]
     if kind != "consume":
         parts.append(f"rate-{rate_s}")

@@ -3,6 +3,7 @@
     python -m bench.produce --acks=all                         # temporary kbroker, 10 s
     python -m bench.produce --rate 5000 --linger-ms 0 --vs tansu --rounds 3
     python -m bench.produce --bootstrap host:9092 --broker-name apache-kafka --records 1000000
+    python -m bench.produce --rate 5000 --linger-ms 0 --background-consumers 20   # + lagging readers
 
 Without ``--bootstrap`` a kbroker is started on a temporary data dir and stopped (by its
 PID) at the end; ``--vs tansu`` starts the Tansu peer the same way and alternates rounds
@@ -11,12 +12,22 @@ Each run creates its topic (a fresh one unless ``--topic``), produces with the c
 client, records every delivery (send -> delivery callback) into the trace's ``publish``
 histogram, prints a progress line each second and a summary at the end, and writes its
 trace (manifest.json + Parquet) under ``--results``.
+
+``--background-consumers N``: before the timed run, ``--background-prefill-mb`` of large
+records (64 KiB, untimed) go to the topic; during it N librdkafka consumers (in a child
+process) read that old data from offset 0 in a loop, a load of lagging readers on the
+broker's read path while the producer's latency is measured; each fetch returns one 64 KiB
+record (many reads for the bytes moved), ``--background-rate-mb-s`` caps their total rate so
+they need not saturate the CPU. Their reads are counted
+(``background_consumers`` in the manifest's workload) but not traced.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
+import uuid
 
 from bench.clients import make_admin, make_producer
 from bench.common import (
@@ -31,6 +42,10 @@ TOOL = "bench.produce"
 MAX_RUN_S = 600.0
 FLUSH_TIMEOUT_S = 60.0
 CHUNK = 256
+#: pre-fill record size of --background-consumers: few records per fetched MiB, so the
+#: readers cost this process little while each of their fetches still costs the broker a read
+BACKGROUND_RECORD_SIZE = 64 * 1024
+BACKGROUND_PREFILL_MAX_S = 120.0
 
 
 def produce_records(prod, topic: str, *, limit: int | None, deadline: float, rate: float,
@@ -95,6 +110,135 @@ def produce_records(prod, topic: str, *, limit: int | None, deadline: float, rat
     return i
 
 
+class BackgroundConsumers:
+    """``n`` consumers (one librdkafka client each, own thread) reading ``topic``'s old data,
+    offsets ``[0, ends[p])`` of each partition, in a loop until ``stop()`` or ``max_s``
+    seconds: lagging readers that never catch up with the producer. They run in a child
+    process (spawned), so their Python work does not compete for this process's GIL with
+    the producer whose delivery latency is measured."""
+
+    def __init__(self, bootstrap: str, topic: str, ends: dict[int, int], n: int, max_s: float,
+                 rate_mb_s: float = 0.0):
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")
+        self.n = n
+        self._stop = ctx.Event()
+        self._results = ctx.Queue()
+        self._proc = ctx.Process(target=_background_main, name="bench-bg-consumers", daemon=True,
+                                 args=(bootstrap, topic, ends, n, max_s, rate_mb_s, self._stop, self._results))
+        self.records = self.bytes = self.laps = self.errors = 0
+
+    @staticmethod
+    def prefill(bootstrap: str, topic: str, partitions: int, mb: float, quiet: bool) -> dict[int, int]:
+        """Write ``mb`` MiB of BACKGROUND_RECORD_SIZE records (acks=1, untimed); returns the
+        end offset of each partition after it."""
+        import confluent_kafka
+        n = max(1, int(mb * (1 << 20)) // BACKGROUND_RECORD_SIZE)
+        acked = [0]
+
+        def cb(err, _msg):
+            if err is None:
+                acked[0] += 1
+        p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20,
+                                      "batch.size": 1 << 20, "enable.idempotence": False,
+                                      "log.connection.close": False})
+        value = bytes(range(256)) * (BACKGROUND_RECORD_SIZE // 256)
+        t0 = time.monotonic()
+        deadline = t0 + BACKGROUND_PREFILL_MAX_S
+        for i in range(n):
+            while time.monotonic() < deadline:
+                try:
+                    p.produce(topic, value, partition=i % partitions, on_delivery=cb)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            p.poll(0)
+        p.flush(max(0.0, deadline - time.monotonic()))
+        if not quiet:
+            print(f"background pre-fill: {acked[0]:,} of {n:,} records of {BACKGROUND_RECORD_SIZE} B "
+                  f"in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+        c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-bg-ends",
+                                      "log.connection.close": False})
+        try:
+            return {p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[1]
+                    for p in range(partitions)}
+        finally:
+            c.close()
+
+    def start(self, timeout_s: float = 60.0) -> "BackgroundConsumers":
+        """Start the child and wait until its consumers are reading."""
+        self._proc.start()
+        if self._results.get(timeout=timeout_s) != "ready":
+            raise RuntimeError("background consumers did not start")
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self.records, self.bytes, self.laps, self.errors = self._results.get(timeout=60)
+        finally:
+            self._proc.join(30)
+            if self._proc.is_alive():
+                self._proc.kill()       # our own child, by its handle
+
+
+def _background_main(bootstrap: str, topic: str, ends: dict[int, int], n: int, max_s: float,
+                     rate_mb_s: float, stop, results) -> None:
+    """Child process of BackgroundConsumers: ``n`` reader threads (each at most
+    ``rate_mb_s / n`` MB/s when ``rate_mb_s`` > 0), then their totals on ``results``."""
+    import confluent_kafka
+    from confluent_kafka import KafkaError, TopicPartition
+    deadline = time.monotonic() + max_s
+    totals = [0, 0, 0, 0]
+    lock = threading.Lock()
+
+    def run() -> None:
+        c = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"bench-bg-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False, "fetch.queue.backoff.ms": 10,
+            # one pre-fill record per fetch: many reads of old data for the bytes moved
+            "max.partition.fetch.bytes": BACKGROUND_RECORD_SIZE, "queued.max.messages.kbytes": 1024,
+            "log.connection.close": False})
+        records = nbytes = laps = errors = 0
+        per_s = rate_mb_s * 1e6 / n if rate_mb_s > 0 else 0.0
+        t0 = time.monotonic()
+        try:
+            c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                      for p, end in ends.items() if end > 0])
+            batch = 16 if per_s else 500
+            while not stop.is_set() and time.monotonic() < deadline:
+                if per_s:     # ahead of the rate: wait (librdkafka's queue fills up, its fetches stop)
+                    ahead = nbytes / per_s - (time.monotonic() - t0)
+                    if ahead > 0:
+                        stop.wait(min(ahead, 0.5))
+                        continue
+                for m in c.consume(batch, 0.1):
+                    if m.error() is not None:
+                        errors += m.error().code() != KafkaError._PARTITION_EOF
+                        continue
+                    p = m.partition()
+                    if m.offset() >= ends[p]:
+                        continue                 # the producer's new records: not ours
+                    records += 1
+                    nbytes += len(m)
+                    if m.offset() == ends[p] - 1:
+                        laps += 1                # the end of the old data: read it again
+                        c.seek(TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING))
+        finally:
+            c.close()
+            with lock:
+                for i, v in enumerate((records, nbytes, laps, errors)):
+                    totals[i] += v
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    results.put("ready")
+    for t in threads:
+        t.join(max(1.0, deadline - time.monotonic() + 30))
+    results.put(tuple(totals))
+
+
 def run_once(args: argparse.Namespace, target: Target, session_id: str | None, round_: int | None,
              *, rate: float | None = None, out=None) -> RunSummary:
     """One produce run against ``target``; writes its trace and returns its summary."""
@@ -103,10 +247,19 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
     admin = make_admin(target.bootstrap)
     topic = args.topic or fresh_topic(TOOL)
     admin.create_topics({topic: args.partitions})
+    n_bg = getattr(args, "background_consumers", 0)
+    workload = workload_manifest(args, tool=TOOL, rate=rate)
+    background = None
+    if n_bg > 0:
+        bg_ends = BackgroundConsumers.prefill(target.bootstrap, topic, args.partitions,
+                                              args.background_prefill_mb, args.quiet)
+        workload["background_consumers"] = n_bg
+        workload["background_prefill_mb"] = args.background_prefill_mb
+        workload["background_rate_mb_s"] = args.background_rate_mb_s
     manifest = {"tool": TOOL, "broker": target.name, "broker_version": target.version,
                 "client": args.client, "warmup_s": args.warmup, "session_id": session_id,
                 "round": round_, "topic": topic, "command": " ".join(sys.argv),
-                "workload": workload_manifest(args, tool=TOOL, rate=rate)}
+                "workload": workload}
     payloads = payload_pool(args.record_size)
     keys = KeySource(args.keys)
     label = f"{target.name}" + (f" r{round_}" if round_ is not None else "")
@@ -118,6 +271,10 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
             try:
                 start = time.monotonic()
                 limit_s = args.duration if args.duration is not None else MAX_RUN_S
+                if n_bg > 0:
+                    background = BackgroundConsumers(target.bootstrap, topic, bg_ends, n_bg,
+                                                     limit_s + FLUSH_TIMEOUT_S,
+                                                     args.background_rate_mb_s).start()
                 sent = produce_records(prod, topic, limit=args.records, deadline=start + limit_s,
                                        rate=rate, payloads=payloads, keys=keys,
                                        tick=lambda now: (rec.drain(), progress.maybe_print(now)))
@@ -128,6 +285,8 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
                     rec.drain()
                     progress.maybe_print()
             finally:
+                if background is not None:
+                    background.stop()
                 prod.close()
             rec.drain()
             if remaining:
@@ -135,6 +294,10 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
                       f"of the end", file=sys.stderr)
         summary = summarize(tw.run_dir)
         print_summary(summary, side="send", stream=out)
+        if background is not None:
+            print(f"background: {n_bg} consumers read {background.bytes / (1 << 20):,.0f} MiB "
+                  f"({background.records:,} records, {background.laps} laps, {background.errors} errors)",
+                  file=out)
         return summary
     finally:
         if not args.topic:
@@ -151,6 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_broker_args(p)
     add_run_args(p)
     add_producer_args(p)
+    g = p.add_argument_group("background readers")
+    g.add_argument("--background-consumers", type=int, default=0, metavar="N",
+                   help="N consumers re-reading the topic from offset 0 during the run (lagging readers)")
+    g.add_argument("--background-prefill-mb", type=float, default=64.0, metavar="MB",
+                   help="old data written first (untimed) for the background consumers")
+    g.add_argument("--background-rate-mb-s", type=float, default=0.0, metavar="MB/S",
+                   help="cap on the background consumers' total read rate (0 = as fast as they go)")
     return p
 
 

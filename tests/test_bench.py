@@ -104,6 +104,21 @@ def test_produce_records_rate_and_compression(kbroker, tmp_path):
     assert s.broker_cpu_s is not None and s.latency_ms["publish"]["samples"] > 0
 
 
+def test_produce_with_background_consumers(kbroker, tmp_path, capsys):
+    rc = produce.main([*_pid_args(kbroker), "--records", "1500", "--rate", "1000", "--warmup", "0",
+                       "--linger-ms", "0", "--background-consumers", "2", "--background-prefill-mb", "1",
+                       "--results", str(tmp_path), "--quiet"])
+    assert rc == 0
+    (run,) = _runs(tmp_path)
+    m, d = _check_run(run, tool="bench.produce")
+    wl = m["workload"]
+    assert wl["background_consumers"] == 2 and wl["background_prefill_mb"] == 1
+    assert wl["name"].endswith("-bg2") and sum(d["records_sent"]) == 1500
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("background: 2 consumers"))
+    assert "0 errors" in line and " 0 laps" not in line      # they re-read the old data
+
+
 def test_produce_vs_tansu_one_round(kbroker, tmp_path, capsys):
     rc = produce.main([*_pid_args(kbroker), "--vs", "tansu", "--rounds", "1", "--duration", "1.5",
                        "--warmup", "0.5", "--results", str(tmp_path), "--quiet"])
@@ -335,3 +350,23 @@ def test_produce_loop_is_bounded_by_deadline():
     assert time.monotonic() - t0 < 1.0
     assert sent == f.n and 150 <= sent <= 260                   # ~1000/s for 0.2 s
     assert np.isfinite(sent)
+
+
+def test_partition_cost(kbroker, tmp_path, capsys):
+    from bench import partition_cost
+    rc = partition_cost.main([*_pid_args(kbroker), "--partitions", "1,7", "--partitions-per-topic", "4",
+                              "--duration", "0.3", "--requests", "50", "--results", str(tmp_path), "--json"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("{"):])["summary"]
+    assert set(summary) == {f"kbroker/{api}/{n}" for api in ("produce", "fetch") for n in (1, 7)}
+    for v in summary.values():
+        assert v["us_per_partition"] > 0 and v["broker_cpu_us_per_partition"] is not None
+    runs = _runs(tmp_path)
+    assert len(runs) == 4
+    for run in runs:
+        m, d = _check_run(run, tool="bench.partition_cost", metrics=())
+        api = m["workload"]["name"].split("-")[2]
+        n = m["workload"]["partitions"]
+        recs = sum(d["records_sent"] if api == "produce" else d["records_received"])
+        assert recs > 0 and recs % n == 0     # every request carried all N partitions

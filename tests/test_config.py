@@ -31,6 +31,18 @@ def test_retention_precedence():
     ({"listener.security.protocol.map": "PLAINTEXT:SSL"}, "listener.security.protocol.map"),
     ({"log.cleanup.policy": "delete,shred"}, "log.cleanup.policy"),
     ({"group.min.session.timeout.ms": "10", "group.max.session.timeout.ms": "5"}, "group.min.session.timeout.ms"),
+    # the network layer's memory and connection limits (Kafka's KafkaConfig.validateValues)
+    ({"queued.max.request.bytes": "1048576"}, "queued.max.request.bytes"),      # < socket.request.max.bytes
+    ({"queued.max.request.bytes": "lots"}, "queued.max.request.bytes"),
+    ({"max.connections.per.ip": "0"}, "max.connections.per.ip"),               # 0 needs overrides
+    ({"max.connections.per.ip": "-1"}, "max.connections.per.ip"),
+    ({"max.connections": "-1"}, "max.connections"),
+    ({"max.connections.per.ip.overrides": "127.0.0.1"}, "max.connections.per.ip.overrides"),
+    ({"max.connections.per.ip.overrides": "127.0.0.1:many"}, "max.connections.per.ip.overrides"),
+    ({"max.connections.per.ip.overrides": ":5"}, "max.connections.per.ip.overrides"),
+    ({"max.connections.per.ip.overrides": "bad/host:5"}, "max.connections.per.ip.overrides"),
+    ({"max.connections.per.ip.overrides": "no-such-host.invalid:5"}, "max.connections.per.ip.overrides"),
+    ({"connections.max.idle.ms": "soon"}, "connections.max.idle.ms"),
 ])
 def test_bad_values_name_the_key(props, key):
     with pytest.raises(ConfigError) as e:
@@ -53,3 +65,21 @@ def test_properties_file_and_overrides(tmp_path):
     with pytest.raises(ConfigError) as e:
         KafkaConfig.from_sources(None, ["novalue"])
     assert e.value.key == "--override"
+
+
+def test_network_limits_defaults_and_overrides():
+    """Kafka's defaults: no memory pool (-1), no connection limits; overrides are
+    "host:count" pairs split at the last colon, hosts resolved to normalised IPs."""
+    c = KafkaConfig()
+    assert c["queued.max.request.bytes"] == -1
+    assert c["max.connections"] == c["max.connections.per.ip"] == 2**31 - 1
+    assert c["connections.max.idle.ms"] == 600000
+    assert c.max_connections_per_ip_overrides == {}
+    c = KafkaConfig({"max.connections.per.ip": "0", "queued.max.request.bytes": "104857600",
+                     "max.connections.per.ip.overrides": "127.0.0.1:5 , ::1:7,::ffff:10.1.2.3:0,localhost:2"})
+    assert c["queued.max.request.bytes"] == 104857600
+    overrides = c.max_connections_per_ip_overrides
+    assert overrides["10.1.2.3"] == 0 and overrides["::1"] in (7, 2)
+    assert overrides["127.0.0.1"] == 2            # localhost resolves to it, later entry wins
+    assert KafkaConfig({"queued.max.request.bytes": "0"})["queued.max.request.bytes"] == 0
+    assert KafkaConfig({"queued.max.request.bytes": "1024", "socket.request.max.bytes": "1024"})

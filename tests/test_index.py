@@ -182,3 +182,78 @@ def test_twins_agree_with_model(tmp_path_factory, steps, targets):
     assert idxs[0].raw_entries() == idxs[1].raw_entries()
     for idx in idxs:
         idx.close()
+
+
+@pytest.mark.parametrize("kind", ["offset", "time"])
+def test_lookups_race_remaps_truncation_and_close(tmp_path, impl, kind):
+    """Lock-free readers look up while one writer appends, trims (remap smaller, as on
+    roll), re-extends (remap larger), truncates and finally closes the index: every
+    answer is an entry that was written, and a closed index raises IndexClosedError
+    (never a read of an unmapped map)."""
+    import threading
+    import time
+
+    from kbroker._core.index_errors import IndexClosedError
+    oi_mod, ti_mod = impl
+    base = 1000
+    if kind == "offset":
+        idx = oi_mod.OffsetIndex(str(tmp_path / "x.index"), base, 8 * 512)
+
+        def add(k):
+            idx.append(base + 2 * k, 100 * k)
+
+        def check(k_target):
+            off, pos = idx.lookup(base + 2 * k_target)
+            assert (off, pos) == (base, 0) or (pos == 100 * ((off - base) // 2) and off <= base + 2 * k_target)
+
+        def cut(k):
+            idx.truncate_to(base + 2 * k)
+    else:
+        idx = ti_mod.TimeIndex(str(tmp_path / "x.timeindex"), base, 12 * 512)
+
+        def add(k):
+            idx.maybe_append(10_000 + k, base + k)
+
+        def check(k_target):
+            ts, off = idx.lookup(10_000 + k_target)
+            assert (ts, off) == (-1, base) or (off == base + ts - 10_000 and ts <= 10_000 + k_target)
+
+        def cut(k):
+            idx.truncate_to(base + k)
+    stop = threading.Event()
+    errors = []
+    counts = [0, 0]
+
+    def reader():
+        try:
+            while not stop.is_set():
+                try:
+                    check(counts[0] % 600)
+                    counts[1] += 1
+                except IndexClosedError:
+                    return
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    readers = [threading.Thread(target=reader, daemon=True) for _ in range(3)]
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + 1.0
+    k = 0
+    while time.monotonic() < deadline and not errors:
+        if idx.is_full:
+            cut(k // 3)
+            k = k // 3
+        add(k)
+        k += 1
+        counts[0] = k
+        if k % 50 == 0:
+            idx.trim_to_valid_size()           # remap to the valid entries (roll)
+            idx.resize(idx.entry_size * 512)   # and back (truncate_to makes it writable again)
+    idx.close()
+    for t in readers:
+        t.join(10)
+    stop.set()
+    assert not errors, errors[0]
+    assert not any(t.is_alive() for t in readers)
+    assert counts[1] > 100

@@ -12,9 +12,12 @@ import confluent_kafka as ck
 import prometheus_client.parser as parser
 
 
+POOL_BYTES = 200 * 1024 * 1024
+
+
 @pytest.fixture(scope="module")
 def metrics_broker():
-    b = KBrokerProcess(overrides={"kbroker.metrics.port": 0})
+    b = KBrokerProcess(overrides={"kbroker.metrics.port": 0, "queued.max.request.bytes": POOL_BYTES})
     b.start()
     url = None
     deadline = time.monotonic() + 15
@@ -61,6 +64,9 @@ def test_metrics_exposed_and_move(metrics_broker):
         assert (name, frozenset()) in before, name
     assert 0.0 <= value(before, "kafka_network_SocketServer_NetworkProcessorAvgIdlePercent") <= 1.0
     assert value(before, "kafka_server_ReplicaManager_UnderReplicatedPartitions") == 0
+    # the request memory pool (queued.max.request.bytes): nothing in flight between requests
+    assert value(before, "kafka_network_SocketServer_MemoryPoolAvailable") == POOL_BYTES
+    assert value(before, "kafka_network_SocketServer_MemoryPoolUsed") == 0
     for op in ("Produce", "Fetch"):
         assert value(before, "kafka_server_DelayedOperationPurgatory_PurgatorySize", delayedOperation=op) >= 0
         assert value(before, "kafka_server_DelayedOperationPurgatory_NumDelayedOperations", delayedOperation=op) >= 0

@@ -507,3 +507,120 @@ def test_decompression_bounded(codec):
             compression.decompress(codec, bomb[:cut])
     with pytest.raises(CorruptRecordError):
         compression.decompress(codec, b"\x82SNAPPY\x00garbage-garbage-garbage")
+
+
+# -- LogValidator record checks in validate_batches ---------------------------------------
+
+NOW = 1_700_000_000_000
+I64_MAX = (1 << 63) - 1
+
+
+@pytest.mark.parametrize("codec", [0, 3])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_record_checks_list_each_failing_record_in_order(impl, codec):
+    """Kafka's LogValidator.validateRecord per record, in the validating walk: the key check
+    first (compacted topics), then the timestamp window; -1 skips only its own record."""
+    recs = [(NOW, b"k", b"v", []), (NOW - 10_000, None, b"v", []), (-1, b"k", b"v", []),
+            (NOW + 50_000, b"k", None, []), (-1, None, None, []), (NOW - 4_000, b"k", b"v", [])]
+    raw = impl.encode_batch(recs, compression=codec)
+    (info,) = impl.validate_batches(raw)
+    assert info.record_errors == ()  # no checks asked for
+    kw = dict(timestamp_type=0, now_ms=NOW, timestamp_before_max_ms=5_000, timestamp_after_max_ms=5_000)
+    (info,) = impl.validate_batches(raw, compacted=True, **kw)
+    assert info.record_errors == ((1, impl.RECORD_ERROR_NO_KEY, NOW - 10_000),
+                                  (3, impl.RECORD_ERROR_TIMESTAMP, NOW + 50_000),
+                                  (4, impl.RECORD_ERROR_NO_KEY, -1))
+    (info,) = impl.validate_batches(raw, **kw)
+    assert [e[:2] for e in info.record_errors] == [(1, 2), (3, 2)]
+    # the window's edges are inside; LogAppendTime topics check no timestamps
+    assert impl.validate_batches(raw, timestamp_type=0, now_ms=NOW, timestamp_before_max_ms=10_000,
+                                 timestamp_after_max_ms=50_000)[0].record_errors == ()
+    assert impl.validate_batches(raw, timestamp_type=1, now_ms=NOW, timestamp_before_max_ms=0,
+                                 timestamp_after_max_ms=0)[0].record_errors == ()
+    # the record timestamps' max, whatever the header says, is what the broker writes back
+    assert (info.max_timestamp, info.max_record_timestamp) == (NOW + 50_000, NOW + 50_000)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_record_checks_java_long_arithmetic(impl):
+    """now - ts and ts - now wrap as Java longs (LogValidator.recordHasInvalidTimestamp)."""
+    recs = [(-(1 << 62), b"k", b"v", []), ((1 << 62), b"k", b"v", [])]
+    raw = impl.encode_batch(recs, base_timestamp=0)
+    for before, after in ((I64_MAX, I64_MAX), (0, 0), (1 << 62, 1 << 62)):
+        got = [impl.validate_batches(raw, timestamp_type=0, now_ms=n, timestamp_before_max_ms=before,
+                                     timestamp_after_max_ms=after)[0].record_errors
+               for n in (0, I64_MAX, -I64_MAX - 1)]
+        want = []
+        for n in (0, I64_MAX, -I64_MAX - 1):
+            errs = []
+            for i, (ts, *_rest) in enumerate(recs):
+                diff = ((n - ts + (1 << 63)) % (1 << 64)) - (1 << 63)
+                neg = ((-diff + (1 << 63)) % (1 << 64)) - (1 << 63)
+                if diff > before or neg > after:
+                    errs.append((i, 2, ts))
+            want.append(tuple(errs))
+        assert got == want, (before, after)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_record_checks_of_a_log_append_time_batch(impl):
+    """A batch with the LogAppendTime bit: its records' timestamps are its max_timestamp;
+    a LogAppendTime topic (or a -1 max_timestamp) fails every record (producers may not set
+    the bit), a CreateTime topic checks the header's max_timestamp as each record's."""
+    recs = [(NOW + i, b"k", b"v", []) for i in range(3)]
+    raw = bytearray(impl.encode_batch(recs, timestamp_type=1))
+    impl.set_max_timestamp(raw, 0, 1, NOW + 1_000)
+    lat = impl.RECORD_ERROR_LOG_APPEND_TIME
+    assert impl.validate_batches(raw, timestamp_type=1)[0].record_errors == tuple(
+        (i, lat, NOW + 1_000) for i in range(3))
+    assert impl.validate_batches(raw, timestamp_type=0, now_ms=NOW)[0].record_errors == ()
+    assert impl.validate_batches(raw, timestamp_type=0, now_ms=NOW, timestamp_after_max_ms=999)[0] \
+        .record_errors == tuple((i, impl.RECORD_ERROR_TIMESTAMP, NOW + 1_000) for i in range(3))
+    impl.set_max_timestamp(raw, 0, 1, -1)
+    assert impl.validate_batches(raw, timestamp_type=0, now_ms=NOW)[0].record_errors == tuple(
+        (i, lat, -1) for i in range(3))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_set_max_timestamp_keeps_only_known_attribute_bits(impl):
+    """Kafka's setMaxTimestamp rewrites the attributes with computeAttributes: compression,
+    timestamp type, transactional, control and delete-horizon bits; others are dropped."""
+    raw = bytearray(impl.encode_batch([(NOW, b"k", b"v", [])], compression=3, is_transactional=True,
+                                      producer_id=5, producer_epoch=0, base_sequence=0))
+    struct.pack_into(">h", raw, 21, struct.unpack_from(">h", raw, 21)[0] | 0x0180)
+    impl.set_max_timestamp(raw, 0, 0, NOW + 7)
+    assert struct.unpack_from(">h", raw, 21)[0] == 0x13
+    (b,) = impl.decode_batches(bytes(raw))
+    assert b.max_timestamp == NOW + 7 and b.is_valid()
+
+
+@pytest.mark.skipif(c_records is None, reason="Cython kernel not built (KBROKER_REQUIRE_EXTENSIONS=1 fails instead)")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(st.tuples(st.sampled_from([-1, -5, NOW - 10, NOW, NOW + 10, 0, I64_MAX]),
+                                  st.one_of(st.none(), st.just(b"k")), st.just(b"v"), st.just([])),
+                        min_size=1, max_size=12),
+       codec=st.integers(0, 4), ts_bit=st.integers(0, 1), topic_type=st.integers(0, 1),
+       compacted=st.booleans(), before=st.sampled_from([0, 5, I64_MAX]),
+       after=st.sampled_from([0, 5, I64_MAX]))
+def test_record_checks_twins_agree(records, codec, ts_bit, topic_type, compacted, before, after):
+    raw = c_records.encode_batch(records, compression=codec, timestamp_type=ts_bit, base_timestamp=0)
+    kw = dict(timestamp_type=topic_type, now_ms=NOW, timestamp_before_max_ms=before,
+              timestamp_after_max_ms=after, compacted=compacted)
+    assert c_records.validate_batches(raw, **kw) == ref_records.validate_batches(raw, **kw)
+
+
+@pytest.mark.parametrize("codec,levels", [(1, (1, 9)), (3, (0, 12)), (4, (1, 19))])
+def test_compression_level_twins_agree(codec, levels):
+    """encode_batch/BatchBuilder's compression_level reaches the codec (the broker rebuilds
+    batches at a topic's compression.<codec>.level); both twins write the same bytes."""
+    text = b" ".join(b"r-%d-%s" % (i, b"xyz" * (i % 5)) for i in range(2000))
+    recs = [(NOW, b"k", text, [("h", b"v")])]
+    outs = {}
+    for level in levels:
+        raws = [impl.encode_batch(recs, compression=codec, compression_level=level)
+                for impl in (c_records, ref_records) if impl is not None]
+        assert all(r == raws[0] for r in raws)
+        assert records_of(ref_records.decode_batch(raws[0]))[0][3] == text
+        assert raws[0][61:] == compression.compress(codec, compression.decompress(codec, raws[0][61:]), level)
+        outs[level] = raws[0]
+    assert outs[levels[0]] != outs[levels[1]]

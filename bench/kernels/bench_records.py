@@ -100,14 +100,23 @@ def test_encode(benchmark, impl, codec):
     benchmark(fn)
 
 
-@pytest.mark.parametrize("impl", ["kbroker-cython", "kbroker-python"])
+#: the produce path's record checks (ReplicaManager): a compacted topic with a one-hour
+#: timestamp window, so every record is tested (the default config skips the test)
+CHECKS = dict(timestamp_type=0, now_ms=1_700_000_000_000, timestamp_before_max_ms=3_600_000,
+              timestamp_after_max_ms=3_600_000, compacted=True)
+SMALL_KEYED = c_records.encode_batch([(t, b"key", v, h) for t, _, v, h in RECORDS[:140]])
+
+
+@pytest.mark.parametrize("impl", ["kbroker-cython", "kbroker-cython-checks", "kbroker-python"])
 def test_validate_assign_16k(benchmark, impl):
-    mod = c_records if impl == "kbroker-cython" else ref_records
+    mod = ref_records if impl == "kbroker-python" else c_records
+    checks = CHECKS if impl == "kbroker-cython-checks" else {}
     benchmark.group = "validate+assign_offsets-16KiB"
-    buf = bytearray(SMALL)
+    buf = bytearray(SMALL_KEYED if checks else SMALL)
 
     def run():
-        infos = mod.validate_batches(buf)
+        infos = mod.validate_batches(buf, **checks)
+        assert not infos[0].record_errors
         return mod.assign_offsets(buf, infos, 1000)
 
     assert run() == 1140

@@ -22,3 +22,8 @@ class InvalidOffsetError(ValueError):
 class IndexFullError(ValueError):
     """An append to an index that has no free slot left (the segment should
     have rolled first)."""
+
+
+class IndexClosedError(ValueError):
+    """Use of an index after ``close`` / ``close_handler`` / ``delete_if_exists``
+    (a lock-free reader holding a segment that was deleted meanwhile; it retries)."""

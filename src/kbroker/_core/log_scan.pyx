@@ -604,10 +604,8 @@ def append_batches(buf, int fd, int64_t position, int64_t next_offset, int32_t l
                 or next_offset - 1 < segment_base_offset):
             return None
         if n_entries:
-            offset_index._ensure()
-            time_index._ensure()
-            if (offset_index._max_entries - offset_index._entries < n_entries
-                    or time_index._max_entries - 1 - time_index._entries < n_entries):
+            # under each index's own lock (readers may be looking up concurrently)
+            if offset_index.free_slots(0) < n_entries or time_index.free_slots(1) < n_entries:
                 return None
         with nogil:
             done = 0

@@ -1,6 +1,7 @@
 # Memory-mapped index files: the shared base (MmapIndex) and the offset index.
 # time_index.pyx subclasses MmapIndex via this declaration.
 from libc.stdint cimport int32_t, int64_t
+from cpython.pythread cimport PyThread_type_lock
 
 
 cdef Py_ssize_t largest_lower_bound_slot(const unsigned char* m, Py_ssize_t entries,
@@ -20,12 +21,18 @@ cdef class MmapIndex:
     cdef Py_ssize_t _entry_size
     cdef bint _loaded
     cdef bint _closed
+    cdef PyThread_type_lock _mutex
 
+    cdef int _lock(self) except -1
+    cdef void _unlock(self) noexcept
     cdef int _ensure(self) except -1
     cdef int _remap(self, Py_ssize_t new_length) except -1
     cdef void _unmap(self) noexcept
     cdef int _after_load(self) except -1
     cdef int _check_capacity(self, bint skip_full_check) except -1
+    cdef int _resize(self, Py_ssize_t new_size) except -1
+    cdef void _close_handler(self) noexcept
+    cdef Py_ssize_t free_slots(self, Py_ssize_t reserve) except -1
 
 
 cdef class OffsetIndex(MmapIndex):

@@ -21,19 +21,32 @@ segment rolls or the log closes, so a reopened index has
 Lazy: nothing is opened or mapped until the first call that needs the data
 (Kafka's LazyIndex), so thousands of idle segments cost no fds and no
 address space. The file descriptor is closed right after mmap(): a mapped
-index holds no fd at all.
+index holds no fd at all. Mappings are ``MADV_RANDOM``: a page fault reads in
+only that page, not a read-ahead window of the (sparse, pre-allocated) file.
 
-Not thread-safe: the owning segment's caller holds the log lock.
+Thread-safety (Kafka's ``AbstractIndex.lock``): every method takes the
+index's own lock, so lock-free readers (lookups of a ``Log.read`` or a
+timestamp search) never touch a map while a writer remaps it (trim on roll,
+resize, truncate) or unmaps it (close, delete): after ``close_handler`` any
+use raises IndexClosedError. Appends come from one writer at a time (the
+log's append lock); the lock makes each append atomic for readers, who see
+``entries`` valid slots. The lock is a plain ``PyThread`` lock, taken without
+the GIL when contended, and is never held while taking another lock.
 """
 import os
 
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED, MS_SYNC
+from posix.mman cimport (
+    mmap, munmap, msync, madvise, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED, MS_SYNC, MADV_RANDOM,
+)
+from cpython.pythread cimport (
+    PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock, PyThread_release_lock, WAIT_LOCK, NOWAIT_LOCK,
+)
 
 from kbroker._core.hton cimport load_i32, load_i64, store_i32
-from kbroker._core.index_errors import CorruptIndexError, InvalidOffsetError, IndexFullError
+from kbroker._core.index_errors import CorruptIndexError, IndexClosedError, InvalidOffsetError, IndexFullError
 
 cdef enum:
     ENTRY_SIZE = 8
@@ -92,8 +105,9 @@ cdef inline Py_ssize_t round_down(Py_ssize_t n, Py_ssize_t m) noexcept:
 
 
 cdef class MmapIndex:
-    """Base of the offset and time index: owns the mapping, the entry count
-    and the file. See the module docstring for the laziness and locking rules."""
+    """Base of the offset and time index: owns the mapping, the entry count,
+    the file and the index lock. See the module docstring for the laziness and
+    locking rules. Methods named ``_x`` expect the lock held; the others take it."""
 
     def __cinit__(self):
         self._map = NULL
@@ -102,6 +116,9 @@ cdef class MmapIndex:
         self._max_entries = 0
         self._loaded = False
         self._closed = False
+        self._mutex = PyThread_allocate_lock()
+        if self._mutex == NULL:
+            raise MemoryError()
 
     def __init__(self, path, int64_t base_offset, Py_ssize_t max_index_size=-1, bint writable=True):
         self._path = os.fspath(path)
@@ -111,13 +128,26 @@ cdef class MmapIndex:
 
     def __dealloc__(self):
         self._unmap()
+        if self._mutex != NULL:
+            PyThread_free_lock(self._mutex)
+            self._mutex = NULL
+
+    # -- locking -------------------------------------------------------------
+    cdef int _lock(self) except -1:
+        if not PyThread_acquire_lock(self._mutex, NOWAIT_LOCK):
+            with nogil:    # contended: let the holder run (it may need the GIL)
+                PyThread_acquire_lock(self._mutex, WAIT_LOCK)
+        return 0
+
+    cdef void _unlock(self) noexcept:
+        PyThread_release_lock(self._mutex)
 
     # -- mapping -----------------------------------------------------------
     cdef int _ensure(self) except -1:
         if self._loaded:
             return 0
         if self._closed:
-            raise ValueError(f"index {self._path} is closed")
+            raise IndexClosedError(f"index {self._path} is closed")
         cdef bint created = False
         cdef Py_ssize_t length
         if not os.path.exists(self._path):
@@ -157,6 +187,11 @@ cdef class MmapIndex:
                              MAP_SHARED, fd, 0)
                 if p == MAP_FAILED:
                     raise OSError(f"mmap of {self._path} ({new_length} bytes) failed")
+                # Index access is random (binary search, one append slot): without this
+                # the first touch of a page faults in a read-around window
+                # (read_ahead_kb, 8 MiB on some disks) of a mostly sparse file: ~4 ms
+                # of kernel time and megabytes of page cache per fresh index.
+                madvise(p, <size_t>new_length, MADV_RANDOM)
                 self._map = <unsigned char*>p
         finally:
             os.close(fd)
@@ -181,6 +216,28 @@ cdef class MmapIndex:
             raise IndexFullError(f"attempt to append to a full index (size = {self._entries}) {self._path}")
         return 0
 
+    cdef int _resize(self, Py_ssize_t new_size) except -1:
+        self._ensure()
+        cdef Py_ssize_t rounded = round_down(new_size, self._entry_size)
+        if rounded == self._length:
+            return 0
+        self._remap(rounded)
+        return 1
+
+    cdef void _close_handler(self) noexcept:
+        self._unmap()
+        self._loaded = False
+        self._closed = True
+
+    cdef Py_ssize_t free_slots(self, Py_ssize_t reserve) except -1:
+        """Slots still free for appends, ``reserve`` of them kept back (the writer's check)."""
+        self._lock()
+        try:
+            self._ensure()
+            return self._max_entries - reserve - self._entries
+        finally:
+            self._unlock()
+
     # -- properties --------------------------------------------------------
     @property
     def path(self):
@@ -196,99 +253,152 @@ cdef class MmapIndex:
 
     @property
     def entries(self):
-        self._ensure()
-        return self._entries
+        self._lock()
+        try:
+            self._ensure()
+            return self._entries
+        finally:
+            self._unlock()
 
     @property
     def max_entries(self):
-        self._ensure()
-        return self._max_entries
+        self._lock()
+        try:
+            self._ensure()
+            return self._max_entries
+        finally:
+            self._unlock()
 
     @property
     def length(self):
         """Current file (and mapping) length in bytes, including pre-allocated slots."""
-        self._ensure()
-        return self._length
+        self._lock()
+        try:
+            self._ensure()
+            return self._length
+        finally:
+            self._unlock()
 
     @property
     def size_in_bytes(self):
         """Bytes of valid entries."""
-        self._ensure()
-        return self._entries * self._entry_size
+        self._lock()
+        try:
+            self._ensure()
+            return self._entries * self._entry_size
+        finally:
+            self._unlock()
 
     @property
     def is_full(self):
-        self._ensure()
-        return self._entries >= self._max_entries
+        self._lock()
+        try:
+            self._ensure()
+            return self._entries >= self._max_entries
+        finally:
+            self._unlock()
 
     # -- maintenance ---------------------------------------------------------
     def resize(self, Py_ssize_t new_size):
         """Set the file length to ``new_size`` rounded down to the entry size,
         keeping valid entries that still fit. Returns True if the length changed."""
-        self._ensure()
-        cdef Py_ssize_t rounded = round_down(new_size, self._entry_size)
-        if rounded == self._length:
-            return False
-        self._remap(rounded)
-        return True
+        self._lock()
+        try:
+            return self._resize(new_size) == 1
+        finally:
+            self._unlock()
 
     def trim_to_valid_size(self):
         """Shrink the file to exactly the valid entries (segment roll / close)."""
-        if not self._loaded:
-            return False  # never mapped: the file already has its trimmed size
-        return self.resize(self._entries * self._entry_size)
+        self._lock()
+        try:
+            if not self._loaded:
+                return False  # never mapped: the file already has its trimmed size
+            return self._resize(self._entries * self._entry_size) == 1
+        finally:
+            self._unlock()
 
     def truncate(self):
         """Drop all entries (length unchanged)."""
-        self._ensure()
-        self._entries = 0
-        self._after_load()
+        self._lock()
+        try:
+            self._ensure()
+            self._entries = 0
+            self._after_load()
+        finally:
+            self._unlock()
 
     def reset(self):
         """Drop all entries and re-extend the file to ``max_index_size``."""
-        self.truncate()
-        self.resize(self.max_index_size)
+        self._lock()
+        try:
+            self._ensure()
+            self._entries = 0
+            self._after_load()
+            self._resize(self.max_index_size)
+        finally:
+            self._unlock()
 
     def flush(self):
         """msync the valid part of the mapping to disk."""
-        if self._loaded and self._map != NULL and self.writable:
-            with nogil:
-                msync(self._map, <size_t>self._length, MS_SYNC)
+        self._lock()
+        try:
+            if self._loaded and self._map != NULL and self.writable:
+                with nogil:
+                    msync(self._map, <size_t>self._length, MS_SYNC)
+        finally:
+            self._unlock()
 
     def close(self):
         """Trim (if writable and loaded) and unmap. Idempotent."""
-        if self._loaded and self.writable and os.path.exists(self._path):
-            self.trim_to_valid_size()
-        self.close_handler()
+        self._lock()
+        try:
+            if self._loaded and self.writable and os.path.exists(self._path):
+                self._resize(self._entries * self._entry_size)
+            self._close_handler()
+        finally:
+            self._unlock()
 
     def close_handler(self):
         """Unmap without trimming; the object cannot be used again."""
-        self._unmap()
-        self._loaded = False
-        self._closed = True
+        self._lock()
+        self._close_handler()
+        self._unlock()
 
     def rename_to(self, new_path):
         """Rename the file (the mapping stays valid)."""
         new_path = os.fspath(new_path)
-        if os.path.exists(self._path):
-            os.replace(self._path, new_path)
-        self._path = new_path
+        self._lock()
+        try:
+            if os.path.exists(self._path):
+                os.replace(self._path, new_path)
+            self._path = new_path
+        finally:
+            self._unlock()
 
     def delete_if_exists(self):
         """Unmap and unlink the file. Returns True if a file was deleted."""
-        self.close_handler()
+        self._lock()
         try:
-            os.unlink(self._path)
-            return True
-        except FileNotFoundError:
-            return False
+            self._close_handler()
+            try:
+                os.unlink(self._path)
+                return True
+            except FileNotFoundError:
+                return False
+        finally:
+            self._unlock()
 
     def raw_entries(self):
         """A copy of the valid entries in on-disk format."""
-        self._ensure()
-        if self._entries == 0:
-            return b""
-        return (<char*>self._map)[:self._entries * self._entry_size]
+        self._lock()
+        try:
+            self._ensure()
+            if self._entries == 0:
+                return b""
+            return (<char*>self._map)[:self._entries * self._entry_size]
+        finally:
+            self._unlock()
 
 
 cdef class OffsetIndex(MmapIndex):
@@ -312,45 +422,71 @@ cdef class OffsetIndex(MmapIndex):
 
     @property
     def last_offset(self):
-        self._ensure()
-        return self._last_offset
+        self._lock()
+        try:
+            self._ensure()
+            return self._last_offset
+        finally:
+            self._unlock()
 
     def sanity_check(self):
         """Raise CorruptIndexError if the file cannot be a valid offset index."""
-        self._ensure()
-        if self._length % ENTRY_SIZE != 0:
-            raise CorruptIndexError(
-                f"Index file {self._path} is corrupt, found {self._length} bytes which is "
-                f"neither positive nor a multiple of {ENTRY_SIZE}.")
-        if self._entries != 0 and self._last_offset < self.base_offset:
-            raise CorruptIndexError(
-                f"Corrupt index found, index file ({self._path}) has non-zero size but the last "
-                f"offset is {self._last_offset} which is less than the base offset {self.base_offset}.")
+        self._lock()
+        try:
+            self._ensure()
+            if self._length % ENTRY_SIZE != 0:
+                raise CorruptIndexError(
+                    f"Index file {self._path} is corrupt, found {self._length} bytes which is "
+                    f"neither positive nor a multiple of {ENTRY_SIZE}.")
+            if self._entries != 0 and self._last_offset < self.base_offset:
+                raise CorruptIndexError(
+                    f"Corrupt index found, index file ({self._path}) has non-zero size but the last "
+                    f"offset is {self._last_offset} which is less than the base offset {self.base_offset}.")
+        finally:
+            self._unlock()
 
     def lookup(self, int64_t target_offset):
         """(offset, position) of the largest entry with offset <= target_offset,
         or (base_offset, 0) if there is none."""
-        self._ensure()
         cdef int64_t rel = target_offset - self.base_offset
         cdef Py_ssize_t slot
+        cdef const unsigned char* p
+        cdef int64_t off, pos
         if rel < 0:
             return (self.base_offset, 0)
         if rel > 0x7FFFFFFF:
             rel = 0x7FFFFFFF
-        slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 0, False, rel)
-        if slot < 0:
-            return (self.base_offset, 0)
-        cdef const unsigned char* p = self._map + slot * ENTRY_SIZE
-        return (self.base_offset + load_i32(p), load_i32(p + 4))
+        self._lock()
+        try:
+            self._ensure()
+            slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 0, False, rel)
+            if slot < 0:
+                off = self.base_offset
+                pos = 0
+            else:
+                p = self._map + slot * ENTRY_SIZE
+                off = self.base_offset + load_i32(p)
+                pos = load_i32(p + 4)
+        finally:
+            self._unlock()
+        return (off, pos)
 
     def entry(self, Py_ssize_t n):
         """(offset, position) of slot n."""
-        self._ensure()
-        if n < 0 or n >= self._entries:
-            raise IndexError(f"attempt to fetch the {n}th entry from index {self._path}, "
-                             f"which has size {self._entries}")
-        cdef const unsigned char* p = self._map + n * ENTRY_SIZE
-        return (self.base_offset + load_i32(p), load_i32(p + 4))
+        cdef const unsigned char* p
+        cdef int64_t off, pos
+        self._lock()
+        try:
+            self._ensure()
+            if n < 0 or n >= self._entries:
+                raise IndexError(f"attempt to fetch the {n}th entry from index {self._path}, "
+                                 f"which has size {self._entries}")
+            p = self._map + n * ENTRY_SIZE
+            off = self.base_offset + load_i32(p)
+            pos = load_i32(p + 4)
+        finally:
+            self._unlock()
+        return (off, pos)
 
     cdef int _append(self, int64_t offset, int64_t position) except -1:
         cdef int64_t rel = offset - self.base_offset
@@ -372,20 +508,25 @@ cdef class OffsetIndex(MmapIndex):
 
     def append(self, int64_t offset, int64_t position):
         """Add (offset, position); offset must exceed the last entry's."""
-        self._ensure()
-        self._check_capacity(False)
-        self._append(offset, position)
+        self._lock()
+        try:
+            self._ensure()
+            self._check_capacity(False)
+            self._append(offset, position)
+        finally:
+            self._unlock()
 
     def append_raw(self, data):
         """Append entries given in on-disk format (from the log_scan kernel),
         checking capacity and strictly increasing offsets and positions."""
-        self._ensure()
         cdef Py_buffer view
         cdef Py_ssize_t i, n
         cdef const unsigned char* p
         cdef int64_t prev_rel, prev_pos, rel, pos
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        self._lock()
         try:
+            self._ensure()
             if view.len % ENTRY_SIZE != 0:
                 raise InvalidOffsetError("raw index data is not a whole number of entries")
             n = view.len // ENTRY_SIZE
@@ -413,27 +554,32 @@ cdef class OffsetIndex(MmapIndex):
             self._entries += n
             self._last_offset = self.base_offset + prev_rel
         finally:
+            self._unlock()
             PyBuffer_Release(&view)
 
     def truncate_to(self, int64_t offset):
         """Remove every entry with offset >= ``offset``."""
-        self._ensure()
         cdef int64_t rel = offset - self.base_offset
         cdef Py_ssize_t slot, new_entries
-        if rel < 0:
-            new_entries = 0
-        else:
-            if rel > 0x7FFFFFFF:
-                rel = 0x7FFFFFFF
-            slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 0, False, rel)
-            if slot < 0:
+        self._lock()
+        try:
+            self._ensure()
+            if rel < 0:
                 new_entries = 0
-            elif load_i32(self._map + slot * ENTRY_SIZE) == rel:
-                new_entries = slot
             else:
-                new_entries = slot + 1
-        self._entries = new_entries
-        self._after_load()
+                if rel > 0x7FFFFFFF:
+                    rel = 0x7FFFFFFF
+                slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 0, False, rel)
+                if slot < 0:
+                    new_entries = 0
+                elif load_i32(self._map + slot * ENTRY_SIZE) == rel:
+                    new_entries = slot
+                else:
+                    new_entries = slot + 1
+            self._entries = new_entries
+            self._after_load()
+        finally:
+            self._unlock()
 
     def __repr__(self):
         return f"OffsetIndex({self._path!r}, base_offset={self.base_offset})"

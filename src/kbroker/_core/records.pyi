@@ -23,6 +23,9 @@ NO_PRODUCER_ID: int
 NO_PRODUCER_EPOCH: int
 NO_SEQUENCE: int
 NO_PARTITION_LEADER_EPOCH: int
+RECORD_ERROR_NO_KEY: int
+RECORD_ERROR_TIMESTAMP: int
+RECORD_ERROR_LOG_APPEND_TIME: int
 
 Header = tuple[str, bytes | None]
 BytesLike = bytes | bytearray | memoryview
@@ -88,6 +91,7 @@ class BatchInfo(NamedTuple):
     min_record_timestamp: int
     max_record_timestamp: int
     has_null_key: bool
+    record_errors: tuple[tuple[int, int, int], ...]  # (index in batch, RECORD_ERROR_* kind, timestamp)
 
 class BatchBuilder:
     def __init__(self, *, compression: int = ..., batch_size: int = ...,
@@ -95,7 +99,7 @@ class BatchBuilder:
                  producer_id: int = ..., producer_epoch: int = ...,
                  base_sequence: int = ..., partition_leader_epoch: int = ...,
                  is_transactional: bool = ..., is_control: bool = ...,
-                 base_offset: int = ...) -> None: ...
+                 base_offset: int = ..., compression_level: int | None = ...) -> None: ...
     def append(self, timestamp_ms: int, key: BytesLike | None, value: BytesLike | None,
                headers: Sequence[Header] = ...) -> bool: ...
     @property
@@ -108,11 +112,13 @@ def encode_batch(records: Iterable[RecordTuple], *, base_offset: int = ...,
                  base_timestamp: int | None = ..., producer_id: int = ...,
                  producer_epoch: int = ..., base_sequence: int = ...,
                  partition_leader_epoch: int = ..., is_transactional: bool = ...,
-                 is_control: bool = ...) -> bytes: ...
+                 is_control: bool = ..., compression_level: int | None = ...) -> bytes: ...
 def decode_batch(buf: BytesLike, *, check_crc: bool = ...) -> RecordBatch: ...
 def decode_batches(buf: BytesLike, *, check_crc: bool = ...) -> list[RecordBatch | LegacyBatch]: ...
 def iter_batches(buf: BytesLike, *, check_crc: bool = ...) -> Iterator[RecordBatch | LegacyBatch]: ...
-def validate_batches(buf: BytesLike, *, allow_control: bool = ...) -> list[BatchInfo]: ...
+def validate_batches(buf: BytesLike, *, allow_control: bool = ..., timestamp_type: int = ...,
+                     now_ms: int = ..., timestamp_before_max_ms: int = ...,
+                     timestamp_after_max_ms: int = ..., compacted: bool = ...) -> list[BatchInfo]: ...
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None: ...
 def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None: ...
 def set_max_timestamp(buf: bytearray | memoryview, position: int, timestamp_type: int,

@@ -49,6 +49,7 @@ __all__ = [
     "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "NO_TIMESTAMP",
     "RECORD_BATCH_OVERHEAD", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH",
     "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH",
+    "RECORD_ERROR_NO_KEY", "RECORD_ERROR_TIMESTAMP", "RECORD_ERROR_LOG_APPEND_TIME",
     "CorruptRecordError", "InvalidRecordError", "UnsupportedCompressionError",
     "UnsupportedMagicError",
     "Record", "RecordBatch", "LegacyBatch", "BatchInfo", "BatchBuilder",
@@ -95,6 +96,16 @@ cdef enum:
     CONTROL_MASK = 0x20
     DELETE_HORIZON_MASK = 0x40
 
+# record error kinds (validate_batches' BatchInfo.record_errors)
+cdef enum:
+    RECORD_NO_KEY = 1
+    RECORD_TIMESTAMP_OUT_OF_RANGE = 2
+    RECORD_LOG_APPEND_TIME_SET = 3
+
+RECORD_ERROR_NO_KEY = RECORD_NO_KEY
+RECORD_ERROR_TIMESTAMP = RECORD_TIMESTAMP_OUT_OF_RANGE
+RECORD_ERROR_LOG_APPEND_TIME = RECORD_LOG_APPEND_TIME_SET
+
 # record walk results
 cdef enum:
     W_OK = 0
@@ -124,6 +135,7 @@ BatchInfo = namedtuple("BatchInfo", [
     "producer_id", "producer_epoch", "base_sequence", "is_transactional",
     "is_control", "partition_leader_epoch",
     "min_record_timestamp", "max_record_timestamp", "has_null_key",
+    "record_errors",
 ])
 BatchInfo.__doc__ = """What ``validate_batches`` learned about one v2 batch
 (see the twin, kbroker._core.ref.records.BatchInfo)."""
@@ -358,18 +370,56 @@ cdef struct WalkStats:
     int64_t min_delta
     int64_t max_delta
     bint has_null_key
+    int32_t n_errors       # records that fail the RecordChecks
+
+
+cdef struct RecordChecks:
+    # Kafka's LogValidator.validateRecord for one batch: enabled only on a leader append
+    bint enabled
+    bint compacted         # a record without a key is an error
+    bint create_time       # the topic's message.timestamp.type is CreateTime
+    bint batch_log_append  # the batch's timestamp type bit: records carry its max_timestamp
+    int64_t base_ts
+    int64_t header_max_ts
+    int64_t now
+    int64_t before_max
+    int64_t after_max
+
+
+cdef inline int _record_error(const RecordChecks* ck, bint null_key,
+                              int64_t ts) noexcept nogil:
+    """The RECORD_* error kind of one record, 0 if it passes (key first, then
+    timestamp, as LogValidator.validateRecord; Java long arithmetic wraps)."""
+    cdef int64_t diff
+    if ck.compacted and null_key:
+        return RECORD_NO_KEY
+    if ck.create_time and ts != -1:
+        diff = <int64_t>(<uint64_t>ck.now - <uint64_t>ts)
+        if diff > ck.before_max or <int64_t>(0 - <uint64_t>diff) > ck.after_max:
+            return RECORD_TIMESTAMP_OUT_OF_RANGE
+    elif ck.batch_log_append:
+        return RECORD_LOG_APPEND_TIME_SET
+    return 0
 
 
 cdef int _scan_records(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end,
-                       int32_t count, WalkStats* st) noexcept nogil:
+                       int32_t count, WalkStats* st, const RecordChecks* ck,
+                       int32_t* err_index, int8_t* err_kind, int64_t* err_ts) noexcept nogil:
     """Check the framing of ``count`` records in buf[pos:end] and that their
-    offset deltas are 0,1,2..; no objects built. Returns a W_* code."""
+    offset deltas are 0,1,2..; no objects built. Returns a W_* code. With
+    ``ck.enabled``, also applies ``ck`` to each record as it is walked (the
+    same single pass) and counts failures in ``st.n_errors``; when
+    ``err_index``/``err_kind``/``err_ts`` are given (room for every failure),
+    the failing records' indexes, kinds and timestamps are stored there too."""
     cdef int32_t i, length, off_delta, klen, vlen, nh, hklen, hvlen, j
     cdef int64_t ts_delta
     cdef Py_ssize_t rend
+    cdef int kind
+    cdef int64_t ts
     st.min_delta = INT64_MAX
     st.max_delta = INT64_MIN
     st.has_null_key = False
+    st.n_errors = 0
     for i in range(count):
         pos = read_varint(buf, pos, end, &length)
         if pos < 0:
@@ -435,6 +485,15 @@ cdef int _scan_records(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end,
             st.min_delta = ts_delta
         if ts_delta > st.max_delta:
             st.max_delta = ts_delta
+        if ck.enabled:
+            ts = ck.header_max_ts if ck.batch_log_append else _wrap_add(ck.base_ts, ts_delta)
+            kind = _record_error(ck, klen < 0, ts)
+            if kind:
+                if err_index != NULL:
+                    err_index[st.n_errors] = i
+                    err_kind[st.n_errors] = <int8_t>kind
+                    err_ts[st.n_errors] = ts
+                st.n_errors += 1
     if pos != end:
         return W_TRAILING
     return W_OK
@@ -827,6 +886,7 @@ cdef class BatchBuilder:
     cdef Py_ssize_t _cap
     cdef Py_ssize_t _batch_size
     cdef int _compression
+    cdef object _level
     cdef int16_t _attributes
     cdef int64_t _base_offset
     cdef bint _has_base_ts
@@ -849,13 +909,14 @@ cdef class BatchBuilder:
                  int32_t base_sequence=NO_SEQUENCE,
                  int32_t partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
                  bint is_transactional=False, bint is_control=False,
-                 int64_t base_offset=0):
+                 int64_t base_offset=0, compression_level=None):
         if not 0 <= compression <= 4:
             raise UnsupportedCompressionError(
                 f"unknown compression codec id {compression}")
         if timestamp_type != 0 and timestamp_type != 1:
             raise ValueError(f"bad timestamp_type {timestamp_type}")
         self._compression = compression
+        self._level = compression_level
         self._batch_size = min(batch_size, 1 << 62)
         self._attributes = (compression | (timestamp_type << 3)
                             | (TRANSACTIONAL_MASK if is_transactional else 0)
@@ -1026,7 +1087,7 @@ cdef class BatchBuilder:
             payload = _compression.compress(
                 self._compression,
                 PyBytes_FromStringAndSize(<const char*>self._buf + OVERHEAD,
-                                          self._len - OVERHEAD))
+                                          self._len - OVERHEAD), self._level)
             total = OVERHEAD + len(payload)
             if total - LOG_OVERHEAD > INT32_MAX:
                 raise OverflowError("record batch too large")
@@ -1062,20 +1123,21 @@ def encode_batch(records, *, int64_t base_offset=0, int compression=NO_COMPRESSI
                  int16_t producer_epoch=NO_PRODUCER_EPOCH,
                  int32_t base_sequence=NO_SEQUENCE,
                  int32_t partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
-                 bint is_transactional=False, bint is_control=False):
+                 bint is_transactional=False, bint is_control=False, compression_level=None):
     """Encode ``records`` — a sequence of (timestamp_ms, key, value, headers)
     — as one record batch v2. Offset deltas are 0..n-1; base_timestamp
     defaults to the first record's timestamp; max_timestamp is the largest
     record timestamp (the caller passes the append time as the records'
     timestamps for LogAppendTime, or rewrites it with set_log_append_time).
-    An empty ``records`` gives a header-only batch with timestamps -1."""
+    An empty ``records`` gives a header-only batch with timestamps -1.
+    ``compression_level``: the codec's level (None: kbroker's default for it)."""
     cdef BatchBuilder b = BatchBuilder(
         compression=compression, batch_size=1 << 62,
         timestamp_type=timestamp_type, base_timestamp=base_timestamp,
         producer_id=producer_id, producer_epoch=producer_epoch,
         base_sequence=base_sequence, partition_leader_epoch=partition_leader_epoch,
         is_transactional=is_transactional, is_control=is_control,
-        base_offset=base_offset)
+        base_offset=base_offset, compression_level=compression_level)
     cdef int64_t ts
     for r in records:
         ts_obj, key, value, headers = r
@@ -1086,22 +1148,38 @@ def encode_batch(records, *, int64_t base_offset=0, int compression=NO_COMPRESSI
 
 # -- broker fast path -------------------------------------------------------------
 
-def validate_batches(buf, *, bint allow_control=False):
+def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
+                     int64_t now_ms=0, int64_t timestamp_before_max_ms=INT64_MAX,
+                     int64_t timestamp_after_max_ms=INT64_MAX, bint compacted=False):
     """Validate a ProduceRequest partition's records without building Record
     objects; return one BatchInfo per batch. See the twin's docstring for the
-    full list of checks and the error class each failure raises."""
+    full list of checks, the record checks ``timestamp_type`` >= 0 turns on
+    and the error class each failure raises."""
     cdef _Buf b = _get_buf(buf)
     cdef const unsigned char* base = b.ptr
     cdef const unsigned char* p
-    cdef Py_ssize_t pos = 0, end = b.size, batch_end
+    cdef const unsigned char* rbuf
+    cdef Py_ssize_t pos = 0, end = b.size, batch_end, rpos, rend
     cdef int magic, rc
     cdef int32_t batch_length, lod, count, ple, bseq
     cdef int16_t attributes, pepoch
     cdef int64_t base_ts, max_ts, pid
     cdef uint32_t crc
     cdef WalkStats st
+    cdef RecordChecks ck
+    cdef bint checks = timestamp_type >= 0
+    cdef bint window = (timestamp_type == TIMESTAMP_CREATE_TIME
+                        and (timestamp_before_max_ms != INT64_MAX or timestamp_after_max_ms != INT64_MAX))
     cdef object data
+    cdef object errors
     cdef list infos = []
+    if timestamp_type > 1:
+        raise ValueError(f"bad timestamp_type {timestamp_type}")
+    ck.compacted = compacted
+    ck.create_time = timestamp_type == TIMESTAMP_CREATE_TIME
+    ck.now = now_ms
+    ck.before_max = timestamp_before_max_ms
+    ck.after_max = timestamp_after_max_ms
     if end == 0:
         raise CorruptRecordError("empty records")
     while pos < end:
@@ -1140,21 +1218,52 @@ def validate_batches(buf, *, bint allow_control=False):
             raise InvalidRecordError(f"invalid sequence number {bseq}")
         data = _records_section(base, pos, batch_end, attributes, count)
         if data is None:
-            rc = _scan_records(base, pos + OVERHEAD, batch_end, count, &st)
+            rbuf, rpos, rend = base, pos + OVERHEAD, batch_end
         else:
-            rc = _scan_records(<const unsigned char*>PyBytes_AS_STRING(data), 0,
-                               PyBytes_GET_SIZE(data), count, &st)
+            rbuf, rpos, rend = <const unsigned char*>PyBytes_AS_STRING(data), 0, PyBytes_GET_SIZE(data)
+        ck.batch_log_append = (attributes & TIMESTAMP_TYPE_MASK) != 0
+        # no record can fail when no check applies (the defaults: unbounded window, not
+        # compacted, no LogAppendTime bit): the walk then skips the per-record test
+        ck.enabled = checks and (compacted or window or ck.batch_log_append)
+        ck.base_ts = base_ts
+        ck.header_max_ts = max_ts
+        rc = _scan_records(rbuf, rpos, rend, count, &st, &ck, NULL, NULL, NULL)
         if rc != W_OK:
             raise InvalidRecordError(_WALK_MESSAGES[rc])
+        errors = ()
+        if st.n_errors:
+            errors = _record_errors(rbuf, rpos, rend, count, &ck, st.n_errors)
         infos.append(BatchInfo(
             pos, batch_length + LOG_OVERHEAD, lod, count, base_ts, max_ts,
             (attributes >> 3) & 1, attributes & COMPRESSION_MASK, pid, pepoch,
             bseq, (attributes & TRANSACTIONAL_MASK) != 0,
             (attributes & CONTROL_MASK) != 0, ple,
             _wrap_add(base_ts, st.min_delta), _wrap_add(base_ts, st.max_delta),
-            <bint>st.has_null_key))
+            <bint>st.has_null_key, errors))
         pos = batch_end
     return infos
+
+
+cdef tuple _record_errors(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end,
+                          int32_t count, const RecordChecks* ck, int32_t n_errors):
+    """The failing records of a batch whose first walk counted ``n_errors``:
+    walk it again, storing them, and return ((index, kind, timestamp), ...) in
+    record order. Only on the error path."""
+    cdef WalkStats st
+    cdef int32_t k
+    cdef int32_t* idx = <int32_t*>PyMem_Malloc(n_errors * sizeof(int32_t))
+    cdef int8_t* kinds = <int8_t*>PyMem_Malloc(n_errors * sizeof(int8_t))
+    cdef int64_t* tss = <int64_t*>PyMem_Malloc(n_errors * sizeof(int64_t))
+    try:
+        if idx == NULL or kinds == NULL or tss == NULL:
+            raise MemoryError()
+        if _scan_records(buf, pos, end, count, &st, ck, idx, kinds, tss) != W_OK or st.n_errors != n_errors:
+            raise AssertionError("second record walk disagrees with the first")
+        return tuple([(idx[k], kinds[k], tss[k]) for k in range(n_errors)])
+    finally:
+        PyMem_Free(idx)
+        PyMem_Free(kinds)
+        PyMem_Free(tss)
 
 
 cdef unsigned char* _writable_at(_Buf b, Py_ssize_t position, Py_ssize_t size) except NULL:
@@ -1192,7 +1301,9 @@ def set_max_timestamp(buf, Py_ssize_t position, int timestamp_type, int64_t max_
     batch_length = load_i32(p + LENGTH_OFFSET)
     if batch_length < OVERHEAD - LOG_OVERHEAD or batch_length > b.size - position - LOG_OVERHEAD:
         raise CorruptRecordError(f"bad batch length {batch_length}")
-    attributes = <int16_t>((attributes & ~TIMESTAMP_TYPE_MASK) | (timestamp_type << 3))
+    # Kafka's DefaultRecordBatch.computeAttributes: only the known bits survive
+    attributes = <int16_t>((attributes & (COMPRESSION_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
+                                          | DELETE_HORIZON_MASK)) | (timestamp_type << 3))
     store_i16(p + ATTRIBUTES_OFFSET, attributes)
     store_i64(p + MAX_TIMESTAMP_OFFSET, max_timestamp)
     store_u32(p + CRC_OFFSET, _crc32c(p + ATTRIBUTES_OFFSET,

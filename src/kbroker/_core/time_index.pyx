@@ -18,7 +18,8 @@ segment writes a final entry for its max timestamp when it becomes
 inactive, with ``skip_full_check=True``.
 
 Lazy mapping, pre-allocation and trimming as for the offset index
-(``kbroker._core.offset_index``). Not thread-safe.
+(``kbroker._core.offset_index``); so is the locking: every method takes
+the index's own lock (lock-free readers vs. the writer's remaps).
 """
 from libc.stdint cimport int32_t, int64_t
 
@@ -63,51 +64,81 @@ cdef class TimeIndex(MmapIndex):
 
     @property
     def is_full(self):
-        self._ensure()
-        return self._entries >= self._max_entries - 1
+        self._lock()
+        try:
+            self._ensure()
+            return self._entries >= self._max_entries - 1
+        finally:
+            self._unlock()
 
     @property
     def last_entry(self):
         """(timestamp, offset) of the last entry, (-1, base_offset) if empty."""
-        self._ensure()
-        return (self._last_ts, self._last_offset)
+        self._lock()
+        try:
+            self._ensure()
+            return (self._last_ts, self._last_offset)
+        finally:
+            self._unlock()
 
     def sanity_check(self):
-        self._ensure()
-        if self._length % ENTRY_SIZE != 0:
-            raise CorruptIndexError(
-                f"Time index file {self._path} is corrupt, found {self._length} bytes which is "
-                f"neither positive nor a multiple of {ENTRY_SIZE}.")
-        if self._entries != 0:
-            if self._last_ts < load_i64(self._map):
+        self._lock()
+        try:
+            self._ensure()
+            if self._length % ENTRY_SIZE != 0:
                 raise CorruptIndexError(
-                    f"Corrupt time index found, time index file ({self._path}) has non-zero size "
-                    f"but the last timestamp is {self._last_ts} which is less than the first "
-                    f"timestamp {load_i64(self._map)}")
-            if self._last_offset < self.base_offset:
-                raise CorruptIndexError(
-                    f"Corrupt time index found, time index file ({self._path}) has non-zero size "
-                    f"but the last offset is {self._last_offset} which is less than the base "
-                    f"offset {self.base_offset}")
+                    f"Time index file {self._path} is corrupt, found {self._length} bytes which is "
+                    f"neither positive nor a multiple of {ENTRY_SIZE}.")
+            if self._entries != 0:
+                if self._last_ts < load_i64(self._map):
+                    raise CorruptIndexError(
+                        f"Corrupt time index found, time index file ({self._path}) has non-zero size "
+                        f"but the last timestamp is {self._last_ts} which is less than the first "
+                        f"timestamp {load_i64(self._map)}")
+                if self._last_offset < self.base_offset:
+                    raise CorruptIndexError(
+                        f"Corrupt time index found, time index file ({self._path}) has non-zero size "
+                        f"but the last offset is {self._last_offset} which is less than the base "
+                        f"offset {self.base_offset}")
+        finally:
+            self._unlock()
 
     def entry(self, Py_ssize_t n):
-        self._ensure()
-        if n < 0 or n >= self._entries:
-            raise IndexError(f"attempt to fetch the {n}th entry from time index {self._path}, "
-                             f"which has size {self._entries}")
-        cdef const unsigned char* p = self._map + n * ENTRY_SIZE
-        return (load_i64(p), self.base_offset + load_i32(p + 8))
+        cdef const unsigned char* p
+        cdef int64_t ts, off
+        self._lock()
+        try:
+            self._ensure()
+            if n < 0 or n >= self._entries:
+                raise IndexError(f"attempt to fetch the {n}th entry from time index {self._path}, "
+                                 f"which has size {self._entries}")
+            p = self._map + n * ENTRY_SIZE
+            ts = load_i64(p)
+            off = self.base_offset + load_i32(p + 8)
+        finally:
+            self._unlock()
+        return (ts, off)
 
     def lookup(self, int64_t target_timestamp):
         """(timestamp, offset) of the largest entry with timestamp <= target,
         or (-1, base_offset) if there is none."""
-        self._ensure()
-        cdef Py_ssize_t slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 0, True,
-                                                        target_timestamp)
-        if slot < 0:
-            return (-1, self.base_offset)
-        cdef const unsigned char* p = self._map + slot * ENTRY_SIZE
-        return (load_i64(p), self.base_offset + load_i32(p + 8))
+        cdef Py_ssize_t slot
+        cdef const unsigned char* p
+        cdef int64_t ts, off
+        self._lock()
+        try:
+            self._ensure()
+            slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 0, True, target_timestamp)
+            if slot < 0:
+                ts = -1
+                off = self.base_offset
+            else:
+                p = self._map + slot * ENTRY_SIZE
+                ts = load_i64(p)
+                off = self.base_offset + load_i32(p + 8)
+        finally:
+            self._unlock()
+        return (ts, off)
 
     def maybe_append(self, int64_t timestamp, int64_t offset, bint skip_full_check=False):
         """Add (timestamp, offset) if timestamp exceeds the last entry's.
@@ -116,49 +147,53 @@ cdef class TimeIndex(MmapIndex):
         ValueError if timestamp is below the last entry's (the segment passes
         its running maximum, which never decreases).
         """
-        self._ensure()
-        if not skip_full_check:
-            if self._entries >= self._max_entries - 1:
-                raise IndexFullError(f"Attempt to append to a full time index (size = {self._entries}).")
-        if self._entries != 0 and offset < self._last_offset:
-            raise InvalidOffsetError(
-                f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than "
-                f"the last offset appended ({self._last_offset}) to {self._path}.")
-        if self._entries != 0 and timestamp < self._last_ts:
-            raise ValueError(
-                f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger "
-                f"than the last timestamp appended ({self._last_ts}) to {self._path}.")
-        if timestamp <= self._last_ts:
-            return False
-        cdef int64_t rel = offset - self.base_offset
-        if rel < 0 or rel > 0x7FFFFFFF:
-            raise InvalidOffsetError(f"offset {offset} does not fit in time index {self._path} "
-                                     f"with base offset {self.base_offset}")
-        if not self.writable:
-            raise ValueError(f"time index {self._path} is read-only")
-        if self._entries >= self._max_entries:
-            raise IndexFullError(f"time index {self._path} has no free slot")
-        cdef unsigned char* p = self._map + self._entries * ENTRY_SIZE
-        with nogil:
-            # the first store to a page of the (sparse) file may fault and allocate a
-            # block: other threads run meanwhile (the LogManager closes logs in parallel)
+        cdef int64_t rel
+        cdef unsigned char* p
+        self._lock()
+        try:
+            self._ensure()
+            if not skip_full_check:
+                if self._entries >= self._max_entries - 1:
+                    raise IndexFullError(f"Attempt to append to a full time index (size = {self._entries}).")
+            if self._entries != 0 and offset < self._last_offset:
+                raise InvalidOffsetError(
+                    f"Attempt to append an offset ({offset}) to slot {self._entries} no larger than "
+                    f"the last offset appended ({self._last_offset}) to {self._path}.")
+            if self._entries != 0 and timestamp < self._last_ts:
+                raise ValueError(
+                    f"Attempt to append a timestamp ({timestamp}) to slot {self._entries} no larger "
+                    f"than the last timestamp appended ({self._last_ts}) to {self._path}.")
+            if timestamp <= self._last_ts:
+                return False
+            rel = offset - self.base_offset
+            if rel < 0 or rel > 0x7FFFFFFF:
+                raise InvalidOffsetError(f"offset {offset} does not fit in time index {self._path} "
+                                         f"with base offset {self.base_offset}")
+            if not self.writable:
+                raise ValueError(f"time index {self._path} is read-only")
+            if self._entries >= self._max_entries:
+                raise IndexFullError(f"time index {self._path} has no free slot")
+            p = self._map + self._entries * ENTRY_SIZE
             store_i64(p, timestamp)
             store_i32(p + 8, <int32_t>rel)
-        self._entries += 1
-        self._last_ts = timestamp
-        self._last_offset = offset
-        return True
+            self._entries += 1
+            self._last_ts = timestamp
+            self._last_offset = offset
+            return True
+        finally:
+            self._unlock()
 
     def append_raw(self, data):
         """Append entries in on-disk format (from the log_scan kernel),
         checking capacity (one slot stays free) and strict timestamp increase."""
-        self._ensure()
         cdef Py_buffer view
         cdef Py_ssize_t i, n
         cdef const unsigned char* p
         cdef int64_t prev_ts, prev_rel, ts, rel
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        self._lock()
         try:
+            self._ensure()
             if view.len % ENTRY_SIZE != 0:
                 raise InvalidOffsetError("raw time index data is not a whole number of entries")
             n = view.len // ENTRY_SIZE
@@ -182,28 +217,33 @@ cdef class TimeIndex(MmapIndex):
             self._entries += n
             self._after_load()
         finally:
+            self._unlock()
             PyBuffer_Release(&view)
 
     def truncate_to(self, int64_t offset):
         """Remove every entry with offset >= ``offset``."""
-        self._ensure()
         cdef int64_t rel = offset - self.base_offset
         cdef Py_ssize_t slot, new_entries
-        if rel < 0:
-            new_entries = 0
-        else:
-            if rel > 0x7FFFFFFF:
-                rel = 0x7FFFFFFF
-            # Offsets are non-decreasing: find the largest slot with offset <= rel.
-            slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 8, False, rel)
-            if slot < 0:
+        self._lock()
+        try:
+            self._ensure()
+            if rel < 0:
                 new_entries = 0
-            elif load_i32(self._map + slot * ENTRY_SIZE + 8) == rel:
-                new_entries = slot
             else:
-                new_entries = slot + 1
-        self._entries = new_entries
-        self._after_load()
+                if rel > 0x7FFFFFFF:
+                    rel = 0x7FFFFFFF
+                # Offsets are non-decreasing: find the largest slot with offset <= rel.
+                slot = largest_lower_bound_slot(self._map, self._entries, ENTRY_SIZE, 8, False, rel)
+                if slot < 0:
+                    new_entries = 0
+                elif load_i32(self._map + slot * ENTRY_SIZE + 8) == rel:
+                    new_entries = slot
+                else:
+                    new_entries = slot + 1
+            self._entries = new_entries
+            self._after_load()
+        finally:
+            self._unlock()
 
     def __repr__(self):
         return f"TimeIndex({self._path!r}, base_offset={self.base_offset})"

@@ -359,6 +359,20 @@ class LogConfig:
     def max_index_size(self) -> int:
         return self._values["segment.index.bytes"]
 
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """Kafka's LogConfig.messageTimestampBeforeMaxMs: message.timestamp.before.max.ms,
+        or the deprecated message.timestamp.difference.max.ms while the former is at its
+        default (KIP-937's transition rule)."""
+        v = self._values["message.timestamp.before.max.ms"]
+        return self._values["message.timestamp.difference.max.ms"] if v == LONG_MAX else v
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """Kafka's LogConfig.messageTimestampAfterMaxMs (see timestamp_before_max_ms)."""
+        v = self._values["message.timestamp.after.max.ms"]
+        return self._values["message.timestamp.difference.max.ms"] if v == LONG_MAX else v
+
     def __eq__(self, other):
         return isinstance(other, LogConfig) and other._values == self._values
 

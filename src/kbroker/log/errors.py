@@ -8,20 +8,22 @@ CorruptRecordError            CORRUPT_MESSAGE (2) — from kbroker._core
 RecordTooLargeError           MESSAGE_TOO_LARGE (10)
 RecordBatchTooLargeError      RECORD_LIST_TOO_LARGE (18)
 KafkaStorageError             KAFKA_STORAGE_ERROR (56)
+SegmentClosedError            (internal: a reader's view went stale; it retries)
 ConfigError                   INVALID_CONFIG (40)
 CorruptIndexError             (internal: the index is rebuilt)
+IndexClosedError              (internal: as SegmentClosedError)
 InvalidOffsetError            (internal: a bug if it escapes)
 ============================  =====================================
 """
 from __future__ import annotations
 
 from kbroker._core.errors import CorruptRecordError, InvalidRecordError
-from kbroker._core.index_errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from kbroker._core.index_errors import CorruptIndexError, IndexClosedError, IndexFullError, InvalidOffsetError
 
 __all__ = [
-    "ConfigError", "CorruptIndexError", "CorruptRecordError", "IndexFullError", "InvalidOffsetError",
-    "InvalidRecordError", "KafkaStorageError", "LogError", "OffsetOutOfRangeError",
-    "RecordBatchTooLargeError", "RecordTooLargeError", "UnexpectedAppendOffsetError",
+    "ConfigError", "CorruptIndexError", "CorruptRecordError", "IndexClosedError", "IndexFullError",
+    "InvalidOffsetError", "InvalidRecordError", "KafkaStorageError", "LogError", "OffsetOutOfRangeError",
+    "RecordBatchTooLargeError", "RecordTooLargeError", "SegmentClosedError", "UnexpectedAppendOffsetError",
 ]
 
 
@@ -39,6 +41,12 @@ class OffsetOutOfRangeError(LogError):
 
 class KafkaStorageError(LogError):
     """An I/O error on a log directory; the partition goes offline (KAFKA_STORAGE_ERROR)."""
+
+
+class SegmentClosedError(KafkaStorageError):
+    """A read of a segment whose file was closed (deleted by retention, a compaction
+    swap or truncation after the reader took its view, or the log closed). Log's
+    lock-free readers retry on the newer view; it escapes only once the log is closed."""
 
 
 class RecordTooLargeError(LogError):

@@ -17,10 +17,12 @@ When the file is written (KAFKA-15046: no fsync on the request path):
 
 Used for OffsetForLeaderEpoch (``end_offset_for``) and kept consistent with
 the log by truncation from both ends. Thread-safety: mutators are called with
-the owning Log's lock held; ``_lock`` guards the entries against a concurrent
-:meth:`flush` (which runs without the Log's lock), and ``_write_lock`` orders
-file writes (each write holds the entries as of its own start, so a later
-write is never older).
+the owning Log's append lock held; queries take no lock (the Log's lock-free
+readers call them): the entries are one immutable ``(epochs, offsets)`` pair of
+tuples, replaced whole by each mutation. :meth:`flush` runs without the Log's lock:
+``_write_lock`` orders file writes, each of the state as of its own start (a mutation
+replaces the state before it marks the cache dirty; a flush clears the mark before it
+reads the state), so a later write is never older.
 """
 from __future__ import annotations
 
@@ -38,27 +40,29 @@ class LeaderEpochFileCache:
         self._checkpoint = checkpoint
         self._sync = sync
         self._deferred = deferred
-        self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._dirty = False          # entries differ from the file
         entries = checkpoint.read() if checkpoint is not None else []
-        self._epochs: list[int] = []
-        self._offsets: list[int] = []
+        #: (epochs, offsets): tuples, strictly increasing, replaced together
+        self._state: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+        epochs: list[int] = []
+        offsets: list[int] = []
         for e, o in entries:
-            self._append(e, o)
+            epochs.append(e)
+            offsets.append(o)
+        self._set(epochs, offsets)
 
     # -- helpers ----------------------------------------------------------------
-    def _append(self, epoch: int, offset: int) -> None:
-        self._epochs.append(epoch)
-        self._offsets.append(offset)
+    def _set(self, epochs, offsets) -> None:
+        self._state = (tuple(epochs), tuple(offsets))
 
-    def _changed(self) -> None:
-        """After a mutation (caller holds ``_lock``): write now, or just mark dirty."""
+    def _flush(self) -> None:
+        """After a mutation (append lock held, state already replaced): write now, or
+        (deferred) just mark the cache dirty."""
         if self._checkpoint is None:
             return
         self._dirty = True
         if not self._deferred:
-            # synchronous mode: the caller holds _lock, so writes are already ordered
             self._checkpoint.write(self.epoch_entries(), sync=self._sync)
             self._dirty = False
 
@@ -68,20 +72,18 @@ class LeaderEpochFileCache:
         return self._dirty
 
     def flush(self, sync: bool = True) -> None:
-        """Write the entries to the checkpoint file (fsynced) if they changed since the
-        last write. Called by the Log before it moves its recovery point and when it
-        closes. Never called with the entries' ``_lock`` held."""
+        """Write the entries to the checkpoint file (fsynced unless ``sync=False``) if
+        they changed since the last write. Called by the Log before it moves its
+        recovery point and when it closes."""
         with self._write_lock:
-            with self._lock:
-                if not self._dirty or self._checkpoint is None:
-                    return
-                entries = self.epoch_entries()
-                self._dirty = False
+            if not self._dirty or self._checkpoint is None:
+                return
+            self._dirty = False
+            entries = self.epoch_entries()
             try:
                 self._checkpoint.write(entries, sync=self._sync and sync)
             except BaseException:
-                with self._lock:
-                    self._dirty = True
+                self._dirty = True
                 raise
 
     def moved(self, path: str) -> None:
@@ -98,23 +100,27 @@ class LeaderEpochFileCache:
 
     # -- queries ----------------------------------------------------------------
     def epoch_entries(self) -> list[tuple[int, int]]:
-        return list(zip(self._epochs, self._offsets))
+        epochs, offsets = self._state
+        return list(zip(epochs, offsets))
 
     def is_empty(self) -> bool:
-        return not self._epochs
+        return not self._state[0]
 
     @property
     def latest_epoch(self) -> int | None:
-        return self._epochs[-1] if self._epochs else None
+        epochs = self._state[0]
+        return epochs[-1] if epochs else None
 
     @property
     def earliest_entry(self) -> tuple[int, int] | None:
-        return (self._epochs[0], self._offsets[0]) if self._epochs else None
+        epochs, offsets = self._state
+        return (epochs[0], offsets[0]) if epochs else None
 
     def epoch_for_offset(self, offset: int) -> int | None:
         """Epoch of the entry whose range contains ``offset`` (floor by start offset)."""
-        i = bisect.bisect_right(self._offsets, offset) - 1
-        return self._epochs[i] if i >= 0 else None
+        epochs, offsets = self._state
+        i = bisect.bisect_right(offsets, offset) - 1
+        return epochs[i] if i >= 0 else None
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch (Kafka's endOffsetFor).
@@ -124,18 +130,19 @@ class LeaderEpochFileCache:
         first entry answers (requested_epoch, first start offset); one
         above the latest (or UNDEFINED_EPOCH) answers (-1, -1).
         """
-        if requested_epoch == UNDEFINED_EPOCH or not self._epochs:
+        epochs, offsets = self._state
+        if requested_epoch == UNDEFINED_EPOCH or not epochs:
             return (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
-        if requested_epoch == self._epochs[-1]:
+        if requested_epoch == epochs[-1]:
             return (requested_epoch, log_end_offset)
-        hi = bisect.bisect_right(self._epochs, requested_epoch)  # first epoch > requested
-        if hi >= len(self._epochs):
+        hi = bisect.bisect_right(epochs, requested_epoch)  # first epoch > requested
+        if hi >= len(epochs):
             return (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
         if hi == 0:
-            return (requested_epoch, self._offsets[0])
-        return (self._epochs[hi - 1], self._offsets[hi])
+            return (requested_epoch, offsets[0])
+        return (epochs[hi - 1], offsets[hi])
 
-    # -- mutators ---------------------------------------------------------------
+    # -- mutators (append lock held) ---------------------------------------------
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset`` unless the latest
         entry already is ``epoch`` at or below that offset. Entries it would
@@ -143,39 +150,36 @@ class LeaderEpochFileCache:
         from the end first, as Kafka does."""
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
-        if self._epochs and self._epochs[-1] == epoch and self._offsets[-1] <= start_offset:
+        epochs, offsets = (list(t) for t in self._state)
+        if epochs and epochs[-1] == epoch and offsets[-1] <= start_offset:
             return False  # Kafka's isUpdateNeeded
-        with self._lock:
-            while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
-                self._epochs.pop()
-                self._offsets.pop()
-            self._append(epoch, start_offset)
-            self._changed()
+        while epochs and (epochs[-1] >= epoch or offsets[-1] >= start_offset):
+            epochs.pop()
+            offsets.pop()
+        epochs.append(epoch)
+        offsets.append(start_offset)
+        self._set(epochs, offsets)
+        self._flush()
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Remove entries with start_offset >= end_offset (log truncated to end_offset)."""
-        if self._offsets and self._offsets[-1] >= end_offset:
-            with self._lock:
-                i = bisect.bisect_left(self._offsets, end_offset)
-                del self._epochs[i:]
-                del self._offsets[i:]
-                self._changed()
+        epochs, offsets = self._state
+        if offsets and offsets[-1] >= end_offset:
+            i = bisect.bisect_left(offsets, end_offset)
+            self._set(epochs[:i], offsets[:i])
+            self._flush()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop entries wholly below start_offset; the surviving first entry
         starts at start_offset (log start moved)."""
-        if not self._offsets or self._offsets[0] >= start_offset:
+        epochs, offsets = self._state
+        if not offsets or offsets[0] >= start_offset:
             return
-        with self._lock:
-            i = bisect.bisect_right(self._offsets, start_offset) - 1  # entry containing start_offset
-            del self._epochs[:i]
-            del self._offsets[:i]
-            self._offsets[0] = start_offset
-            self._changed()
+        i = bisect.bisect_right(offsets, start_offset) - 1  # entry containing start_offset
+        self._set(epochs[i:], (start_offset,) + offsets[i + 1:])
+        self._flush()
 
     def clear(self) -> None:
-        with self._lock:
-            self._epochs.clear()
-            self._offsets.clear()
-            self._changed()
+        self._set((), ())
+        self._flush()

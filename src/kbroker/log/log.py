@@ -8,16 +8,66 @@ Offsets (all "next offset" style except the high watermark, which is one too):
   offset), ``truncate_fully_and_start_at``; moved back only by
   ``truncate_to`` below it.
 * ``high_watermark`` — offsets below it are committed and visible to
-  consumers. Single replica today: the broker (ReplicaManager) calls
-  ``update_high_watermark`` after an append; ``append`` never moves it.
-  Always within ``[log_start_offset, log_end_offset]``.
+  consumers. It only moves forward on the replication path:
+  ``maybe_increment_high_watermark(meta)`` (Kafka's
+  ``UnifiedLog.maybeIncrementHighWatermark``) takes, under the append lock,
+  the minimum log end offset over the ISR with where it lives, and ignores
+  anything not above the current value, so proposals computed from log end
+  offsets read at different times (concurrent appends) can arrive in any
+  order. ``update_high_watermark(offset)`` is the explicit path that may move
+  it back: restart (the checkpoint), truncation, tests. ``append`` never
+  moves it. Always within ``[log_start_offset, log_end_offset]``.
 * ``recovery_point`` — every offset below it is fsynced; start-up after a
   crash scans only from the segment holding it.
 * ``log_end_offset`` — the offset the next appended record gets.
 
-Locking: one ``threading.Lock`` per log (the "append lock") serialises
-append, read, roll, truncation, retention and start-offset changes. fsyncs
-for flush run outside it. Segments are never mutated by anyone else.
+Locking. One ``threading.Lock`` per log, the "append lock", serialises the
+writers: append, roll, truncation, retention, start-offset and high-watermark
+changes, segment swaps (compaction), close. fsyncs for flush run outside it.
+Readers never take it: ``read``, ``convert_to_offset_metadata``,
+``fetch_offset_by_timestamp``, ``end_offset_for_epoch``,
+``high_watermark_metadata`` and the offset / segment properties work on the
+published :class:`LogView` (``self._view``), one immutable snapshot of the
+segment list and bases, the log start offset, the log end offset metadata
+(offset, active segment, byte position) and the high watermark metadata.
+(The leader-epoch cache they consult is copy-on-write, see leader_epoch.py.)
+Invariants:
+
+* A writer replaces ``_view`` (one reference assignment) while it holds the
+  append lock, and only after its change is complete: an append publishes
+  after its bytes are written (``pwrite`` returned) and its index entries
+  added. So every byte below ``view.end``'s position of its segment, and every
+  whole segment before it in ``view.segments``, is written, and a reader
+  bounded by its view never sees an offset whose bytes are not yet there.
+  Bytes past that bound may exist (a writer between write and publish);
+  readers ignore them.
+* In a view, ``high_watermark.message_offset <= end.message_offset`` and
+  ``log_start_offset <= high_watermark.message_offset``. The high watermark
+  metadata may be offset-only (after restart, truncation or a segment swap);
+  readers resolve it against their own view (cached by identity of the
+  metadata object, which writers replace whenever positions below it may
+  change).
+* Segments before the view's last one never change below their size while
+  they are in a list (a roll only trims index and preallocated tails); the
+  last one only grows past the view's bound. A segment leaves the list
+  (retention, compaction swap, truncation) by a new view published *before*
+  it is closed: later (two-phase delete, ``file.delete.delay.ms``) or at once
+  with a delay of 0. A reader still on an older view then gets
+  ``SegmentClosedError`` (its fd pin or index refuses) and retries on the
+  newer view; once the log itself is closed, KafkaStorageError. A segment's
+  ``.log`` fd is closed only when no reader has it pinned, so a pread never
+  hits a reused descriptor. A FileRegion handed out is sent later by the
+  network without a pin: it relies on the delete delay, as before.
+* Index maps are guarded by each index's own lock (remap on roll/trim,
+  truncate, close), never by the append lock; a segment's lazy state (index
+  sanity check, open fd, largest timestamp) by the segment's own lock.
+* ``truncate_to`` / ``truncate_fully_and_start_at`` change bytes below an
+  already published bound. A reader racing one may return batches that are
+  being removed (or, once new appends reuse the positions, other batches at
+  those positions: the FileRegion is read by sendfile later), a region shorter
+  than it claims, an OffsetOutOfRangeError, or a SegmentClosedError turned into
+  KafkaStorageError; never a crash or another file's bytes. Kafka's readers
+  have the same window; followers and consumers re-fetch from their position.
 
 Idempotent producers: ``producer_state`` (a ProducerStateManager, owned by
 this log and used only under the append lock) holds the last batches of each
@@ -44,7 +94,7 @@ import random
 import shutil
 import threading
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from kbroker.kernels import log_scan as _scan
 from kbroker.log.checkpoints import (
@@ -52,8 +102,8 @@ from kbroker.log.checkpoints import (
 )
 from kbroker.log.config import LONG_MAX, LogConfig
 from kbroker.log.errors import (
-    CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
-    UnexpectedAppendOffsetError,
+    CorruptRecordError, IndexClosedError, KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError,
+    RecordTooLargeError, SegmentClosedError, UnexpectedAppendOffsetError,
 )
 from kbroker.log.info import (
     EMPTY_RECORDS, FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset,
@@ -77,6 +127,27 @@ LATEST_TIERED_TIMESTAMP = -5
 
 #: ``LogAppendInfo(...)`` without the NamedTuple's Python-level ``__new__`` (hot path)
 _new_tuple = tuple.__new__
+
+#: a reader whose view went stale under it (segment closed) retries on a newer one
+_READ_ATTEMPTS = 8
+_CLOSED_ERRORS = (SegmentClosedError, IndexClosedError)
+
+
+class LogView(NamedTuple):
+    """What readers of a log see: one immutable snapshot, replaced whole by writers
+    under the append lock once their change is complete (module docstring, Locking).
+
+    ``segments`` / ``bases``: the segment list and base offsets, oldest first (tuples,
+    never mutated). ``end``: the log end offset, the base offset of the segment it is
+    in (the last one) and its byte position there: every byte before it is written.
+    ``high_watermark``: may be offset-only (``-1`` position); see ``Log.high_watermark_metadata``.
+    """
+
+    segments: tuple
+    bases: tuple
+    log_start_offset: int
+    end: LogOffsetMetadata
+    high_watermark: LogOffsetMetadata
 
 
 def _now_ms() -> int:
@@ -106,13 +177,18 @@ class Log:
         self.leader_epoch_cache = leader_epoch_cache
         self._time_ms = time_ms
         self._lock = threading.Lock()
-        self._segments: list[LogSegment] = list(loaded.segments)
-        self._bases: list[int] = [s.base_offset for s in self._segments]
+        # Writer state: read and replaced only under the append lock; readers use _view.
+        # _segments / _bases are tuples, replaced whole (a published view shares them).
+        self._segments: tuple[LogSegment, ...] = tuple(loaded.segments)
+        self._bases: tuple[int, ...] = tuple(s.base_offset for s in self._segments)
         self._leo: int = loaded.next_offset
         self._log_start_offset: int = loaded.log_start_offset
         self._recovery_point: int = loaded.recovery_point
-        self._high_watermark: int = loaded.log_start_offset
-        self._hw_meta: LogOffsetMetadata | None = None
+        #: high watermark with where it lives; may be offset-only (position -1)
+        self._hw: LogOffsetMetadata = LogOffsetMetadata(loaded.log_start_offset)
+        #: (offset-only high watermark metadata, its resolution): a reader-filled cache
+        self._hw_resolved: tuple | None = None
+        self._view: LogView
         self._last_flush_ms: int = time_ms()
         self._fsync_every_append = fsync_every_append
         self._scheduler = scheduler
@@ -123,6 +199,7 @@ class Log:
         self._segments[-1].roll_jitter_ms = self._jitter()
         #: idempotent-producer state; guarded by the append lock
         self.producer_state = producer_state or ProducerStateManager(dir, topic_partition=self.name)
+        self._publish()
 
     # -- construction ----------------------------------------------------------------
     @classmethod
@@ -201,6 +278,14 @@ class Log:
             lg.update_high_watermark(high_watermark)
         return lg
 
+    def _publish(self) -> None:
+        """Replace the readers' view by the writer state. Append lock held (or the log
+        not yet shared); called once a change is complete (module docstring)."""
+        seg = self._segments[-1]
+        self._view = _new_tuple(LogView, (self._segments, self._bases, self._log_start_offset,
+                                          _new_tuple(LogOffsetMetadata, (self._leo, seg.base_offset, seg.size)),
+                                          self._hw))
+
     def _jitter(self) -> int:
         j = self.config.segment_jitter_ms
         return random.randrange(min(j, self.config.segment_ms)) if j > 0 else 0
@@ -235,16 +320,21 @@ class Log:
         return f"{self.topic}-{self.partition}"
 
     @property
+    def view(self) -> LogView:
+        """The published snapshot readers work on (see LogView)."""
+        return self._view
+
+    @property
     def log_start_offset(self) -> int:
-        return self._log_start_offset
+        return self._view.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
-        return self._leo
+        return self._view.end.message_offset
 
     @property
     def high_watermark(self) -> int:
-        return self._high_watermark
+        return self._view.high_watermark.message_offset
 
     @property
     def recovery_point(self) -> int:
@@ -256,21 +346,20 @@ class Log:
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._view.segments[-1]
 
     @property
     def segments(self) -> list[LogSegment]:
         """A snapshot of the segment list, oldest first."""
-        with self._lock:
-            return list(self._segments)
+        return list(self._view.segments)
 
     @property
     def num_segments(self) -> int:
-        return len(self._segments)
+        return len(self._view.segments)
 
     @property
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self._view.segments)
 
     @property
     def unflushed_messages(self) -> int:
@@ -278,8 +367,15 @@ class Log:
 
     @property
     def log_end_offset_metadata(self) -> LogOffsetMetadata:
-        seg = self._segments[-1]
-        return LogOffsetMetadata(self._leo, seg.base_offset, seg.size)
+        """The log end offset with its segment and position (Kafka's logEndOffsetMetadata)."""
+        return self._view.end
+
+    @property
+    def high_watermark_metadata(self) -> LogOffsetMetadata:
+        """The high watermark with its segment and position, resolved against the
+        current view if it is offset-only (Kafka's fetchHighWatermarkMetadata),
+        without the append lock."""
+        return self._read_with_retry(self._hw_metadata)
 
     @property
     def latest_epoch(self) -> int | None:
@@ -371,12 +467,14 @@ class Log:
                 self.producer_state.apply_append(pending.updated_producers, next_offset)
             else:
                 self.producer_state.update_map_end_offset(next_offset)
-            if self._high_watermark == next_offset:
-                self._hw_meta = None
             if leader_epoch >= 0:
                 cache = self.leader_epoch_cache
                 if cache.latest_epoch != leader_epoch:
                     cache.assign(leader_epoch, first)
+            # The bytes and index entries are in place: publish the new end to readers.
+            self._view = _new_tuple(LogView, (self._segments, self._bases, self._log_start_offset,
+                                              _new_tuple(LogOffsetMetadata, (next_offset, seg.base_offset, seg.size)),
+                                              self._hw))
             log_start = self._log_start_offset
             need_flush = next_offset - self._recovery_point >= config.flush_messages
         if self._pending_roll_flush is not None:
@@ -426,6 +524,23 @@ class Log:
         return self.append(buf, infos, leader_epoch=leader_epoch)
 
     # -- read ---------------------------------------------------------------------------
+    # Readers take no lock: they work on one published view (module docstring, Locking).
+
+    def _read_with_retry(self, fn, *args):
+        """``fn(view, *args)`` on the current view; again on a newer view if a segment of
+        the old one was closed under the reader (retention, swap, truncation). Raises
+        KafkaStorageError once the log itself is closed."""
+        for _ in range(_READ_ATTEMPTS):
+            v = self._view
+            try:
+                return fn(v, *args)
+            except _CLOSED_ERRORS as e:
+                if self._closed:
+                    raise KafkaStorageError(f"log {self.name} is closed") from e
+                if self._view is v:
+                    raise KafkaStorageError(f"read of {self.name} hit a closed segment: {e}") from e
+        raise KafkaStorageError(f"read of {self.name} kept hitting closed segments")
+
     def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_message: bool = True) -> FetchDataInfo:
         """Batches from the one containing ``fetch_offset``.
@@ -434,120 +549,194 @@ class Log:
         consumers; None = log end). At most ``max_bytes`` bytes unless the
         first batch alone is larger and ``min_one_message``. Raises
         OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+        Takes no lock: bounded by the view it starts from.
         """
-        with self._lock:
-            leo = self._leo
-            if fetch_offset < self._log_start_offset or fetch_offset > leo:
-                raise OffsetOutOfRangeError(
-                    f"Received request for offset {fetch_offset} for partition {self.name}, but we only "
-                    f"have log segments in the range {self._log_start_offset} to {leo}.", fetch_offset)
-            if max_offset is None or max_offset >= leo:
-                max_meta = self.log_end_offset_metadata
-            elif max_offset == self._high_watermark:
-                max_meta = self._high_watermark_metadata()
-            else:
-                max_meta = self._offset_metadata(max_offset)
-            if fetch_offset == max_meta.message_offset:
-                return FetchDataInfo(max_meta, EMPTY_RECORDS)
-            if fetch_offset > max_meta.message_offset:
-                return FetchDataInfo(self._offset_metadata(fetch_offset), EMPTY_RECORDS)
-            i = bisect.bisect_right(self._bases, fetch_offset) - 1
-            if i < 0:
-                i = 0
-            segs = self._segments
-            while i < len(segs):
-                seg = segs[i]
-                max_pos = (max_meta.relative_position_in_segment
-                           if max_meta.segment_base_offset == seg.base_offset else seg.size)
-                info = seg.read(fetch_offset, max_bytes, max_pos, min_one_message)
-                if info is not None:
-                    return info
-                i += 1
-            return FetchDataInfo(self.log_end_offset_metadata, EMPTY_RECORDS)
+        return self._read_with_retry(self._read, fetch_offset, max_bytes, max_offset, min_one_message)
 
-    def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
-        """Where ``offset`` lives (the start of the batch holding it). Lock held."""
-        if offset >= self._leo:
-            return self.log_end_offset_metadata
-        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
-        for seg in self._segments[i:]:
+    def _read(self, v: LogView, fetch_offset: int, max_bytes: int, max_offset: int | None,
+              min_one_message: bool) -> FetchDataInfo:
+        end = v.end
+        leo = end.message_offset
+        if fetch_offset < v.log_start_offset or fetch_offset > leo:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {fetch_offset} for partition {self.name}, but we only "
+                f"have log segments in the range {v.log_start_offset} to {leo}.", fetch_offset)
+        if max_offset is None or max_offset >= leo:
+            max_meta = end
+        elif max_offset == v.high_watermark.message_offset:
+            max_meta = self._hw_metadata(v)
+        else:
+            max_meta = self._offset_metadata(v, max_offset)
+        if fetch_offset == max_meta.message_offset:
+            return FetchDataInfo(max_meta, EMPTY_RECORDS)
+        if fetch_offset > max_meta.message_offset:
+            return FetchDataInfo(self._offset_metadata(v, fetch_offset), EMPTY_RECORDS)
+        segs = v.segments
+        i = bisect.bisect_right(v.bases, fetch_offset) - 1
+        if i < 0:
+            i = 0
+        max_base = max_meta.segment_base_offset
+        while i < len(segs):
+            seg = segs[i]
+            base = seg.base_offset
+            if base == max_base:
+                max_pos = max_meta.relative_position_in_segment
+            elif base > max_base:
+                break           # nothing below max_offset lies past its segment
+            else:
+                max_pos = seg.size   # a segment before the bound's: complete and immutable
+            info = seg.read(fetch_offset, max_bytes, max_pos, min_one_message)
+            if info is not None:
+                return info
+            i += 1
+        return FetchDataInfo(end, EMPTY_RECORDS)
+
+    def _offset_metadata(self, v: LogView, offset: int) -> LogOffsetMetadata:
+        """Where ``offset`` lives in view ``v`` (the start of the batch holding it)."""
+        end = v.end
+        if offset >= end.message_offset:
+            return end
+        i = max(0, bisect.bisect_right(v.bases, offset) - 1)
+        for seg in v.segments[i:]:
             m = seg.translate_offset(offset)
             if m is not None:
-                return LogOffsetMetadata(offset, seg.base_offset, m[2])
-        return self.log_end_offset_metadata
+                return _new_tuple(LogOffsetMetadata, (offset, seg.base_offset, m[2]))
+        return end
 
-    def _high_watermark_metadata(self) -> LogOffsetMetadata:
-        m = self._hw_meta
-        if m is None or m.message_offset != self._high_watermark:
-            m = self._hw_meta = self._offset_metadata(self._high_watermark)
+    def _hw_metadata(self, v: LogView) -> LogOffsetMetadata:
+        """The high watermark of view ``v`` with its position. An offset-only one is
+        resolved against ``v`` and cached by the identity of the metadata object:
+        writers publish a new object whenever positions below it may change."""
+        hw = v.high_watermark
+        if hw.segment_base_offset >= 0:
+            return hw
+        c = self._hw_resolved
+        if c is not None and c[0] is hw:
+            return c[1]
+        m = self._offset_metadata(v, hw.message_offset)
+        self._hw_resolved = (hw, m)
         return m
 
     def convert_to_offset_metadata(self, offset: int) -> LogOffsetMetadata:
-        with self._lock:
-            if offset < self._log_start_offset or offset > self._leo:
-                raise OffsetOutOfRangeError(f"offset {offset} out of range for {self.name}", offset)
-            return self._offset_metadata(offset)
+        """Where ``offset`` lives (segment base offset, byte position); no lock taken."""
+        return self._read_with_retry(self._convert_to_offset_metadata, offset)
+
+    def _convert_to_offset_metadata(self, v: LogView, offset: int) -> LogOffsetMetadata:
+        if offset < v.log_start_offset or offset > v.end.message_offset:
+            raise OffsetOutOfRangeError(f"offset {offset} out of range for {self.name}", offset)
+        return self._offset_metadata(v, offset)
 
     # -- offsets ---------------------------------------------------------------------------
-    def update_high_watermark(self, offset: int) -> int:
-        """Set the high watermark, clamped to [log_start_offset, log_end_offset]; returns it."""
+    def maybe_increment_high_watermark(self, new_hw: LogOffsetMetadata) -> LogOffsetMetadata | None:
+        """Move the high watermark forward to ``new_hw`` (Kafka's
+        ``UnifiedLog.maybeIncrementHighWatermark``): the minimum log end offset
+        metadata over the ISR, e.g. ``log_end_offset_metadata`` read after an append.
+
+        Under the append lock, it only moves forward: a proposal at or below the
+        current high watermark changes nothing, so proposals read at different
+        times may be applied in any order. At the same offset, metadata on a newer
+        segment (or with a position where the current one has none) replaces it,
+        as Kafka does after a roll. Returns the old metadata if it moved, else None.
+        Raises ValueError if ``new_hw`` is above the log end offset.
+        """
         with self._lock:
-            hw = min(max(offset, self._log_start_offset), self._leo)
-            if hw != self._high_watermark:
-                self._high_watermark = hw
-                self._hw_meta = None
+            off = new_hw.message_offset
+            if off > self._leo:
+                raise ValueError(f"High watermark {new_hw} update exceeds the log end offset "
+                                 f"{self._leo} of {self.name}")
+            old = self._hw
+            old_off = old.message_offset
+            if old_off < off or (old_off == off and new_hw.segment_base_offset > old.segment_base_offset):
+                self._hw = new_hw if new_hw.segment_base_offset >= 0 else LogOffsetMetadata(off)
+                self._publish()
+                return old
+            return None
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset];
+        returns it. The explicit path (restart, truncation, tests): unlike
+        maybe_increment_high_watermark it may move it back."""
+        with self._lock:
+            hw = self._set_high_watermark_locked(offset)
+            self._publish()
             return hw
+
+    def _set_high_watermark_locked(self, offset: int) -> int:
+        """Clamp ``offset`` to [log_start_offset, log_end_offset] and make it the high
+        watermark: at the log end with its position, else offset-only (resolved by
+        readers). Lock held; the caller publishes."""
+        hw = min(max(offset, self._log_start_offset), self._leo)
+        if hw == self._leo:
+            seg = self._segments[-1]
+            self._hw = LogOffsetMetadata(hw, seg.base_offset, seg.size)
+        else:
+            self._hw = LogOffsetMetadata(hw)
+        return hw
 
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move log_start_offset to ``offset`` (<= high watermark).
         Segments wholly below it go at the next retention pass. Returns the
         new log start offset."""
         with self._lock:
-            if offset > self._high_watermark:
+            hw = self._hw.message_offset
+            if offset > hw:
                 raise OffsetOutOfRangeError(
                     f"Cannot increment the log start offset to {offset} of partition {self.name} since it "
-                    f"is larger than the high watermark {self._high_watermark}", offset)
+                    f"is larger than the high watermark {hw}", offset)
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self.producer_state.truncate_head(offset)
+                self._publish()
             return self._log_start_offset
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """ListOffsets: the first record with timestamp >= ``timestamp`` (None if
         none), or the special -1 latest / -2 earliest / -3 max-timestamp /
-        -4 earliest-local / -5 latest-tiered answers (Kafka's fetchOffsetByTimestamp)."""
-        with self._lock:
-            cache = self.leader_epoch_cache
-            if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-                so = self._log_start_offset
-                return TimestampAndOffset(-1, so, _epoch_or(cache.epoch_for_offset(so)))
-            if timestamp == LATEST_TIMESTAMP:
-                return TimestampAndOffset(-1, self._leo, _epoch_or(cache.latest_epoch))
-            if timestamp == LATEST_TIERED_TIMESTAMP:
+        -4 earliest-local / -5 latest-tiered answers (Kafka's fetchOffsetByTimestamp).
+        No lock: searched in the current view, up to its log end."""
+        return self._read_with_retry(self._fetch_offset_by_timestamp, timestamp)
+
+    def _fetch_offset_by_timestamp(self, v: LogView, timestamp: int) -> TimestampAndOffset | None:
+        cache = self.leader_epoch_cache
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            so = v.log_start_offset
+            return TimestampAndOffset(-1, so, _epoch_or(cache.epoch_for_offset(so)))
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(-1, v.end.message_offset, _epoch_or(cache.latest_epoch))
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return TimestampAndOffset(-1, -1, -1)
+        end = v.end
+        last = v.segments[-1]
+        bound = end.relative_position_in_segment     # of the view's last segment
+        if timestamp == MAX_TIMESTAMP:
+            best, best_ts = None, -1
+            for seg in v.segments[:-1]:
+                ts = seg.max_timestamp_so_far
+                if ts > best_ts:
+                    best, best_ts = seg, ts
+            if last.max_timestamp_so_far > best_ts:
+                found = last.offset_of_max_timestamp_record(bound)
+                if found is None:   # its maximum is past this view's end (being appended)
+                    found = last.max_timestamp_record_below(bound)
+                if found is not None and found.timestamp > best_ts:
+                    return found
+            if best is None:
                 return TimestampAndOffset(-1, -1, -1)
-            if timestamp == MAX_TIMESTAMP:
-                best = None
-                for seg in self._segments:
-                    if seg.max_timestamp_so_far >= 0 and (best is None or
-                                                          seg.max_timestamp_so_far > best.max_timestamp_so_far):
-                        best = seg
-                if best is None:
-                    return TimestampAndOffset(-1, -1, -1)
-                return best.offset_of_max_timestamp_record()
-            if timestamp < 0:
-                raise ValueError(f"invalid ListOffsets timestamp {timestamp}")
-            for seg in self._segments:
-                if seg.largest_timestamp >= timestamp:
-                    found = seg.find_offset_by_timestamp(timestamp, self._log_start_offset)
-                    if found is not None:
-                        return found
-            return None
+            return best.offset_of_max_timestamp_record()
+        if timestamp < 0:
+            raise ValueError(f"invalid ListOffsets timestamp {timestamp}")
+        start = v.log_start_offset
+        for seg in v.segments:
+            if seg.largest_timestamp >= timestamp:
+                found = seg.find_offset_by_timestamp(timestamp, start, bound if seg is last else None)
+                if found is not None:
+                    return found
+        return None
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset) — see LeaderEpochFileCache.end_offset_for."""
-        with self._lock:
-            return self.leader_epoch_cache.end_offset_for(epoch, self._leo)
+        return self.leader_epoch_cache.end_offset_for(epoch, self._view.end.message_offset)
 
     # -- roll / flush -------------------------------------------------------------------------
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
@@ -568,8 +757,9 @@ class Log:
                 f"<= the active segment's base offset {active.base_offset}")
         active.on_become_inactive()
         seg = self._new_segment(new_offset)
-        self._segments = self._segments + [seg]
-        self._bases = self._bases + [new_offset]
+        self._segments = self._segments + (seg,)
+        self._bases = self._bases + (new_offset,)
+        self._publish()      # the log end now lives in the new (empty) segment, as Kafka's
         # Kafka snapshots the producer state at every roll, at the new segment's base
         # offset, so a restart replays at most the segments after the newest snapshot.
         psm = self.producer_state
@@ -652,13 +842,14 @@ class Log:
             seg.truncate_to(target_offset)
             self._segments = self._segments[: i + 1]
             self._bases = self._bases[: i + 1]
-            self._schedule_delete(doomed)
             new_leo = mapping[0] if mapping is not None and mapping[0] < target_offset else target_offset
             if seg.size == 0:
                 new_leo = max(seg.base_offset, min(new_leo, target_offset))
             self._leo = new_leo
             self._after_truncation()
             self._reload_producer_state_locked()
+            self._publish()
+            self._schedule_delete(doomed)    # after the view without them is published
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -668,21 +859,25 @@ class Log:
 
     def _truncate_fully_locked(self, new_offset: int) -> None:
         doomed = self._segments
-        self._schedule_delete(doomed)
+        # A new segment may have the base offset of a doomed one: rename those first.
+        for s in doomed:
+            self._rename_deleted(s)
         seg = self._new_segment(new_offset)
-        self._segments = [seg]
-        self._bases = [new_offset]
+        self._segments = (seg,)
+        self._bases = (new_offset,)
         self._leo = new_offset
         self._log_start_offset = new_offset
         self.leader_epoch_cache.clear()
         self._after_truncation()
         self.producer_state.truncate_fully_and_start_at(new_offset)
+        self._publish()
+        self._schedule_delete(doomed, renamed=True)
 
     def _after_truncation(self) -> None:
+        """Clamp the other offsets to the new log end. Lock held; the caller publishes."""
         leo = self._leo
         self._log_start_offset = min(self._log_start_offset, leo)
-        self._high_watermark = min(max(self._high_watermark, self._log_start_offset), leo)
-        self._hw_meta = None
+        self._set_high_watermark_locked(self._hw.message_offset)   # a new metadata object
         self._recovery_point = min(self._recovery_point, leo)
         self.leader_epoch_cache.truncate_from_end(leo)
 
@@ -719,7 +914,7 @@ class Log:
     def _delete_by(self, predicate, reason: str) -> int:
         with self._lock:
             segs = self._segments
-            hw = self._high_watermark
+            hw = self._hw.message_offset
             deletable = []
             for i, seg in enumerate(segs):
                 nxt = segs[i + 1] if i + 1 < len(segs) else None
@@ -742,21 +937,28 @@ class Log:
                 self._log_start_offset = new_start
                 self.leader_epoch_cache.truncate_from_start(new_start)
                 self.producer_state.truncate_head(new_start)
-            self._schedule_delete(deletable)
+            self._publish()
+            self._schedule_delete(deletable)    # after the view without them is published
             log.info("Deleting %d segment(s) of %s due to %s", n, self.name, reason)
         self._run_pending_roll_flush()
         return n
 
-    def _schedule_delete(self, segments) -> None:
-        """Rename to .deleted now; close + unlink after file.delete.delay.ms. Lock held."""
+    def _rename_deleted(self, seg: LogSegment) -> None:
+        try:
+            seg.change_file_suffixes("", DELETED_SUFFIX)
+        except OSError as e:
+            raise KafkaStorageError(f"error renaming {seg.log_path}: {e}") from e
+
+    def _schedule_delete(self, segments, renamed: bool = False) -> None:
+        """Rename to .deleted now (unless ``renamed``); close + unlink after
+        file.delete.delay.ms. Lock held, and the view without ``segments`` already
+        published: a reader that still holds them gets SegmentClosedError and retries."""
         if not segments:
             return
         due = self._time_ms() + self.config.file_delete_delay_ms
         for seg in segments:
-            try:
-                seg.change_file_suffixes("", DELETED_SUFFIX)
-            except OSError as e:
-                raise KafkaStorageError(f"error renaming {seg.log_path}: {e}") from e
+            if not renamed:
+                self._rename_deleted(seg)
             if self.config.file_delete_delay_ms == 0:
                 seg.delete_if_exists()
             else:
@@ -816,9 +1018,11 @@ class Log:
                 for s in reversed(new):
                     s.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
                 fsync_dir(self.dir)
-                self._segments = segs[:i] + new + segs[i + n:]
-                self._bases = [s.base_offset for s in self._segments]
-                self._hw_meta = None            # positions below the high watermark moved
+                self._segments = segs[:i] + tuple(new) + segs[i + n:]
+                self._bases = tuple(s.base_offset for s in self._segments)
+                # positions below the high watermark moved: a new (offset-only) metadata
+                self._set_high_watermark_locked(self._hw.message_offset)
+                self._publish()
                 self._schedule_delete(old)
                 for s in new:
                     s.change_file_suffixes(SWAP_SUFFIX, "")
@@ -838,7 +1042,7 @@ class Log:
         psm.remove_stray_snapshots(self._bases, rescan=False)   # its directory was just listed
         leo = self._leo
         if had_clean_shutdown and psm.latest_snapshot_offset() is None:
-            for offset in self._bases[-2:] + [leo]:
+            for offset in list(self._bases[-2:]) + [leo]:
                 psm.update_map_end_offset(offset)
                 psm.take_snapshot()
             return
@@ -939,7 +1143,7 @@ class Log:
             os.replace(self.dir, new_dir)
             old = self.dir
             self.dir = new_dir
-            for s in self._segments + [s for _, s in self._pending_deletes]:
+            for s in list(self._segments) + [s for _, s in self._pending_deletes]:
                 s.moved_dir(old, new_dir)
             self.producer_state.update_parent_dir(new_dir)
             self.leader_epoch_cache.moved(os.path.join(new_dir, LEADER_EPOCH_CHECKPOINT))
@@ -950,7 +1154,7 @@ class Log:
 
     def __repr__(self) -> str:
         return (f"Log({self.name}, log_start_offset={self._log_start_offset}, "
-                f"log_end_offset={self._leo}, high_watermark={self._high_watermark}, "
+                f"log_end_offset={self._leo}, high_watermark={self._hw.message_offset}, "
                 f"segments={len(self._segments)})")
 
 

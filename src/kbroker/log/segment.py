@@ -17,23 +17,40 @@ Index rule (Kafka's, per batch): before appending a batch, if more than
 add ``(batch last offset, batch position)`` to the offset index and the
 running ``(max timestamp, its offset)`` to the time index.
 
-This class is not thread-safe: the owning ``Log`` holds its lock around
-every call. The ``.log`` file descriptor is opened lazily on first use
-and stays open until the segment is closed or its deletion completes, so
-a FileRegion handed out by ``read`` stays valid while a fetch is in flight.
+Threads. Writers (append, roll, truncation, recovery, index rebuild on
+open) are serialised by the owning ``Log``'s append lock. The read methods
+(``translate_offset``, ``read``, ``find_offset_by_timestamp``,
+``offset_of_max_timestamp_record``, ``max_timestamp_record_below``,
+``max_timestamp_so_far`` / ``largest_timestamp``) may run without it,
+concurrently with one writer, bounded by positions the Log published
+(bytes below them are written; ``size`` only grows while the segment is
+active). They rely on:
+
+* the indexes' own locks (``kbroker._core.offset_index``): a lookup never
+  meets an unmapped or remapped map (trim on roll, truncate, close);
+* ``_lazy_lock`` for the lazy state: the first-use index sanity check (and
+  rebuild), opening the ``.log`` fd, loading the largest timestamp;
+* ``SegmentFile.pin``: the fd is closed only once no reader has it pinned,
+  so a ``pread`` never reads a reused descriptor; a closed segment raises
+  SegmentClosedError (an index, IndexClosedError) and the Log retries.
+
+The ``.log`` file descriptor is opened lazily on first use and stays open
+until the segment is closed or its deletion completes, so a FileRegion
+handed out by ``read`` stays valid while a fetch is in flight.
 """
 from __future__ import annotations
 
 import mmap
 import os
 import struct
+import threading
 from typing import Callable, Iterator, NamedTuple
 
 from kbroker.kernels import log_scan as _scan
 from kbroker.kernels import offset_index as _offset_index
 from kbroker.kernels import time_index as _time_index
 from kbroker.log.config import LogConfig
-from kbroker.log.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
+from kbroker.log.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, SegmentClosedError
 from kbroker.log.info import EMPTY_RECORDS, FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
 from kbroker.records.region import FileRegion
 
@@ -50,6 +67,20 @@ INT32_MAX = 0x7FFFFFFF
 _INT64_MAX = (1 << 63) - 1
 _MAX_TS = struct.Struct(">q")
 _TIME_ENTRY = struct.Struct(">qi")     # a time-index entry: timestamp, relative offset
+
+
+def _create_exclusive(path: str, data: bytes) -> bool:
+    """Create ``path`` holding ``data``; False (nothing written) if it exists already."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        if data:
+            os.write(fd, data)
+    finally:
+        os.close(fd)
+    return True
 
 
 def _write_file(path: str, data: bytes) -> None:
@@ -152,26 +183,47 @@ def offset_from_filename(name: str) -> int:
 class SegmentFile:
     """The open ``.log`` of a segment: what ``FileRegion.file`` refers to.
 
-    Owns one fd; ``close`` is idempotent. Only the segment closes it.
+    Owns one fd; ``close`` is idempotent. Only the segment closes it. Lock-free
+    readers ``pin`` the fd around their preads: ``close`` marks the file closed at
+    once (``pin`` and ``fileno`` refuse) but closes the fd when the last pin goes.
     """
 
-    __slots__ = ("fd", "path", "closed")
+    __slots__ = ("fd", "path", "closed", "_pins", "_mutex")
 
     def __init__(self, path: str, create: bool):
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         self.fd = os.open(path, flags, 0o644)
         self.path = path
         self.closed = False
+        self._pins = 0
+        self._mutex = threading.Lock()
 
     def fileno(self) -> int:
         if self.closed:
             raise ValueError(f"segment file {self.path} is closed")
         return self.fd
 
+    def pin(self) -> int:
+        """The fd, kept open until the matching ``unpin``; SegmentClosedError once closed."""
+        with self._mutex:
+            if self.closed:
+                raise SegmentClosedError(f"segment file {self.path} is closed")
+            self._pins += 1
+            return self.fd
+
+    def unpin(self) -> None:
+        with self._mutex:
+            self._pins -= 1
+            if self._pins == 0 and self.closed:
+                os.close(self.fd)
+
     def close(self) -> None:
-        if not self.closed:
+        with self._mutex:
+            if self.closed:
+                return
             self.closed = True
-            os.close(self.fd)
+            if self._pins == 0:
+                os.close(self.fd)
 
     def __repr__(self) -> str:
         return f"SegmentFile({self.path!r}, fd={self.fd}{', closed' if self.closed else ''})"
@@ -199,6 +251,9 @@ class LogSegment:
         self.created_ms = time_ms()
         self.bytes_since_last_index_entry = 0
         self._file: SegmentFile | None = None
+        self._closed = False
+        #: guards the lazy state readers may fill in: index check, fd, largest timestamp
+        self._lazy_lock = threading.RLock()
         self._indexes_checked = create
         self._writable_indexes = False
         if create:
@@ -225,7 +280,12 @@ class LogSegment:
     def file(self) -> SegmentFile:
         f = self._file
         if f is None:
-            f = self._file = SegmentFile(self.log_path, create=False)
+            with self._lazy_lock:
+                f = self._file
+                if f is None:
+                    if self._closed:
+                        raise SegmentClosedError(f"segment {self.log_path} is closed")
+                    f = self._file = SegmentFile(self.log_path, create=False)
         return f
 
     @property
@@ -239,15 +299,19 @@ class LogSegment:
         return self._file is not None and not self._file.closed
 
     def _check_indexes(self) -> None:
-        """Sanity-check both indexes on first use; rebuild them if corrupt."""
+        """Sanity-check both indexes on first use; rebuild them if corrupt. Under
+        ``_lazy_lock``: concurrent readers wait for the one that checks."""
         if self._indexes_checked:
             return
-        self._indexes_checked = True
-        try:
-            self.offset_index.sanity_check()
-            self.time_index.sanity_check()
-        except (CorruptIndexError, OSError):
-            self.rebuild_indexes()
+        with self._lazy_lock:
+            if self._indexes_checked:
+                return
+            try:
+                self.offset_index.sanity_check()
+                self.time_index.sanity_check()
+            except (CorruptIndexError, OSError):
+                self.rebuild_indexes()
+            self._indexes_checked = True
 
     def index_files_exist(self) -> bool:
         return os.path.exists(self.offset_index.path) and os.path.exists(self.time_index.path)
@@ -374,11 +438,17 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0):
         """(base_offset, last_offset, position, size) of the first batch whose
         last offset is >= ``offset``, or None if there is none."""
-        self._check_indexes()
-        pos = self.offset_index.lookup(offset)[1]
-        if pos < starting_position:
-            pos = starting_position
-        return _scan.search_offset(self.fd, pos, self.size, offset)
+        if not self._indexes_checked:
+            self._check_indexes()
+        f = self._file or self.file
+        fd = f.pin()
+        try:
+            pos = self.offset_index.lookup(offset)[1]
+            if pos < starting_position:
+                pos = starting_position
+            return _scan.search_offset(fd, pos, self.size, offset)
+        finally:
+            f.unpin()
 
     def read(self, start_offset: int, max_size: int, max_position: int | None = None,
              min_one_message: bool = False) -> FetchDataInfo | None:
@@ -402,7 +472,10 @@ class LogSegment:
             return FetchDataInfo(meta, EMPTY_RECORDS)
         if adjusted < batch_size:
             return FetchDataInfo(meta, EMPTY_RECORDS, True)
-        return FetchDataInfo(meta, FileRegion(self.file, start_pos, fetch_size), False)
+        f = self.file
+        if f.closed:
+            raise SegmentClosedError(f"segment file {self.log_path} is closed")
+        return FetchDataInfo(meta, FileRegion(f, start_pos, fetch_size), False)
 
     def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches from the one holding ``start_offset`` to the end
@@ -436,24 +509,35 @@ class LogSegment:
         nxt = _scan.scan_headers(self.fd, pos, self.size)[0]
         return self.base_offset if nxt < 0 else nxt
 
-    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
-        """First record with timestamp >= ``timestamp`` and offset >= starting_offset."""
-        self._check_indexes()
-        ts_off = self.time_index.lookup(timestamp)[1]
-        pos = self.offset_index.lookup(max(ts_off, starting_offset))[1]
-        while True:
-            hit = _scan.search_timestamp(self.fd, pos, self.size, timestamp, starting_offset)
-            if hit is None:
-                return None
-            bo, last, bpos, bsize, _ = hit
-            found = self._record_at_or_after(bpos, bsize, timestamp, starting_offset)
-            if found is not None:
-                return found
-            pos = bpos + bsize
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int,
+                                 max_position: int | None = None) -> TimestampAndOffset | None:
+        """First record with timestamp >= ``timestamp`` and offset >= starting_offset,
+        among the batches before ``max_position`` (default: the segment's size)."""
+        if not self._indexes_checked:
+            self._check_indexes()
+        end = self.size if max_position is None else max_position
+        f = self._file or self.file
+        fd = f.pin()
+        try:
+            ts_off = self.time_index.lookup(timestamp)[1]
+            pos = self.offset_index.lookup(max(ts_off, starting_offset))[1]
+            while pos < end:
+                hit = _scan.search_timestamp(fd, pos, end, timestamp, starting_offset)
+                if hit is None:
+                    return None
+                bo, last, bpos, bsize, _ = hit
+                found = self._record_at_or_after(fd, bpos, bsize, timestamp, starting_offset)
+                if found is not None:
+                    return found
+                pos = bpos + bsize
+            return None
+        finally:
+            f.unpin()
 
-    def _record_at_or_after(self, position: int, size: int, timestamp: int, starting_offset: int):
+    @staticmethod
+    def _record_at_or_after(fd: int, position: int, size: int, timestamp: int, starting_offset: int):
         from kbroker.kernels import records
-        data = os.pread(self.fd, size, position)
+        data = os.pread(fd, size, position)
         batch = records.decode_batch(data, check_crc=False)
         epoch = batch.partition_leader_epoch
         for r in batch.records:
@@ -461,27 +545,53 @@ class LogSegment:
                 return TimestampAndOffset(r.timestamp, r.offset, epoch)
         return None
 
-    def offset_of_max_timestamp_record(self) -> TimestampAndOffset | None:
-        """Offset of the first record carrying this segment's max timestamp (ListOffsets MAX_TIMESTAMP)."""
+    def offset_of_max_timestamp_record(self, max_position: int | None = None) -> TimestampAndOffset | None:
+        """Offset of the first record carrying this segment's max timestamp (ListOffsets
+        MAX_TIMESTAMP); None if there is none before ``max_position``."""
         ts = self.max_timestamp_so_far
         if ts < 0:
             return None
-        return self.find_offset_by_timestamp(ts, self.base_offset)
+        return self.find_offset_by_timestamp(ts, self.base_offset, max_position)
+
+    def max_timestamp_record_below(self, max_position: int) -> TimestampAndOffset | None:
+        """The first record with the largest timestamp among the batches before
+        ``max_position``, by a header scan (the active segment, when its running
+        maximum belongs to a batch past a reader's bound)."""
+        f = self._file or self.file
+        fd = f.pin()
+        try:
+            mts = _scan.scan_headers(fd, 0, max_position)[2]
+        finally:
+            f.unpin()
+        if mts < 0:
+            return None
+        return self.find_offset_by_timestamp(mts, self.base_offset, max_position)
 
     # -- timestamps ------------------------------------------------------------
     def _load_largest_timestamp(self) -> None:
         """Kafka's loadLargestTimestamp: last time-index entry, then a header
-        scan from the offset-index position of that entry's offset."""
-        self._check_indexes()
-        ts, off = self.time_index.last_entry
-        pos = self.offset_index.lookup(off)[1]
-        if pos > self.size:
-            pos = 0
-        _, _, mts, moff, _, _ = _scan.scan_headers(self.fd, pos, self.size)
-        if mts > ts:
-            ts, off = mts, moff
-        self._max_ts, self._offset_of_max_ts = ts, (off if ts >= 0 else -1)
-        self._max_ts_loaded = True
+        scan from the offset-index position of that entry's offset. Once, under
+        ``_lazy_lock`` (a reader may load it while the writer appends: the writer
+        checks ``_max_ts_loaded`` before it updates the running maximum)."""
+        with self._lazy_lock:
+            if self._max_ts_loaded:
+                return
+            self._check_indexes()
+            f = self.file
+            fd = f.pin()
+            try:
+                ts, off = self.time_index.last_entry
+                pos = self.offset_index.lookup(off)[1]
+                size = self.size
+                if pos > size:
+                    pos = 0
+                _, _, mts, moff, _, _ = _scan.scan_headers(fd, pos, size)
+            finally:
+                f.unpin()
+            if mts > ts:
+                ts, off = mts, moff
+            self._max_ts, self._offset_of_max_ts = ts, (off if ts >= 0 else -1)
+            self._max_ts_loaded = True
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -669,33 +779,22 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Roll: final time-index entry for the max timestamp, trim both indexes.
-        The final entry is written after the trim with ``pwrite`` (see
-        ``_write_scanned_indexes`` for why not through the map)."""
+        An index still without a file (``prepare_writable``) gets one of exactly its
+        entries (none, or the final time entry), created only if no reader created it
+        meanwhile; the index objects stay (lock-free readers may hold them)."""
         final = None
         if self._max_ts_loaded or self.time_index.is_loaded:
             ts = self.max_timestamp_so_far
-            last_ts = -1 if self._unopened(self.time_index) else self.time_index.last_entry[0]
-            if ts >= 0 and ts > last_ts:
+            if ts >= 0:
                 final = (ts, self._offset_of_max_ts)
-        if self._unopened(self.offset_index):
-            self._replace_index_files(b"", None)     # an index file of no entries
-        else:
+        if not (self._unopened(self.offset_index) and _create_exclusive(self.offset_index.path, b"")):
             self.offset_index.trim_to_valid_size()
-        if final is None:
-            if self._unopened(self.time_index):
-                self._replace_index_files(None, b"")
-            else:
-                self.time_index.trim_to_valid_size()
-        else:
-            ti = self.time_index
-            n = 0 if self._unopened(ti) else ti.entries
-            if n:
-                ti.trim_to_valid_size()
-            existing = b""
-            if n:
-                with open(ti.path, "rb") as f:   # the shared map's bytes, via the page cache
-                    existing = f.read(n * 12)
-            self._replace_index_files(None, existing + _TIME_ENTRY.pack(final[0], final[1] - self.base_offset))
+        ti = self.time_index
+        first = b"" if final is None else _TIME_ENTRY.pack(final[0], final[1] - self.base_offset)
+        if not (self._unopened(ti) and _create_exclusive(ti.path, first)):
+            if final is not None:
+                ti.maybe_append(final[0], final[1], True)
+            ti.trim_to_valid_size()
         self.trim()
         self._writable_indexes = False
 
@@ -744,14 +843,17 @@ class LogSegment:
             self.trim()
             if self.size == 0:      # a new segment never appended to: empty index files,
                 # so the next start-up finds them and does not rebuild them
-                self._replace_index_files(b"" if self._unopened(self.offset_index) else None,
-                                          b"" if self._unopened(self.time_index) else None)
+                for idx in (self.offset_index, self.time_index):
+                    if self._unopened(idx):
+                        _create_exclusive(idx.path, b"")
+        self._closed = True
         self.offset_index.close()
         self.time_index.close()
         if self._file is not None:
             self._file.close()
 
     def close_handlers(self) -> None:
+        self._closed = True
         self.offset_index.close_handler()
         self.time_index.close_handler()
         if self._file is not None:

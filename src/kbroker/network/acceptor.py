@@ -4,20 +4,35 @@ Modelled on Kafka's ``Acceptor`` and ``ConnectionQuotas`` in ``core/.../network/
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import selectors
 import socket
 import threading
-from typing import Sequence
+from typing import Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 
 
+def normalise_ip(ip: str) -> str:
+    """The canonical text of an IP address (IPv4 for an IPv4-mapped IPv6 address, as Java's
+    InetAddress does), so that overrides and accepted peers compare equal."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return str(addr)
+
+
 class ConnectionQuotas:
     """Broker-wide connection count (``max.connections``) and per-IP count
-    (``max.connections.per.ip``).
+    (``max.connections.per.ip``, with ``max.connections.per.ip.overrides``: normalised
+    IP -> limit, Kafka's ``ConnectionQuotas``; a limit of 0 refuses every connection from
+    that IP).
 
     Thread-safety: all methods are safe from any thread; ``_cond`` guards the counts.
     Acceptors ``inc`` before handing a socket to a processor; the processor that owns
@@ -26,9 +41,12 @@ class ConnectionQuotas:
     """
 
     def __init__(self, max_connections: int = INT32_MAX,
-                 max_connections_per_ip: int = INT32_MAX) -> None:
+                 max_connections_per_ip: int = INT32_MAX,
+                 max_connections_per_ip_overrides: Mapping[str, int] | None = None) -> None:
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
+        self.overrides = {normalise_ip(ip): n
+                          for ip, n in (max_connections_per_ip_overrides or {}).items()}
         self._cond = threading.Condition(threading.Lock())
         self.total = 0
         self._per_ip: dict[str, int] = {}
@@ -40,11 +58,18 @@ class ConnectionQuotas:
                 return True
             return self._cond.wait_for(lambda: self.total < self.max_connections, timeout_s)
 
+    def max_for(self, ip: str) -> int:
+        """The connection limit of ``ip``: its override, else ``max.connections.per.ip``."""
+        if self.overrides:
+            return self.overrides.get(normalise_ip(ip), self.max_connections_per_ip)
+        return self.max_connections_per_ip
+
     def inc(self, ip: str) -> bool:
         """Count a new connection; ``False`` (nothing counted) if its IP is over quota."""
+        limit = self.max_for(ip)
         with self._cond:
             n = self._per_ip.get(ip, 0)
-            if n >= self.max_connections_per_ip:
+            if n >= limit:
                 return False
             self._per_ip[ip] = n + 1
             self.total += 1
@@ -131,8 +156,9 @@ class Acceptor(threading.Thread):
                 return
             ip = addr[0]
             if not self._quotas.inc(ip):
-                log.info("rejecting connection from %s: max.connections.per.ip=%d reached",
-                         ip, self._quotas.max_connections_per_ip)
+                log.info("rejecting connection from %s: its limit of %d connections "
+                         "(max.connections.per.ip / max.connections.per.ip.overrides) is reached",
+                         ip, self._quotas.max_for(ip))
                 sock.close()
                 continue
             try:

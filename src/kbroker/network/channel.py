@@ -63,13 +63,17 @@ class Request:
     ``connection`` is the processor's own object for the request's connection (opaque
     here; None for requests made elsewhere): it lets the processor write the response on
     the responding thread.
+
+    ``pool_bytes``: bytes of the broker's memory pool (``queued.max.request.bytes``) this
+    request holds, returned once by the network layer when the request is done (see
+    ``memory_pool.py``); 0 when there is no pool or after the return.
     """
 
     __slots__ = (
         "processor_id", "connection_id", "listener_name", "client_address",
         "api_key", "api_version", "correlation_id", "payload",
         "received_ns", "dequeued_ns", "response_queued_ns",
-        "response_dequeued_ns", "send_complete_ns", "connection",
+        "response_dequeued_ns", "send_complete_ns", "connection", "pool_bytes",
     )
 
     def __init__(self, processor_id: int, connection_id: str, listener_name: str,
@@ -86,6 +90,7 @@ class Request:
         self.response_dequeued_ns = 0
         self.send_complete_ns = 0
         self.connection = None
+        self.pool_bytes = 0
 
     def __repr__(self) -> str:
         return (f"Request(api_key={self.api_key}, api_version={self.api_version}, "

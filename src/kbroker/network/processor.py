@@ -37,8 +37,9 @@ Costs per request, measured (single-record produce, 2 cores): every system call 
 while another thread waits for the GIL is a GIL hand-over, i.e. a context switch. So:
 
 * Reads are buffered: one ``recv`` into a 64 KiB scratch buffer usually brings a whole
-  frame (size prefix included) or several pipelined ones; a frame larger than what has
-  arrived gets its own buffer, filled in place (no copy of large payloads).
+  frame (size prefix included) or several pipelined ones; a frame larger than the scratch
+  buffer gets its own buffer once 16 KiB of it are here, filled in place by ``recv_into``
+  (no copy of large payloads).
 * Sockets are registered once, edge-triggered (``EPOLLIN | EPOLLOUT | EPOLLET``), so
   muting and unmuting is bookkeeping, not an ``epoll_ctl``. ``readable`` remembers that
   the socket may hold unread bytes: set by every EPOLLIN event, cleared by a short read.
@@ -53,6 +54,19 @@ while another thread waits for the GIL is a GIL hand-over, i.e. a context switch
   handler thread, keeps it for its own next turn (``RequestChannel`` next slot). A
   client that pipelines (librdkafka with ``linger.ms=0``) is then served back to back,
   still one request at a time and in order, without two thread hand-overs per request.
+
+Memory (Kafka's ``NetworkReceive`` and ``SimpleMemoryPool``, see ``memory_pool.py``): the
+size prefix is a claim, not a fact, so nothing is allocated for it. A frame's bytes live in
+``rbuf`` (at most what arrived plus one 64 KiB read) and then in its own buffer, which grows
+as bytes arrive, to at most 4x what arrived (a frame up to 256 KiB whose first 64 KiB came
+in one read gets its full buffer at once; larger ones grow by realloc): a client that
+announces 100 MiB and sends 10 KB costs about 10 KB. With ``queued.max.request.bytes`` set,
+the processor also takes the announced size from the broker-wide pool when it learns it;
+if the pool is empty it stops reading that connection (*paused for memory*; connections
+that already hold a grant keep reading, so grants are always completed) and resumes when a
+request's bytes are returned. Connections paused for memory are not read, so they do not
+count as active for ``connections.max.idle.ms``; a connection that stops sending in the
+middle of a frame is closed by that reaper like any idle one, and its grant returned.
 
 Thread-safety: the read side of a connection (``rbuf``, ``payload``, reading the socket)
 and the connection map are touched only by the processor's own thread, except that a
@@ -71,6 +85,7 @@ import collections
 import logging
 import os
 import queue
+import random
 import select
 import socket
 import struct
@@ -81,6 +96,7 @@ from typing import Optional
 from kbroker.network.channel import (
     REQUEST_HEADER_PREFIX_SIZE, Request, RequestChannel, Response,
 )
+from kbroker.network.memory_pool import MemoryPool
 from kbroker.network.metrics import (
     API_BYTES_IN, API_BYTES_OUT, API_COUNT, API_HANDLE_NS, API_REQUEST_QUEUE_NS,
     API_RESPONSE_QUEUE_NS, API_RESPONSE_SEND_NS, API_TOTAL_NS, ProcessorStats,
@@ -97,6 +113,10 @@ _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 102
 _SENDFILE_MAX = 1 << 30       # cap per os.sendfile() call
 _POLL_TIMEOUT_S = 0.3         # Kafka's Processor poll timeout
 _READ_CHUNK = 1 << 16         # scratch buffer for one recv; larger frames get their own buffer
+_PAYLOAD_MIN = 1 << 14        # a large frame gets its own buffer once this much of it is here
+_GROWTH = 4                   # a frame's own buffer holds at most 4x the bytes of it received
+_ZEROS = bytes(1 << 20)       # source for growing a frame buffer (bytearray has no resize)
+_ZEROS_VIEW = memoryview(_ZEROS)
 _monotonic_ns = time.monotonic_ns
 _unpack_size = struct.Struct(">i").unpack_from
 
@@ -223,9 +243,13 @@ class _Connection:
     for what other threads may touch, under ``lock``).
 
     Read state: ``rbuf`` holds bytes read past the last whole frame (a partial size
-    prefix or frame, or whole pipelined frames), or is None; ``payload`` is a frame too
-    large for what has arrived, a ``bytearray(size)`` of which ``payload_read`` bytes are
-    filled. ``readable``: the socket may hold unread bytes. Write state:
+    prefix or frame, or whole pipelined frames), or is None; ``payload`` is the buffer of
+    a frame of ``frame_size`` bytes too large for the scratch buffer, of which
+    ``payload_read`` bytes are filled; it grows with what arrives (``len(payload)`` is at
+    most ``_GROWTH`` times ``payload_read``, never the announced size up front). ``grant``:
+    bytes of the memory pool held for the frame being read (0: none, or no pool); it
+    passes to the Request when the frame is whole. ``readable``: the socket may hold
+    unread bytes. Write state:
     ``send_parts[send_index:]`` remain, the first of them from ``send_offset`` on;
     ``write_error`` is set when a direct send failed. ``inflight`` is the request being
     handled (the connection is muted while it is set). ``events`` is the interest
@@ -233,7 +257,8 @@ class _Connection:
     """
 
     __slots__ = ("sock", "fd", "connection_id", "client_address", "lock", "rbuf", "readable",
-                 "payload", "payload_view", "payload_read", "inflight", "response",
+                 "payload", "payload_view", "payload_read", "frame_size", "grant",
+                 "inflight", "response",
                  "send_parts", "send_sizes", "send_index", "send_offset", "write_error",
                  "events", "read_paused", "last_active_ns", "closed")
 
@@ -249,6 +274,8 @@ class _Connection:
         self.payload: Optional[bytearray] = None
         self.payload_view: Optional[memoryview] = None
         self.payload_read = 0
+        self.frame_size = 0
+        self.grant = 0
         self.inflight: Optional[Request] = None
         self.response: Optional[Response] = None
         self.send_parts: Optional[list] = None
@@ -307,7 +334,7 @@ class Processor(threading.Thread):
     def __init__(self, processor_id: int, channel: RequestChannel, listener_name: str,
                  stats: ProcessorStats, quotas, *, max_request_size: int = 104857600,
                  connections_max_idle_ms: int = 600000,
-                 connection_queue_size: int = 20) -> None:
+                 connection_queue_size: int = 20, memory_pool: Optional[MemoryPool] = None) -> None:
         super().__init__(name=f"kbroker-network-thread-{listener_name}-{processor_id}",
                          daemon=True)
         self.processor_id = processor_id
@@ -316,6 +343,7 @@ class Processor(threading.Thread):
         self._stats = stats
         self._quotas = quotas
         self._max_request_size = max_request_size
+        self._pool = memory_pool          # None: queued.max.request.bytes unbounded
         # connections.max.idle.ms < 0 disables the idle reaper (as Kafka's Selector).
         self._max_idle_ns = connections_max_idle_ms * 1_000_000
         self._idle_check_interval_ns = (
@@ -337,7 +365,8 @@ class Processor(threading.Thread):
         self._resumed: collections.deque = collections.deque()    # _Connection
         self._selecting = False
         self._blocked: collections.deque = collections.deque()   # (conn, Request)
-        self._paused: list[_Connection] = []
+        self._paused: list[_Connection] = []          # request queue full (or shutting down)
+        self._memory_paused: list[_Connection] = []   # memory pool empty, no grant held
         self._completed_receives: list = []      # (conn, Request), muted, not yet queued
         self._completed_sends: list[_Connection] = []
         self._disconnected: list[tuple[_Connection, str]] = []
@@ -393,6 +422,10 @@ class Processor(threading.Thread):
     def backpressured(self) -> bool:
         """True while requests are held back because the request queue is full."""
         return bool(self._blocked)
+
+    def memory_paused_count(self) -> int:
+        """Connections not read because the memory pool is empty (a gauge; any thread)."""
+        return len(self._memory_paused)
 
     def begin_shutdown(self, drain_timeout_s: float = 0.0) -> None:
         """Stop reading requests; keep writing responses to in-flight requests for up to
@@ -452,6 +485,8 @@ class Processor(threading.Thread):
                         stats.responses_sent += 1
                         self._update_request_metrics(request, sum(sizes))
             if not handover:
+                if request.pool_bytes:
+                    self._pool.release_request(request)
                 following = (self._take_buffered_request(conn)
                              if conn.rbuf is not None and self._running
                              and not self._blocked and not conn.read_paused else None)
@@ -487,6 +522,9 @@ class Processor(threading.Thread):
         if (have < end or size < REQUEST_HEADER_PREFIX_SIZE
                 or size > self._max_request_size):
             return None
+        pool = self._pool
+        if pool is not None and not pool.try_allocate(size):
+            return None                  # memory pressure: the processor pauses it
         frame = rbuf[4:end]
         if have == end:
             conn.rbuf = None
@@ -496,6 +534,8 @@ class Processor(threading.Thread):
         request = Request(self.processor_id, conn.connection_id, self.listener_name,
                           conn.client_address, memoryview(frame), now)
         request.connection = conn
+        if pool is not None:
+            request.pool_bytes = size
         conn.last_active_ns = now
         stats = self._stats
         with stats.lock:
@@ -517,6 +557,7 @@ class Processor(threading.Thread):
         try:
             self._configure_new_connections()
             self._enqueue_blocked_requests()
+            self._resume_paused()
             self._process_new_responses()
             self._process_resumed()
             self._process_completed_sends()
@@ -534,6 +575,7 @@ class Processor(threading.Thread):
         for conn, request in self._completed_receives:   # read, never handed on
             if conn.inflight is request:
                 conn.inflight = None
+            self._release(request)
         self._completed_receives.clear()
         for conn in list(self._connections.values()):
             conn.read_paused = True
@@ -598,13 +640,46 @@ class Processor(threading.Thread):
             if not self._channel.try_send_request(request, self):
                 return
             blocked.popleft()
-        # Back-pressure over: resume reading on the connections paused meanwhile.
-        paused, self._paused = self._paused, []
-        for conn in paused:
-            if not conn.closed:
-                conn.read_paused = False
-                self._update_interest(conn)
-                self._maybe_read(conn)
+
+    def _resume_paused(self) -> None:
+        """Resume reading the connections paused for back-pressure once the request queue
+        takes requests again, and those paused for memory once the pool has memory again
+        (in random order, as Kafka's Selector under memory pressure, so none starves)."""
+        if self._blocked or not self._running:
+            return
+        if self._paused:
+            paused, self._paused = self._paused, []
+            for conn in paused:
+                self._unpause(conn)
+        if self._memory_paused and not self._pool.wait_for_memory(self):
+            paused, self._memory_paused = self._memory_paused, []
+            if len(paused) > 1:
+                random.shuffle(paused)
+            for conn in paused:
+                self._unpause(conn)
+
+    def _unpause(self, conn: _Connection) -> None:
+        if not conn.closed:
+            conn.read_paused = False
+            self._update_interest(conn)
+            self._maybe_read(conn)
+
+    def _pause(self, conn: _Connection, for_memory: bool = False) -> None:
+        """Stop reading ``conn`` until :meth:`_resume_paused` resumes it."""
+        conn.read_paused = True
+        (self._memory_paused if for_memory else self._paused).append(conn)
+        self._update_interest(conn)
+
+    def _needs_memory(self, conn: _Connection) -> bool:
+        """True if the pool is empty and ``conn`` holds no grant, so it must not be read
+        (this processor is then registered to be woken when memory is back)."""
+        pool = self._pool
+        return (pool is not None and not conn.grant and pool.available <= 0
+                and pool.wait_for_memory(self))
+
+    def _release(self, request: Request) -> None:
+        if request.pool_bytes:
+            self._pool.release_request(request)
 
     def _process_new_responses(self) -> None:
         responses = self._responses
@@ -624,6 +699,7 @@ class Processor(threading.Thread):
                     self._stats.responses_dropped += 1
                 log.debug("processor %d: dropping %r, connection gone",
                           self.processor_id, response)
+                self._release(request)
                 continue
             kind = response.kind
             try:
@@ -634,6 +710,7 @@ class Processor(threading.Thread):
                     with self._stats.lock:
                         self._stats.responses_no_op += 1
                         self._update_request_metrics(request, 0)
+                    self._release(request)
                     conn.inflight = None
                     self._update_interest(conn)
                     self._maybe_read(conn)
@@ -733,9 +810,10 @@ class Processor(threading.Thread):
                 if conn.inflight is None and not conn.read_paused:
                     if self._blocked or not self._running:
                         # Request queue full (or shutting down): stop reading this socket.
-                        conn.read_paused = True
-                        self._paused.append(conn)
-                        self._update_interest(conn)
+                        self._pause(conn)
+                        continue
+                    if self._needs_memory(conn):
+                        self._pause(conn, for_memory=True)
                         continue
                     conn.last_active_ns = now
                     self._read(conn)
@@ -774,6 +852,7 @@ class Processor(threading.Thread):
             with stats.lock:
                 stats.responses_sent += 1
                 self._update_request_metrics(request, sum(sizes))
+            self._release(request)
             if conn.closed:
                 continue
             if conn.inflight is request:
@@ -809,30 +888,35 @@ class Processor(threading.Thread):
         if (conn.inflight is None and not conn.read_paused and not conn.closed
                 and self._running and not self._blocked
                 and (conn.readable or conn.rbuf is not None)):
-            self._read(conn)
+            if self._needs_memory(conn):
+                self._pause(conn, for_memory=True)
+            else:
+                self._read(conn)
 
     def _read(self, conn: _Connection) -> None:
         """Read until one whole frame is here (it becomes the connection's in-flight
-        request, muting it) or the socket has no more bytes; a short read clears
-        ``readable``."""
+        request, muting it), the socket has no more bytes (a short read clears
+        ``readable``), or the memory pool refuses the frame (the connection is paused)."""
         sock = conn.sock
         stats = self._stats
         try:
             while True:
                 payload = conn.payload
                 if payload is not None:
-                    # A large frame: read straight into its own buffer.
-                    view = conn.payload_view[conn.payload_read:]
-                    want = len(view)
-                    n = sock.recv_into(view)
+                    # A large frame: read straight into its own buffer, grown as it fills.
+                    read = conn.payload_read
+                    if read == len(payload):
+                        self._grow_payload(conn)
+                    want = len(payload) - read
+                    n = sock.recv_into(conn.payload_view[read:])
                     if n == 0:
                         self._disconnected.append((conn, "peer closed the connection mid-frame"))
                         return
                     stats.bytes_in += n
-                    conn.payload_read += n
+                    read = conn.payload_read = read + n
                     if n < want:
                         conn.readable = False
-                    if conn.payload_read == len(payload):
+                    if read == conn.frame_size:
                         conn.payload = None
                         conn.payload_view = None
                         self._receive(conn, payload)
@@ -860,7 +944,15 @@ class Processor(threading.Thread):
                 if rbuf is None:
                     if n >= 4 and _unpack_size(scratch, 0)[0] == n - 4:
                         # The usual case: exactly one whole frame arrived.
-                        self._check_size(n - 4)
+                        size = n - 4
+                        self._check_size(size)
+                        pool = self._pool
+                        if pool is not None:
+                            if not pool.try_allocate(size, self):
+                                conn.rbuf = scratch[:n]
+                                self._pause(conn, for_memory=True)
+                                return
+                            conn.grant = size
                         self._receive(conn, scratch[4:n])
                         return
                     conn.rbuf = scratch[:n]
@@ -876,6 +968,22 @@ class Processor(threading.Thread):
         except OSError as e:
             self._disconnected.append((conn, f"read failed: {e}"))
 
+    @staticmethod
+    def _grow_payload(conn: _Connection) -> None:
+        """The frame buffer is full but the frame is not: grow it to at most ``_GROWTH``
+        times its size (bounded by what arrived), appending zeros (realloc moves large
+        buffers without copying; the zeros are the page touches ``bytearray(n)`` makes)."""
+        payload = conn.payload
+        have = len(payload)
+        extra = min(conn.frame_size, (have + 4) * _GROWTH) - have
+        conn.payload_view.release()          # a bytearray with exports cannot be resized
+        conn.payload_view = None
+        while extra > len(_ZEROS):
+            payload += _ZEROS
+            extra -= len(_ZEROS)
+        payload += _ZEROS_VIEW[:extra]
+        conn.payload_view = memoryview(payload)
+
     def _check_size(self, size: int) -> None:
         if size < REQUEST_HEADER_PREFIX_SIZE or size > self._max_request_size:
             raise InvalidReceive(
@@ -885,14 +993,23 @@ class Processor(threading.Thread):
                    f", a request frame has at least {REQUEST_HEADER_PREFIX_SIZE} bytes)"))
 
     def _take_frame(self, conn: _Connection, rbuf: bytearray) -> bool:
-        """Take the first frame out of the buffered bytes: True if one was whole (it is
-        received). Otherwise a frame larger than the bytes here moves to its own
-        ``payload`` buffer once its size is known; False."""
+        """Look at the first frame of the buffered bytes once its size is known: take its
+        bytes from the memory pool (refused: the connection is paused for memory, True);
+        if it is whole, receive it (True). Otherwise False, and a frame larger than the
+        scratch buffer moves to its own buffer once ``_PAYLOAD_MIN`` bytes of it are here
+        (sized by what is here, not by the announced size: a slow client's few bytes
+        stay in ``rbuf``)."""
         have = len(rbuf)
         if have < 4:
             return False
         size = _unpack_size(rbuf, 0)[0]
         self._check_size(size)
+        pool = self._pool
+        if pool is not None and not conn.grant:
+            if not pool.try_allocate(size, self):
+                self._pause(conn, for_memory=True)
+                return True
+            conn.grant = size
         end = 4 + size
         if have >= end:
             frame = rbuf[4:end]
@@ -902,20 +1019,26 @@ class Processor(threading.Thread):
                 del rbuf[:end]
             self._receive(conn, frame)
             return True
-        if size > _READ_CHUNK:
-            payload = conn.payload = bytearray(size)
+        if size > _READ_CHUNK and have >= _PAYLOAD_MIN:
+            got = have - 4
+            payload = conn.payload = bytearray(min(size, have * _GROWTH))
+            payload[:got] = memoryview(rbuf)[4:]
             conn.payload_view = memoryview(payload)
-            payload[:have - 4] = rbuf[4:]
-            conn.payload_read = have - 4
+            conn.payload_read = got
+            conn.frame_size = size
             conn.rbuf = None
         return False
 
     def _receive(self, conn: _Connection, frame: bytearray) -> None:
         """A whole request frame: mute the connection (one request in flight) and queue
-        the request for the next hand-off to the handlers."""
+        the request for the next hand-off to the handlers. The frame's grant passes to
+        the request."""
         request = Request(self.processor_id, conn.connection_id, self.listener_name,
                           conn.client_address, memoryview(frame), _monotonic_ns())
         request.connection = conn
+        if conn.grant:
+            request.pool_bytes = conn.grant
+            conn.grant = 0
         stats = self._stats
         with stats.lock:                 # a responding thread counts pipelined ones too
             stats.requests_received += 1
@@ -1039,11 +1162,16 @@ class Processor(threading.Thread):
                 conn.sock.close()
             except OSError:
                 pass
+            if conn.inflight is not None:
+                self._release(conn.inflight)
             conn.inflight = None
             conn.response = None
             conn.send_parts = None
             conn.rbuf = None
             conn.payload = conn.payload_view = None
+            if conn.grant:               # a frame read in part
+                self._pool.release(conn.grant)
+                conn.grant = 0
         if self._connections.get(conn.connection_id) is conn:
             del self._connections[conn.connection_id]
         self._stats.connections_closed += 1
@@ -1062,5 +1190,7 @@ class Processor(threading.Thread):
         self._responses.clear()
         self._resumed.clear()
         self._blocked.clear()
+        self._paused.clear()
+        self._memory_paused.clear()
         self._poller.close()
         self._waker.close()

@@ -11,6 +11,12 @@ Lifecycle: ``start()`` binds every listener (port 0 picks a free port; see
 in-flight requests drain for up to ``drain_timeout_s``, closes every socket and joins
 every thread. Stop the handler pool after the socket server (Kafka's order in
 ``KafkaServer.shutdown``), so that in-flight requests can still be answered while draining.
+
+Bounded memory: the SocketServer owns the broker's one
+:class:`~kbroker.network.memory_pool.MemoryPool` (``queued.max.request.bytes`` > 0;
+none otherwise, Kafka's default), shared by all processors, and the
+:class:`~kbroker.network.acceptor.ConnectionQuotas` (``max.connections``,
+``max.connections.per.ip`` and its overrides) shared by all acceptors and processors.
 """
 from __future__ import annotations
 
@@ -18,10 +24,11 @@ import dataclasses
 import logging
 import socket
 import threading
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from kbroker.network.acceptor import INT32_MAX, Acceptor, ConnectionQuotas
 from kbroker.network.channel import RequestChannel
+from kbroker.network.memory_pool import MemoryPool
 from kbroker.network.metrics import NetworkMetrics
 from kbroker.network.processor import Processor
 
@@ -77,6 +84,10 @@ class SocketServerConfig:
     connections_max_idle_ms: int = 600000        # < 0: never close idle connections
     max_connections: int = INT32_MAX
     max_connections_per_ip: int = INT32_MAX
+    #: IP address (normalised: ``ipaddress`` text, IPv4 for v4-mapped IPv6) -> its limit
+    max_connections_per_ip_overrides: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: broker-wide bytes of requests in flight; <= 0: unbounded (Kafka's default, -1)
+    queued_max_request_bytes: int = -1
 
 
 class SocketServer:
@@ -95,7 +106,14 @@ class SocketServer:
         self.channel = channel or RequestChannel(config.queued_max_requests)
         self.metrics = metrics or NetworkMetrics()
         self.metrics.bind_channel(self.channel)
-        self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip)
+        self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip,
+                                       config.max_connections_per_ip_overrides)
+        # Kafka: new SimpleMemoryPool(queued.max.request.bytes, socket.request.max.bytes,
+        # strict = false) when > 0, else MemoryPool.NONE. ValueError if smaller than
+        # socket.request.max.bytes (KafkaConfig refuses that at start-up).
+        self.memory_pool: Optional[MemoryPool] = (
+            MemoryPool(config.queued_max_request_bytes, config.socket_request_max_bytes)
+            if config.queued_max_request_bytes > 0 else None)
         self.acceptors: dict[str, Acceptor] = {}
         self.processors: list[Processor] = []
         self._bound: dict[str, tuple[str, int]] = {}
@@ -125,7 +143,8 @@ class SocketServer:
                     p = Processor(next_id, self.channel, listener.name,
                                   self.metrics.processor_stats(next_id), self.quotas,
                                   max_request_size=self.config.socket_request_max_bytes,
-                                  connections_max_idle_ms=self.config.connections_max_idle_ms)
+                                  connections_max_idle_ms=self.config.connections_max_idle_ms,
+                                  memory_pool=self.memory_pool)
                     next_id += 1
                     self.channel.add_processor(p.processor_id, p)
                     processors.append(p)
@@ -199,6 +218,16 @@ class SocketServer:
     # -- gauges -----------------------------------------------------------------------------
     def connection_count(self) -> int:
         return self.quotas.total
+
+    def memory_pool_available(self) -> int:
+        """Kafka's ``MemoryPoolAvailable`` (LONG_MAX without a pool, as MemoryPool.NONE)."""
+        pool = self.memory_pool
+        return pool.available if pool is not None else 2**63 - 1
+
+    def memory_pool_used(self) -> int:
+        """Kafka's ``MemoryPoolUsed``: request bytes taken from the pool (0 without one)."""
+        pool = self.memory_pool
+        return pool.used if pool is not None else 0
 
     def __enter__(self) -> "SocketServer":
         self.start()

@@ -141,6 +141,9 @@ class KafkaBroker:
             socket_listen_backlog_size=c["socket.listen.backlog.size"],
             connections_max_idle_ms=c["connections.max.idle.ms"],
             max_connections=c["max.connections"],
+            max_connections_per_ip=c["max.connections.per.ip"],
+            max_connections_per_ip_overrides=c.max_connections_per_ip_overrides,
+            queued_max_request_bytes=c["queued.max.request.bytes"],
         ))
         self.apis = _required("request handlers (kbroker.server.apis)",
                               lambda: KafkaApis(self, self.socket_server.channel))

@@ -8,10 +8,13 @@ naming the key. Keys prefixed ``kbroker.`` are ours (no Kafka equivalent).
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
+import socket
 from typing import Any, Mapping
 
+from kbroker.network.acceptor import normalise_ip
 from kbroker.network.socket_server import Listener
 from kbroker.config_def import (
     INT_MAX,
@@ -47,12 +50,19 @@ BROKER_CONFIG = (
     .define("num.network.threads", "int", 3, between(1, 64))
     .define("num.io.threads", "int", 8, between(1, 256))
     .define("queued.max.requests", "int", 500, at_least(1))
+    .define("queued.max.request.bytes", "long", -1, None,
+            "Bytes of requests in flight (read, not yet answered) the broker allows before it stops "
+            "reading from connections; <= 0: unbounded. At least socket.request.max.bytes when set.")
     .define("socket.send.buffer.bytes", "int", 102400)
     .define("socket.receive.buffer.bytes", "int", 102400)
     .define("socket.request.max.bytes", "int", 104857600, at_least(1))
     .define("socket.listen.backlog.size", "int", 50, at_least(1))
     .define("connections.max.idle.ms", "long", 600000, at_least(-1))
     .define("max.connections", "int", INT_MAX, at_least(0))
+    .define("max.connections.per.ip", "int", INT_MAX, at_least(0),
+            "Connections allowed from each IP address; 0 only with max.connections.per.ip.overrides.")
+    .define("max.connections.per.ip.overrides", "string", "", None,
+            "Per-IP or per-hostname limits overriding max.connections.per.ip, e.g. 'hostName:100,127.0.0.1:200'.")
     .define("message.max.bytes", "int", 1048588, at_least(0))
     .define("replica.fetch.max.bytes", "int", 1048576, at_least(0))
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
@@ -183,6 +193,46 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
 }
 
 
+_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")   # Kafka's Utils.validHostPattern
+
+
+def parse_ip_overrides(key: str, text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``"host:count,host:count"`` (Kafka's
+    ``Csv.parseCsvMap``: entries split at their last colon, so ``::1:5`` is IPv6 ``::1``)
+    -> normalised IP -> count. Host names are resolved now, to every address they have
+    (Kafka: ``InetAddress.getByName``, the first); one that does not resolve is an error."""
+    overrides: dict[str, int] = {}
+    text = text.strip()
+    if not text:
+        return overrides
+    for entry in re.split(r"\s*,\s*", text):
+        host, sep, count = entry.rpartition(":")
+        host = host.strip()
+        if not sep or not host:
+            raise ConfigError(key, f"invalid entry {entry!r}: expected host:count")
+        if not _VALID_HOST.fullmatch(host):
+            raise ConfigError(key, f"contains an invalid address: {host!r}")
+        try:
+            limit = int(count.strip())
+        except ValueError:
+            raise ConfigError(key, f"invalid entry {entry!r}: the count is not an integer") from None
+        for ip in _resolve(key, host):
+            overrides[ip] = limit
+    return overrides
+
+
+def _resolve(key: str, host: str) -> list[str]:
+    try:
+        return [normalise_ip(str(ipaddress.ip_address(host)))]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise ConfigError(key, f"cannot resolve host {host!r}: {e}") from None
+    return sorted({normalise_ip(info[4][0]) for info in infos})
+
+
 def parse_listener(key: str, text: str) -> Listener:
     """One ``NAME://host:port`` entry of ``key``; ConfigError naming ``key`` if malformed."""
     try:
@@ -240,6 +290,15 @@ class KafkaConfig:
             raise ConfigError("group.consumer.heartbeat.interval.ms", "must be less than group.consumer.session.timeout.ms")
         if not v["group.consumer.assignors"]:
             raise ConfigError("group.consumer.assignors", "at least one assignor is required")
+        # Kafka's KafkaConfig.validateValues checks of the network layer's limits.
+        if 0 < v["queued.max.request.bytes"] < v["socket.request.max.bytes"]:
+            raise ConfigError("queued.max.request.bytes", f"must be larger or equal to socket.request.max.bytes "
+                              f"({v['socket.request.max.bytes']}), or <= 0 for no limit")
+        self.max_connections_per_ip_overrides = parse_ip_overrides(
+            "max.connections.per.ip.overrides", v["max.connections.per.ip.overrides"])
+        if v["max.connections.per.ip"] == 0 and not self.max_connections_per_ip_overrides:
+            raise ConfigError("max.connections.per.ip", "can be set to zero only if "
+                              "max.connections.per.ip.overrides property is set")
         self._refuse_unsupported(v)
 
     def _refuse_unsupported(self, v: dict) -> None:

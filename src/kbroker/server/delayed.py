@@ -88,7 +88,12 @@ class DelayedFetch(DelayedOperation):
             if part is None:
                 return self.force_complete()  # UNKNOWN_TOPIC_OR_PARTITION now
             lg = part.log
-            end = lg.log_end_offset if self.replica_id >= 0 else lg.high_watermark
+            try:
+                # published metadata: no lookup and no log lock per waiting fetch per append
+                em = lg.log_end_offset_metadata if self.replica_id >= 0 else lg.high_watermark_metadata
+            except Exception:
+                return self.force_complete()
+            end = em.message_offset
             if end == st.fetch_offset:
                 continue
             if st.fetch_offset > end or st.fetch_offset < lg.log_start_offset:
@@ -97,7 +102,6 @@ class DelayedFetch(DelayedOperation):
                 fm = st.fetch_offset_metadata
                 if fm is None:
                     fm = st.fetch_offset_metadata = lg.convert_to_offset_metadata(st.fetch_offset)
-                em = lg.convert_to_offset_metadata(end)
             except Exception:
                 return self.force_complete()
             if fm.segment_base_offset != em.segment_base_offset:

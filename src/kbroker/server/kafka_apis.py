@@ -20,7 +20,7 @@ from kbroker.protocol import (
     API_INFO, ApiKey, ErrorCode, ProtocolDecodeError, parse_request_header,
 )
 from kbroker.server.apis import ApiHandler
-from kbroker.server.request_context import RequestContext
+from kbroker.server.request_context import RequestContext, error_response
 
 log = logging.getLogger(__name__)
 
@@ -105,19 +105,11 @@ class KafkaApis:
     def _error_response(self, ctx: RequestContext, code: int, quiet: bool = False) -> bool:
         """Answer with ``code`` in the response's top-level error code, if the response
         has one at the request's version (encoding checks that); else close, unless quiet."""
-        info = API_INFO[ctx.api_key]
-        cls = info.response_class
-        try:
-            field = next((f for f in cls._fields if f.attr == "error_code"), None)
-            if field is None or field.versions is None or not field.versions[0] <= ctx.api_version <= field.versions[1]:
-                raise AttributeError(f"no top-level error_code at version {ctx.api_version}")
-            resp = cls()
-            resp.error_code = code
-            resp.encode(ctx.api_version)
-        except Exception as e:
+        resp = error_response(ctx.api_key, ctx.api_version, code)
+        if resp is None:
             if not quiet:
-                log.info("closing connection %s: no error response for %s v%d (%s)",
-                         ctx.connection_id, info.name, ctx.api_version, e)
+                log.info("closing connection %s: no error response for %s v%d (no top-level error code)",
+                         ctx.connection_id, API_INFO[ctx.api_key].name, ctx.api_version)
                 ctx.close_connection()
             return False
         ctx.respond(resp)

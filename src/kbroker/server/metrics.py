@@ -101,6 +101,12 @@ class BrokerCollector(Collector):
                                 "Open client connections", value=totals["connection_count"])
         yield CounterMetricFamily("kafka_server_socket_server_metrics_connection_creation",
                                   "Connections accepted", value=totals["connections_created"])
+        yield GaugeMetricFamily("kafka_network_SocketServer_MemoryPoolAvailable",
+                                "Bytes left in the request memory pool (queued.max.request.bytes; "
+                                "2^63-1 without a pool)", value=ss.memory_pool_available())
+        yield GaugeMetricFamily("kafka_network_SocketServer_MemoryPoolUsed",
+                                "Bytes of the request memory pool held by requests in flight",
+                                value=ss.memory_pool_used())
         yield CounterMetricFamily("kafka_network_RequestChannel_InvalidReceives",
                                   "Connections closed for an unparseable or oversized frame",
                                   value=totals["invalid_receives"])

@@ -6,10 +6,14 @@ Single broker today: every partition has one replica, this node, which is the
 leader and the whole ISR. The high watermark is the minimum log end offset over
 the ISR, so here it follows the leader's log end offset right after each append
 (and, in fsync mode, after the fsync the log does before returning). The seams
-for replication: ``Partition.isr``, ``Partition.maybe_increment_high_watermark``
-(min over ISR replicas' LEO) and the produce purgatory, where acks=all waits for
-the high watermark to reach the last appended offset. Today that wait
-completes at once; with followers it completes when their fetches advance it.
+for replication: ``Partition.isr``, ``Partition.remote_log_end_offsets`` (what
+followers' fetches report), ``Partition.maybe_increment_high_watermark`` (min
+over ISR replicas' LEO metadata, handed to ``Log.maybe_increment_high_watermark``,
+which only moves it forward, under the log's lock: concurrent appends to one
+partition may compute their proposals in any order) and the produce purgatory,
+where acks=all waits for the high watermark to pass the last appended offset.
+Today that wait completes at once; with followers it completes when their
+fetches advance it.
 
 Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
 (a dict read is atomic); each Partition's log has its own append lock.
@@ -17,6 +21,7 @@ Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +33,7 @@ from kbroker.log.errors import (
 )
 from kbroker.log.producer_state import ProducerStateError
 from kbroker.protocol import ErrorCode
+from kbroker.server import log_validator
 from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
 from kbroker.server.metadata import TopicImage
 
@@ -72,17 +78,23 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.isr = frozenset({node_id})
         self.replicas = (node_id,)
+        #: follower id -> its log end offset metadata (from its fetches); none yet
+        self.remote_log_end_offsets: dict[int, object] = {}
 
     @property
     def tp(self) -> TopicPartition:
         return (self.topic, self.partition)
 
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = min LEO over the ISR; with one replica, the log end offset."""
+        """Kafka's Partition.maybeIncrementLeaderHW: HW = min log end offset over the
+        ISR (the leader's own, and each in-sync follower's); the log moves it only
+        forward. Returns True if it moved. With one replica: the leader's LEO."""
         lg = self.log
-        old = lg.high_watermark
-        new = lg.update_high_watermark(lg.log_end_offset)
-        return new > old
+        new_hw = lg.log_end_offset_metadata
+        for replica_id, leo in self.remote_log_end_offsets.items():
+            if replica_id in self.isr and leo.message_offset < new_hw.message_offset:
+                new_hw = leo
+        return lg.maybe_increment_high_watermark(new_hw) is not None
 
     def check_leader_epoch(self, current_leader_epoch: int) -> int:
         """Kafka's Partition.checkCurrentLeaderEpoch: -1 means "don't check"."""
@@ -148,9 +160,11 @@ class ReplicaManager:
     def append_records(self, timeout_ms: int, required_acks: int,
                        entries: dict[TopicPartition, object],
                        respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None], *,
-                       internal_topics_allowed: bool = False, produce_version: int = 11) -> None:
+                       internal_topics_allowed: bool = False, produce_version: int | None = None) -> None:
         """Validate and append ``entries`` (records buffers by partition), then call
-        ``respond`` — at once, or from the produce purgatory when acks=all has to wait."""
+        ``respond`` — at once, or from the produce purgatory when acks=all has to wait.
+        ``produce_version``: the ProduceRequest's version for a client's records (checked
+        as AppendOrigin.CLIENT), None for the broker's own appends."""
         results: dict[TopicPartition, ProducePartitionResult] = {}
         appended = []
         for tp, buf in entries.items():
@@ -204,7 +218,12 @@ class ReplicaManager:
             listener(tp)
 
     def _append_to_local_log(self, tp, buf, internal_topics_allowed: bool,
-                             produce_version: int) -> ProducePartitionResult:
+                             produce_version: int | None) -> ProducePartitionResult:
+        """Kafka's ReplicaManager.appendToLocalLog for one partition, with the checks of
+        UnifiedLog.analyzeAndValidateRecords and LogValidator on the way to ``Log.append``.
+        ``produce_version`` is set for a client's ProduceRequest (AppendOrigin.CLIENT,
+        whose records ProduceRequest.validateRecords already checked: one v2 batch);
+        None for the broker's own appends (the group coordinator)."""
         topic = tp[0]
         if topic.startswith("__") and topic in ("__consumer_offsets", "__transaction_state") \
                 and not internal_topics_allowed:
@@ -216,51 +235,60 @@ class ReplicaManager:
         lg = part.log
         if buf is None or len(buf) == 0:
             return ProducePartitionResult(ErrorCode.NONE, -1, -1, lg.log_start_offset)
+        cfg = lg.config
+        client = produce_version is not None
+        if client:
+            # analyzeAndValidateRecords, before the CRC: base offset 0, then the batch size
+            base_offset, length = _BASE_OFFSET_AND_LENGTH(buf, 0)
+            if base_offset != 0:
+                return ProducePartitionResult(
+                    ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+                    error_message=(f"The baseOffset of the record batch in the append to {topic}-{tp[1]} "
+                                   f"should be 0, but it is {base_offset}"))
+            size = 12 + length
+            if size > cfg.max_message_bytes:
+                return _too_large(tp, size, cfg)
+        now = self._time_ms()
+        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
         try:
-            infos = _records.validate_batches(buf)
+            infos = _records.validate_batches(
+                buf, timestamp_type=log_validator.LOG_APPEND_TIME if log_append_time else log_validator.CREATE_TIME,
+                now_ms=now,
+                timestamp_before_max_ms=cfg.timestamp_before_max_ms,
+                timestamp_after_max_ms=cfg.timestamp_after_max_ms, compacted=cfg.compact)
         except _records.UnsupportedCompressionError as e:
             return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
         except _records.InvalidRecordError as e:
-            return ProducePartitionResult(ErrorCode.INVALID_RECORD, error_message=str(e))
+            return ProducePartitionResult(ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+                                          error_message=str(e))
         except _records.CorruptRecordError as e:
             return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
-        cfg = lg.config
-        now = self._time_ms()
-        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
-        writable = None
-        for i, info in enumerate(infos):
-            if info.compression == _records.ZSTD and produce_version < 7:
-                return ProducePartitionResult(
-                    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-                    error_message="Produce requests with version < 7 cannot use zstd")
-            if info.size_in_bytes > cfg.max_message_bytes:
-                return ProducePartitionResult(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    error_message=(f"The record batch size is {info.size_in_bytes} bytes which exceeds "
-                                   f"the maximum configured value of {cfg.max_message_bytes}."))
-            if cfg.compact and info.has_null_key:
-                return ProducePartitionResult(
-                    ErrorCode.INVALID_RECORD, record_errors=[(i, "Compacted topic cannot accept message without key")],
-                    error_message="Compacted topic cannot accept message without key in topic partition "
-                                  f"{topic}-{tp[1]}.")
-            if not log_append_time and info.timestamp_type == _records.TIMESTAMP_CREATE_TIME:
-                if (info.min_record_timestamp >= 0 and now - info.min_record_timestamp > cfg.message_timestamp_before_max_ms) \
-                        or info.max_record_timestamp - now > cfg.message_timestamp_after_max_ms:
-                    return ProducePartitionResult(
-                        ErrorCode.INVALID_TIMESTAMP,
-                        error_message="Timestamp of a record is out of range of the configured "
-                                      "message.timestamp.before/after.max.ms")
+        for info in infos:
+            if not client and info.size_in_bytes > cfg.max_message_bytes:
+                return _too_large(tp, info.size_in_bytes, cfg)
+            if info.record_errors:
+                e = log_validator.record_validation_error(tp, cfg, buf, info, now)
+                return ProducePartitionResult(e.code, log_start_offset=lg.log_start_offset,
+                                              error_message=e.message, record_errors=e.record_errors)
+        for info in infos:
             if info.is_transactional:
                 # transactions are not implemented yet: no transaction can be ongoing
                 return ProducePartitionResult(
                     ErrorCode.INVALID_TXN_STATE,
                     error_message="Transactional produce is not supported by this broker yet")
-        if log_append_time:
-            writable = buf if not isinstance(buf, (bytes, memoryview)) or (
-                isinstance(buf, memoryview) and not buf.readonly) else bytearray(buf)
-            for info in infos:
-                _records.set_log_append_time(writable, info.position, now)
-            buf = writable
+        target = log_validator.target_compression(cfg)
+        if target is not None and any(info.compression != target[0] for info in infos):
+            buf = log_validator.recompress(buf, infos, target[0], target[1], log_append_time, now)
+            infos = _records.validate_batches(buf)
+            for info in infos:  # the size may have changed (UnifiedLog.append re-checks it)
+                if info.size_in_bytes > cfg.max_message_bytes:
+                    return ProducePartitionResult(
+                        ErrorCode.MESSAGE_TOO_LARGE,
+                        error_message=(f"Message batch size is {info.size_in_bytes} bytes in append to partition "
+                                       f"{topic}-{tp[1]} which exceeds the maximum configured size of "
+                                       f"{cfg.max_message_bytes}."))
+        else:
+            buf = log_validator.set_max_timestamps(buf, infos, log_append_time, now)
         try:
             info = lg.append(buf, infos, leader_epoch=part.leader_epoch)
         except RecordTooLargeError as e:
@@ -346,3 +374,13 @@ def region_size(r) -> int:
         return 0
     size = getattr(r, "size", None)
     return size if isinstance(size, int) else len(r)
+
+
+_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi").unpack_from
+
+
+def _too_large(tp, size: int, cfg) -> ProducePartitionResult:
+    return ProducePartitionResult(
+        ErrorCode.MESSAGE_TOO_LARGE,
+        error_message=(f"The record batch size in the append to {tp[0]}-{tp[1]} is {size} bytes which "
+                       f"exceeds the maximum configured value of {cfg.max_message_bytes}."))

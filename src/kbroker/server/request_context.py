@@ -6,13 +6,20 @@ operation completing in the purgatory) — with ``respond(body)``,
 ``respond_no_op()`` (produce with acks=0) or ``close_connection()``.
 Later calls are ignored (Kafka's DelayedOperation completes once; so does a
 request).
+
+A response that cannot be encoded is a broker bug, but must not leave the
+connection muted for ever (the request is claimed before it is encoded):
+``respond`` logs it with the api key and version and answers the request's
+error response instead (UNKNOWN_SERVER_ERROR in the top-level error code, as
+Kafka's RequestHandlerHelper.handleError), or, for a response without one,
+closes the connection (the client sees a disconnect and retries).
 """
 from __future__ import annotations
 
 import logging
 import threading
 
-from kbroker.protocol import encode_response_parts
+from kbroker.protocol import API_INFO, ErrorCode, encode_response_parts
 from kbroker.protocol.headers import RequestHeader
 
 log = logging.getLogger(__name__)
@@ -54,12 +61,30 @@ class RequestContext:
             return True
 
     def respond(self, body, version: int | None = None) -> None:
-        """Encode ``body`` at the request's version (or ``version``) and send it."""
+        """Encode ``body`` at the request's version (or ``version``) and send it; if it
+        cannot be encoded, send the error response or close (see the module docstring)."""
         if not self._claim():
             log.warning("second response to %r ignored", self.request)
             return
-        parts = encode_response_parts(self.correlation_id, self.api_key,
-                                      self.api_version if version is None else version, body)
+        v = self.api_version if version is None else version
+        try:
+            parts = encode_response_parts(self.correlation_id, self.api_key, v, body)
+        except Exception:
+            name = API_INFO[self.api_key].name if self.api_key in API_INFO else "?"
+            log.exception("cannot encode the %s v%d response (api key %d, correlation id %d) to %s",
+                          name, v, self.api_key, self.correlation_id, self.connection_id)
+            body = error_response(self.api_key, v, ErrorCode.UNKNOWN_SERVER_ERROR)
+            parts = None
+            if body is not None:
+                try:
+                    parts = encode_response_parts(self.correlation_id, self.api_key, v, body)
+                except Exception:
+                    log.exception("cannot encode the %s v%d error response either", name, v)
+            if parts is None:
+                log.info("closing connection %s: no %s v%d response could be encoded",
+                         self.connection_id, name, v)
+                self.channel.close_connection(self.request)
+                return
         self.channel.send_response(self.request, parts)
         if self.on_response is not None:
             self.on_response(self, body)
@@ -71,3 +96,22 @@ class RequestContext:
     def close_connection(self) -> None:
         if self._claim():
             self.channel.close_connection(self.request)
+
+
+def error_response(api_key: int, version: int, code: int):
+    """A response body for ``api_key`` carrying ``code`` in its top-level error code, or
+    None when the response has none at ``version`` (or cannot be encoded at it)."""
+    info = API_INFO.get(api_key)
+    if info is None:
+        return None
+    cls = info.response_class
+    field = next((f for f in cls._fields if f.attr == "error_code"), None)
+    if field is None or field.versions is None or not field.versions[0] <= version <= field.versions[1]:
+        return None
+    resp = cls()
+    resp.error_code = code
+    try:
+        resp.encode(version)
+    except Exception:
+        return None
+    return resp

@@ -79,6 +79,7 @@ class TopicManager:
                validate_only: bool = False):
         b = self.broker
         validate_topic_name(name)
+        self._check_new_name(name)
         if assignments:
             num_partitions, replication_factor = self._check_manual_assignment(
                 assignments, num_partitions, replication_factor)
@@ -99,21 +100,28 @@ class TopicManager:
         clean = validate_topic_configs(configs or {})
         _check_record_count(1 + num_partitions + len(clean))
         with self._lock:
-            if name in b.metadata.image.topics:
-                raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            self._check_new_name(name)  # again: another create may have won meanwhile
             if validate_only:
                 return None
-            # Kafka also refuses names that collide once '.' and '_' are treated alike
-            norm = name.replace(".", "_")
-            for other in b.metadata.image.topics:
-                if other.replace(".", "_") == norm:
-                    raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                     f"Topic '{name}' collides with existing topic: {other}")
             t = b.metadata.create_topic(name, num_partitions, clean)
             b.log_manager.update_topic_config(name, clean)
             with b.log_manager.batched_dir_sync():
                 b.replica_manager.apply_topic(t)
             return t
+
+    def _check_new_name(self, name: str) -> None:
+        """Kafka's ReplicationControlManager.createTopics name checks, before any other:
+        TOPIC_ALREADY_EXISTS for an existing name, else INVALID_TOPIC_EXCEPTION for a
+        name that collides with an existing one once '.' and '_' are treated alike."""
+        topics = self.broker.metadata.image.topics
+        if name in topics:
+            raise TopicError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if "." in name or "_" in name:
+            norm = name.replace(".", "_")
+            for other in topics:
+                if other.replace(".", "_") == norm:
+                    raise TopicError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Topic '{name}' collides with existing topic: {other}")
 
     def _check_manual_assignment(self, assignments, num_partitions: int, replication_factor: int):
         """Kafka's ReplicationControlManager.createTopic checks of a manual assignment;

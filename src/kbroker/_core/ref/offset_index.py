@@ -1,22 +1,34 @@
 """Pure-Python twin of ``kbroker._core.offset_index`` (same API, same file format).
 
 Uses the ``mmap`` module instead of raw mmap(2); see the compiled kernel's
-docstring for the format, laziness and locking rules. Unlike the kernel, a
-mapped twin index holds one fd (the ``mmap`` object keeps a dup()ed fd on
+docstring for the format, laziness and locking rules (here: a
+``threading.RLock`` per index around every public method). Unlike the kernel,
+a mapped twin index holds one fd (the ``mmap`` object keeps a dup()ed fd on
 Python < 3.13).
 """
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import struct
+import threading
 
-from kbroker._core.index_errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from kbroker._core.index_errors import CorruptIndexError, IndexClosedError, IndexFullError, InvalidOffsetError
 
 _WARM_BYTES = 8192
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _OFF = struct.Struct(">ii")
+
+
+def locked(fn):
+    """Run the method under the index's lock (the kernel's ``_lock`` / ``_unlock``)."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        with self._mutex:
+            return fn(self, *args, **kwargs)
+    return wrapper
 
 
 def largest_lower_bound_slot(m, entries: int, entry_size: int, key_pos: int, key64: bool, target: int) -> int:
@@ -63,13 +75,14 @@ class MmapIndex:
         self._max_entries = 0
         self._loaded = False
         self._closed = False
+        self._mutex = threading.RLock()
 
     # -- mapping -------------------------------------------------------------
     def _ensure(self) -> None:
         if self._loaded:
             return
         if self._closed:
-            raise ValueError(f"index {self._path} is closed")
+            raise IndexClosedError(f"index {self._path} is closed")
         created = False
         if not os.path.exists(self._path):
             if not self.writable:
@@ -99,6 +112,7 @@ class MmapIndex:
             if new_length > 0:
                 access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
                 self._map = mmap.mmap(fd, new_length, access=access)
+                self._map.madvise(mmap.MADV_RANDOM)   # as the kernel: no read-around on faults
         finally:
             os.close(fd)
         self._length = new_length
@@ -134,31 +148,37 @@ class MmapIndex:
         return self._loaded
 
     @property
+    @locked
     def entries(self) -> int:
         self._ensure()
         return self._entries
 
     @property
+    @locked
     def max_entries(self) -> int:
         self._ensure()
         return self._max_entries
 
     @property
+    @locked
     def length(self) -> int:
         self._ensure()
         return self._length
 
     @property
+    @locked
     def size_in_bytes(self) -> int:
         self._ensure()
         return self._entries * self._entry_size
 
     @property
+    @locked
     def is_full(self) -> bool:
         self._ensure()
         return self._entries >= self._max_entries
 
     # -- maintenance -----------------------------------------------------------
+    @locked
     def resize(self, new_size: int) -> bool:
         self._ensure()
         rounded = new_size - new_size % self._entry_size
@@ -167,40 +187,48 @@ class MmapIndex:
         self._remap(rounded)
         return True
 
+    @locked
     def trim_to_valid_size(self) -> bool:
         if not self._loaded:
             return False
         return self.resize(self._entries * self._entry_size)
 
+    @locked
     def truncate(self) -> None:
         self._ensure()
         self._entries = 0
         self._after_load()
 
+    @locked
     def reset(self) -> None:
         self.truncate()
         self.resize(self.max_index_size)
 
+    @locked
     def flush(self) -> None:
         if self._loaded and self._map is not None and self.writable:
             self._map.flush()
 
+    @locked
     def close(self) -> None:
         if self._loaded and self.writable and os.path.exists(self._path):
             self.trim_to_valid_size()
         self.close_handler()
 
+    @locked
     def close_handler(self) -> None:
         self._unmap()
         self._loaded = False
         self._closed = True
 
+    @locked
     def rename_to(self, new_path) -> None:
         new_path = os.fspath(new_path)
         if os.path.exists(self._path):
             os.replace(self._path, new_path)
         self._path = new_path
 
+    @locked
     def delete_if_exists(self) -> bool:
         self.close_handler()
         try:
@@ -209,6 +237,7 @@ class MmapIndex:
         except FileNotFoundError:
             return False
 
+    @locked
     def raw_entries(self) -> bytes:
         self._ensure()
         if self._entries == 0:
@@ -232,10 +261,12 @@ class OffsetIndex(MmapIndex):
             self._last_offset = self.base_offset + _I32.unpack_from(self._map, (self._entries - 1) * 8)[0]
 
     @property
+    @locked
     def last_offset(self) -> int:
         self._ensure()
         return self._last_offset
 
+    @locked
     def sanity_check(self) -> None:
         self._ensure()
         if self._length % 8 != 0:
@@ -247,6 +278,7 @@ class OffsetIndex(MmapIndex):
                 f"Corrupt index found, index file ({self._path}) has non-zero size but the last "
                 f"offset is {self._last_offset} which is less than the base offset {self.base_offset}.")
 
+    @locked
     def lookup(self, target_offset: int) -> tuple[int, int]:
         self._ensure()
         rel = target_offset - self.base_offset
@@ -259,6 +291,7 @@ class OffsetIndex(MmapIndex):
         r, pos = _OFF.unpack_from(self._map, slot * 8)
         return (self.base_offset + r, pos)
 
+    @locked
     def entry(self, n: int) -> tuple[int, int]:
         self._ensure()
         if n < 0 or n >= self._entries:
@@ -282,11 +315,13 @@ class OffsetIndex(MmapIndex):
         self._entries += 1
         self._last_offset = offset
 
+    @locked
     def append(self, offset: int, position: int) -> None:
         self._ensure()
         self._check_capacity()
         self._append(offset, position)
 
+    @locked
     def append_raw(self, data) -> None:
         self._ensure()
         data = bytes(data)
@@ -314,6 +349,7 @@ class OffsetIndex(MmapIndex):
         self._entries += n
         self._last_offset = self.base_offset + prev_rel
 
+    @locked
     def truncate_to(self, offset: int) -> None:
         self._ensure()
         rel = offset - self.base_offset

@@ -69,6 +69,7 @@ __all__ = [
     "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME", "NO_TIMESTAMP",
     "RECORD_BATCH_OVERHEAD", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH",
     "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH",
+    "RECORD_ERROR_NO_KEY", "RECORD_ERROR_TIMESTAMP", "RECORD_ERROR_LOG_APPEND_TIME",
     "CorruptRecordError", "InvalidRecordError", "UnsupportedCompressionError",
     "UnsupportedMagicError",
     "Record", "RecordBatch", "LegacyBatch", "BatchInfo", "BatchBuilder",
@@ -90,6 +91,10 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_PARTITION_LEADER_EPOCH = -1
+#: BatchInfo.record_errors kinds (Kafka's LogValidator.validateRecord failures)
+RECORD_ERROR_NO_KEY = 1            # compacted topic, null key: INVALID_RECORD
+RECORD_ERROR_TIMESTAMP = 2         # outside message.timestamp.before/after.max.ms: INVALID_TIMESTAMP
+RECORD_ERROR_LOG_APPEND_TIME = 3   # producer set LogAppendTime: INVALID_TIMESTAMP
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
@@ -105,6 +110,7 @@ _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21
 _MAX_TIMESTAMP_OFFSET = 35
 _LOG_OVERHEAD = 12                # base_offset + batch_length
+_INT64_MAX = (1 << 63) - 1
 _MIN_RECORD_SIZE = 7              # a record's smallest encoding, length byte included
 _LEGACY_HEADER_V0 = 14            # crc .. value length, magic 0 (after LOG_OVERHEAD)
 _LEGACY_HEADER_V1 = 22
@@ -122,6 +128,7 @@ BatchInfo = namedtuple("BatchInfo", [
     "producer_id", "producer_epoch", "base_sequence", "is_transactional",
     "is_control", "partition_leader_epoch",
     "min_record_timestamp", "max_record_timestamp", "has_null_key",
+    "record_errors",
 ])
 BatchInfo.__doc__ = """What ``validate_batches`` learned about one v2 batch.
 
@@ -131,7 +138,10 @@ its full size (``batch_length + 12``). Header fields are as sent;
 records (base_timestamp + deltas; what Kafka's LogValidator checks against
 message.timestamp.*.max.ms and writes back as maxTimestamp for CreateTime),
 ``has_null_key`` is True if any record has a null key (compacted topics
-reject those)."""
+reject those). ``record_errors``: with record checks on (``validate_batches``'
+``timestamp_type`` >= 0), the records that fail Kafka's
+LogValidator.validateRecord, as ((index in the batch, RECORD_ERROR_* kind,
+the record's timestamp), ...) in record order; else ()."""
 
 
 class Record:
@@ -329,7 +339,8 @@ class BatchBuilder:
                  producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH,
                  base_sequence=NO_SEQUENCE,
                  partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
-                 is_transactional=False, is_control=False, base_offset=0):
+                 is_transactional=False, is_control=False, base_offset=0,
+                 compression_level=None):
         if not 0 <= compression <= 4:
             raise UnsupportedCompressionError(
                 f"unknown compression codec id {compression}")
@@ -344,6 +355,7 @@ class BatchBuilder:
         if base_timestamp is not None:
             _check_i64(base_timestamp, "base_timestamp")
         self._compression = compression
+        self._level = compression_level
         self._batch_size = batch_size
         self._attributes = (compression | (timestamp_type << 3)
                             | (TRANSACTIONAL_MASK if is_transactional else 0)
@@ -423,7 +435,7 @@ class BatchBuilder:
         records = self._buf
         if self._compression:
             payload = _compression.compress(
-                self._compression, memoryview(records)[RECORD_BATCH_OVERHEAD:])
+                self._compression, memoryview(records)[RECORD_BATCH_OVERHEAD:], self._level)
             out = bytearray(RECORD_BATCH_OVERHEAD)
             out += payload
         else:
@@ -449,20 +461,21 @@ def encode_batch(records, *, base_offset=0, compression=NO_COMPRESSION,
                  producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH,
                  base_sequence=NO_SEQUENCE,
                  partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
-                 is_transactional=False, is_control=False):
+                 is_transactional=False, is_control=False, compression_level=None):
     """Encode ``records`` — a sequence of (timestamp_ms, key, value, headers)
     — as one record batch v2. Offset deltas are 0..n-1; base_timestamp
     defaults to the first record's timestamp; max_timestamp is the largest
     record timestamp (the caller passes the append time as the records'
     timestamps for LogAppendTime, or rewrites it with set_log_append_time).
-    An empty ``records`` gives a header-only batch with timestamps -1."""
+    An empty ``records`` gives a header-only batch with timestamps -1.
+    ``compression_level``: the codec's level (None: kbroker's default for it)."""
     b = BatchBuilder(compression=compression, batch_size=1 << 62,
                      timestamp_type=timestamp_type, base_timestamp=base_timestamp,
                      producer_id=producer_id, producer_epoch=producer_epoch,
                      base_sequence=base_sequence,
                      partition_leader_epoch=partition_leader_epoch,
                      is_transactional=is_transactional, is_control=is_control,
-                     base_offset=base_offset)
+                     base_offset=base_offset, compression_level=compression_level)
     for r in records:
         timestamp_ms, key, value, headers = r
         b.append(timestamp_ms, key, value, headers)
@@ -472,11 +485,14 @@ def encode_batch(records, *, base_offset=0, compression=NO_COMPRESSION,
 # -- decode / walk ----------------------------------------------------------
 
 def _walk_records(buf, pos, end, count, base_offset, base_timestamp,
-                  log_append_ts, out):
+                  log_append_ts, out, check=None, errors=None):
     """Walk ``count`` records in buf[pos:end]. If ``out`` is a list, append
     Record objects to it (decode); if None, also require offset deltas
     0,1,2.. (validate). Returns (min_ts_delta, max_ts_delta, has_null_key).
-    Raises InvalidRecordError on any framing error."""
+    Raises InvalidRecordError on any framing error. ``check(null_key, ts)``,
+    if given, is applied to each record as it is walked (``ts`` as Kafka's
+    Record.timestamp()); its non-zero results go to ``errors`` as
+    (index, kind, ts)."""
     rv = _read_varint
     M32 = 0xFFFFFFFF
     M64 = 0xFFFFFFFFFFFFFFFF
@@ -548,6 +564,11 @@ def _walk_records(buf, pos, end, count, base_offset, base_timestamp,
             min_delta = ts_delta
         if max_delta is None or ts_delta > max_delta:
             max_delta = ts_delta
+        if check is not None:
+            ts = log_append_ts if log_append_ts is not None else _wrap64(base_timestamp + ts_delta)
+            kind = check(klen < 0, ts)
+            if kind:
+                errors.append((i, kind, ts))
         if out is not None:
             ts = log_append_ts if log_append_ts is not None else (
                 (base_timestamp + ts_delta + 0x8000000000000000) % (1 << 64)
@@ -759,7 +780,9 @@ def decode_batches(buf, *, check_crc=True):
 
 # -- broker fast path ---------------------------------------------------------
 
-def validate_batches(buf, *, allow_control=False):
+def validate_batches(buf, *, allow_control=False, timestamp_type=-1, now_ms=0,
+                     timestamp_before_max_ms=_INT64_MAX, timestamp_after_max_ms=_INT64_MAX,
+                     compacted=False):
     """Validate a ProduceRequest partition's records without building Record
     objects; return one BatchInfo per batch.
 
@@ -772,7 +795,24 @@ def validate_batches(buf, *, allow_control=False):
     count - 1, offset deltas not 0,1,2.., any record's framing (lengths,
     varints, key/value/header bounds), control batch unless
     ``allow_control``, producer_id >= 0 with base_sequence < 0.
+
+    Record checks (Kafka's LogValidator.validateRecord), in the same walk,
+    when ``timestamp_type`` (the topic's: 0 CreateTime, 1 LogAppendTime) is
+    given: a record fails, in this order, if ``compacted`` and its key is
+    null (RECORD_ERROR_NO_KEY); else, for a CreateTime topic and a timestamp
+    other than -1, if ``now_ms - ts > timestamp_before_max_ms`` or
+    ``ts - now_ms > timestamp_after_max_ms`` (RECORD_ERROR_TIMESTAMP, Java
+    long arithmetic); else if the batch has the LogAppendTime bit set
+    (RECORD_ERROR_LOG_APPEND_TIME: producers may not set it). A record's
+    timestamp is base_timestamp + delta, or the batch's max_timestamp when
+    its LogAppendTime bit is set. Failures do not raise: they are listed in
+    BatchInfo.record_errors.
     """
+    if timestamp_type > 1:
+        raise ValueError(f"bad timestamp_type {timestamp_type}")
+    _check_i64(now_ms, "now_ms")
+    _check_i64(timestamp_before_max_ms, "timestamp_before_max_ms")
+    _check_i64(timestamp_after_max_ms, "timestamp_after_max_ms")
     mv = memoryview(buf).cast("B")
     end = len(mv)
     if end == 0:
@@ -804,16 +844,40 @@ def validate_batches(buf, *, allow_control=False):
         if pid >= 0 and bseq < 0:
             raise InvalidRecordError(f"invalid sequence number {bseq}")
         data, rpos, rend = _batch_records_section(mv, pos, batch_end, attributes, count)
+        log_append = bool(attributes & TIMESTAMP_TYPE_MASK)
+        check = errors = None
+        if timestamp_type >= 0:
+            check = _record_check(compacted, timestamp_type == TIMESTAMP_CREATE_TIME, log_append,
+                                  now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
+            errors = []
         min_d, max_d, null_key = _walk_records(
-            data, rpos, rend, count, 0, base_ts, None, None)
+            data, rpos, rend, count, 0, base_ts, max_ts if log_append else None,
+            None, check, errors)
         infos.append(BatchInfo(
             pos, batch_length + _LOG_OVERHEAD, lod, count, base_ts, max_ts,
             (attributes >> 3) & 1, attributes & COMPRESSION_MASK, pid, pepoch,
             bseq, bool(attributes & TRANSACTIONAL_MASK),
             bool(attributes & CONTROL_MASK), ple,
-            _wrap64(base_ts + min_d), _wrap64(base_ts + max_d), null_key))
+            _wrap64(base_ts + min_d), _wrap64(base_ts + max_d), null_key,
+            tuple(errors) if errors else ()))
         pos = batch_end
     return infos
+
+
+def _record_check(compacted, create_time, batch_log_append, now, before_max, after_max):
+    """Kafka's LogValidator.validateKey then validateTimestamp for one batch, as
+    check(null_key, ts) -> RECORD_ERROR_* kind or 0."""
+    def check(null_key, ts):
+        if compacted and null_key:
+            return RECORD_ERROR_NO_KEY
+        if create_time and ts != NO_TIMESTAMP:
+            diff = _wrap64(now - ts)
+            if diff > before_max or _wrap64(-diff) > after_max:
+                return RECORD_ERROR_TIMESTAMP
+        elif batch_log_append:
+            return RECORD_ERROR_LOG_APPEND_TIME
+        return 0
+    return check
 
 
 def _wrap64(v):
@@ -866,7 +930,9 @@ def set_max_timestamp(buf, position, timestamp_type, max_timestamp):
     (current,) = _Q.unpack_from(mv, position + _MAX_TIMESTAMP_OFFSET)
     if (attributes >> 3) & 1 == timestamp_type and current == max_timestamp:
         return
-    attributes = (attributes & ~TIMESTAMP_TYPE_MASK) | (timestamp_type << 3)
+    # Kafka's DefaultRecordBatch.computeAttributes: only the known bits survive
+    attributes = ((attributes & (COMPRESSION_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
+                                 | DELETE_HORIZON_MASK)) | (timestamp_type << 3))
     struct.pack_into(">h", mv, position + _ATTRIBUTES_OFFSET, attributes)
     _Q.pack_into(mv, position + _MAX_TIMESTAMP_OFFSET, max_timestamp)
     _rewrite_crc(mv, position)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 
 from kbroker._core.index_errors import CorruptIndexError, IndexFullError, InvalidOffsetError
-from kbroker._core.ref.offset_index import MmapIndex, largest_lower_bound_slot
+from kbroker._core.ref.offset_index import MmapIndex, largest_lower_bound_slot, locked
 
 NO_TIMESTAMP = -1
 _ENTRY = struct.Struct(">qi")
@@ -30,15 +30,18 @@ class TimeIndex(MmapIndex):
             self._last_ts, self._last_offset = ts, self.base_offset + rel
 
     @property
+    @locked
     def is_full(self) -> bool:
         self._ensure()
         return self._entries >= self._max_entries - 1
 
     @property
+    @locked
     def last_entry(self) -> tuple[int, int]:
         self._ensure()
         return (self._last_ts, self._last_offset)
 
+    @locked
     def sanity_check(self) -> None:
         self._ensure()
         if self._length % 12 != 0:
@@ -58,6 +61,7 @@ class TimeIndex(MmapIndex):
                     f"but the last offset is {self._last_offset} which is less than the base "
                     f"offset {self.base_offset}")
 
+    @locked
     def entry(self, n: int) -> tuple[int, int]:
         self._ensure()
         if n < 0 or n >= self._entries:
@@ -66,6 +70,7 @@ class TimeIndex(MmapIndex):
         ts, rel = _ENTRY.unpack_from(self._map, n * 12)
         return (ts, self.base_offset + rel)
 
+    @locked
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
         self._ensure()
         slot = largest_lower_bound_slot(self._map, self._entries, 12, 0, True, target_timestamp)
@@ -74,6 +79,7 @@ class TimeIndex(MmapIndex):
         ts, rel = _ENTRY.unpack_from(self._map, slot * 12)
         return (ts, self.base_offset + rel)
 
+    @locked
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
         self._ensure()
         if not skip_full_check and self._entries >= self._max_entries - 1:
@@ -101,6 +107,7 @@ class TimeIndex(MmapIndex):
         self._last_ts, self._last_offset = timestamp, offset
         return True
 
+    @locked
     def append_raw(self, data) -> None:
         self._ensure()
         data = bytes(data)
@@ -125,6 +132,7 @@ class TimeIndex(MmapIndex):
         self._entries += n
         self._after_load()
 
+    @locked
     def truncate_to(self, offset: int) -> None:
         self._ensure()
         rel = offset - self.base_offset

@@ -397,7 +397,7 @@ class LogOffsetsLog:
         try:
             log = self._log_for(partition)
             info = log.append_as_leader(bytearray(batch))
-            log.update_high_watermark(log.log_end_offset)
+            log.maybe_increment_high_watermark(log.log_end_offset_metadata)
         except (RecordTooLargeError, RecordBatchTooLargeError):
             callback(int(ErrorCode.RECORD_LIST_TOO_LARGE), -1)
             return

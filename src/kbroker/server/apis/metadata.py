@@ -146,7 +146,13 @@ def handle_metadata(broker, ctx, req) -> None:
                     topics.append(topic_metadata(broker, name, ErrorCode.INVALID_TOPIC_EXCEPTION))
                     continue
                 if allow_auto and name not in ("__consumer_offsets", "__transaction_state"):
-                    broker.topic_manager.auto_create(name)
+                    try:
+                        broker.topic_manager.auto_create(name)
+                    except TopicError as e:
+                        # e.g. a name colliding with an existing one ('.' vs '_'): Kafka's
+                        # AutoTopicCreationManager answers the creation's error for the topic
+                        topics.append(topic_metadata(broker, name, e.code))
+                        continue
                     image = broker.metadata.image
                 else:
                     topics.append(topic_metadata(broker, name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
