@@ -114,7 +114,8 @@ class KafkaBroker:
         self.fetch_purgatory = DelayedOperationPurgatory(
             "Fetch", broker_id=self.node_id, purge_interval=c["fetch.purgatory.purge.interval.requests"])
         self.replica_manager = ReplicaManager(c, self.log_manager, self.node_id,
-                                              self.produce_purgatory, self.fetch_purgatory)
+                                              self.produce_purgatory, self.fetch_purgatory,
+                                              leader_epoch=self.metadata.start_leadership())
         with self.log_manager.batched_dir_sync():
             for t in self.metadata.image.topics.values():
                 self.replica_manager.apply_topic(t)

@@ -67,12 +67,16 @@ class MetadataStore:
         self.path = os.path.join(directory, FILE_NAME)
         self._lock = threading.Lock()
         self._epoch = 0
+        #: the leader epoch of every partition this node leads in this run (see start_leadership)
+        self._leader_epoch = 0
+        self._existed = os.path.exists(self.path)
         self._broker_configs: dict[str, dict[str, str]] = {}
         topics: dict[str, TopicImage] = {}
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as f:
                 doc = json.load(f)
             self._epoch = int(doc.get("epoch", 0))
+            self._leader_epoch = int(doc.get("leader_epoch", 0))
             for t in doc.get("topics", []):
                 topics[t["name"]] = TopicImage(t["name"], uuid.UUID(t["topic_id"]),
                                                int(t["num_partitions"]), dict(t.get("configs", {})))
@@ -83,6 +87,24 @@ class MetadataStore:
     def image(self) -> MetadataImage:
         return self._image
 
+    @property
+    def leader_epoch(self) -> int:
+        return self._leader_epoch
+
+    def start_leadership(self) -> int:
+        """Begin a new leadership term for every partition of this single node and return
+        its leader epoch, durable before any request is served.
+
+        In Kafka a broker that restarts loses and regains leadership of its partitions,
+        and each change bumps the partition's leader epoch (KIP-320 consumers detect
+        truncation by it). A fresh store starts at 0, as new partitions do; every later
+        start of a node that had metadata is one more epoch."""
+        with self._lock:
+            if self._existed:
+                self._leader_epoch += 1
+                self._persist(dict(self._image.topics))
+            return self._leader_epoch
+
     def _publish(self, topics: dict[str, TopicImage]) -> None:
         self._image = MetadataImage(MappingProxyType(dict(topics)),
                                     MappingProxyType({t.topic_id: t for t in topics.values()}),
@@ -92,7 +114,7 @@ class MetadataStore:
 
     def _persist(self, topics: dict[str, TopicImage]) -> None:
         self._epoch += 1
-        doc = {"version": 1, "epoch": self._epoch, "topics": [
+        doc = {"version": 1, "epoch": self._epoch, "leader_epoch": self._leader_epoch, "topics": [
             {"name": t.name, "topic_id": str(t.topic_id), "num_partitions": t.num_partitions,
              "configs": dict(t.configs)} for t in sorted(topics.values(), key=lambda t: t.name)],
             "broker_configs": {k: dict(sorted(v.items())) for k, v in sorted(self._broker_configs.items())}}

@@ -107,8 +107,10 @@ class Partition:
 
 class ReplicaManager:
     def __init__(self, config, log_manager, node_id: int, produce_purgatory, fetch_purgatory,
-                 time_ms: Callable[[], int] | None = None):
+                 time_ms: Callable[[], int] | None = None, leader_epoch: int = 0):
         self.config = config
+        #: the leader epoch of every partition hosted in this run (MetadataStore.start_leadership)
+        self.leader_epoch = leader_epoch
         self.log_manager = log_manager
         self.node_id = node_id
         self.produce_purgatory = produce_purgatory
@@ -138,7 +140,7 @@ class ReplicaManager:
                     continue
                 lg = self.log_manager.get_or_create_log(tp, topic_id=topic.topic_id)
                 lg.update_high_watermark(lg.log_end_offset)
-                part = Partition(topic.name, p, topic.topic_id, lg, self.node_id)
+                part = Partition(topic.name, p, topic.topic_id, lg, self.node_id, self.leader_epoch)
                 parts[tp] = part
                 created.append(part)
             self._partitions = parts
