@@ -48,10 +48,13 @@ def collect_handlers() -> dict[int, ApiHandler]:
 
 
 class KafkaApis:
-    def __init__(self, broker, channel):
+    """Routes one listener family's requests to ``handlers`` ({api key: ApiHandler};
+    default: every broker API family). ``broker`` is what handlers receive first."""
+
+    def __init__(self, broker, channel, handlers: dict[int, ApiHandler] | None = None):
         self.broker = broker
         self.channel = channel
-        self.handlers = collect_handlers()
+        self.handlers = collect_handlers() if handlers is None else dict(handlers)
 
     def supported_versions(self) -> dict[int, tuple[int, int]]:
         return {k: (h.min_version, h.max_version) for k, h in sorted(self.handlers.items())}
