@@ -74,6 +74,8 @@ class Harness:
 
     def create_topic(self, name, partitions=1, rf=1, configs=None, assignments=None, validate_only=False):
         T = CT.CreatableTopic
+        if assignments:
+            partitions = rf = -1
         t = T(name=name, num_partitions=partitions, replication_factor=rf,
               assignments=[CT.CreatableReplicaAssignment(partition_index=i, broker_ids=b)
                            for i, b in enumerate(assignments or [])],

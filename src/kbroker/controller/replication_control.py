@@ -391,8 +391,9 @@ class ReplicationControlManager:
                 if topic is None:
                     res.error_code, res.error_message = E.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."
                     continue
-            if topic.id in seen_ids and name is not None or topic.name in seen_names and name is None:
-                continue   # named twice, once by name and once by id: delete once
+            if name is not None and topic.id in seen_ids:
+                res.error_code, res.error_message = E.INVALID_REQUEST, "Duplicate topic id."
+                continue   # named twice, once by id and once by name
             seen_ids.add(topic.id)
             seen_names.add(topic.name)
             res.name, res.topic_id = topic.name, topic.id

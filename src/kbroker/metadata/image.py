@@ -251,10 +251,10 @@ class MetadataImage:
         for b in sorted(self.cluster.brokers.values(), key=lambda b: b.id):
             rec = R.RegisterBrokerRecord(
                 broker_id=b.id, incarnation_id=b.incarnation_id, broker_epoch=b.epoch,
-                end_points=[R.RegisterBrokerRecord.BrokerEndpoint(name=e.name, host=e.host, port=e.port,
+                end_points=[R.register_broker_record.BrokerEndpoint(name=e.name, host=e.host, port=e.port,
                                                                  security_protocol=e.security_protocol)
                             for e in b.listeners],
-                features=[R.RegisterBrokerRecord.BrokerFeature(name=n, min_supported_version=lo,
+                features=[R.register_broker_record.BrokerFeature(name=n, min_supported_version=lo,
                                                               max_supported_version=hi)
                           for n, lo, hi in b.supported_features],
                 rack=b.rack, fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown,
