@@ -70,6 +70,7 @@ class MetadataDelta:
         self._topics: dict = {}              # topic id -> TopicChange
         self._removed: dict = {}             # topic id -> TopicImage (image topics removed)
         self._configs: dict = {}             # (type, name) -> {key: value | None}
+        self._cleared: set = set()           # (type, name) whose image configs are dropped
         self._next_producer_id: int | None = None
 
     # --- reading through the delta --------------------------------------------------
@@ -172,14 +173,13 @@ class MetadataDelta:
         del self._topics[r.topic_id]
         if ch.before is not None:
             self._removed[r.topic_id] = ch.before
-        self._configs[(TOPIC_RESOURCE, ch.name)] = None
+        key = (TOPIC_RESOURCE, ch.name)
+        self._configs[key] = {}
+        self._cleared.add(key)
 
     def _config(self, r):
         key = (r.resource_type, r.resource_name)
-        kv = self._configs.get(key)
-        if kv is None:
-            kv = self._configs[key] = {}
-        kv[r.name] = r.value
+        self._configs.setdefault(key, {})[r.name] = r.value
 
     def _producer_ids(self, r):
         cur = self._next_producer_id if self._next_producer_id is not None else \
@@ -223,10 +223,7 @@ class MetadataDelta:
         if self._configs:
             res = dict(configs.resources)
             for key, kv in self._configs.items():
-                if kv is None:
-                    res.pop(key, None)
-                    continue
-                cur = dict(res.get(key, {}))
+                cur = {} if key in self._cleared else dict(res.get(key, {}))
                 for k, v in kv.items():
                     if v is None:
                         cur.pop(k, None)
