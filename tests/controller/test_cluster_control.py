@@ -168,3 +168,24 @@ def test_unregister_broker():
     r = h.write(h.c.unregister_broker(UnregisterBrokerRequest(broker_id=1)))
     assert r.response.error_code == E.BROKER_ID_NOT_REGISTERED
     assert h.broker_image() == h.c.image()
+
+
+def test_a_shut_down_broker_stays_fenced_until_it_registers_again():
+    h = Harness()
+    h.start_brokers([1, 2])
+    h.create_topic("t", 1, 2, assignments=[[1, 2]])
+    h.heartbeat(1, want_shut_down=True)
+    h.heartbeat(2)
+    assert h.heartbeat(1, want_shut_down=True).response.should_shut_down
+    n = len(h.log)
+    for _ in range(3):     # late heartbeats of the exiting process change nothing
+        r = h.heartbeat(1)
+        assert r.response.is_fenced and not r.records
+    assert len(h.log) == n
+    h.now += 9000
+    h.heartbeat(2)
+    r = h.register(1, incarnation=uuid.UUID(int=4242))
+    assert r.response.error_code == 0
+    reg = h.c.cluster.registration(1)
+    assert reg.fenced and not reg.in_controlled_shutdown
+    assert not h.heartbeat(1).response.is_fenced

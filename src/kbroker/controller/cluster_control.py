@@ -9,11 +9,12 @@ heartbeat time, the metadata offset it reported, its controlled-shutdown offset)
 
 A broker moves FENCED → UNFENCED when a heartbeat reports a metadata offset at or past
 its registration record and it did not ask to stay fenced; UNFENCED → FENCED when its
-session (``session_timeout_ms`` since the last heartbeat) expires (``fence_stale``) or it
+session (``session_timeout_ms`` since the last heartbeat) expires (``fence_stale_broker``) or it
 asks; UNFENCED + want_shut_down → CONTROLLED_SHUTDOWN while it still leads partitions
 (the heartbeat moves its leaderships away), then SHUTDOWN_NOW once it leads nothing and
 every active broker has seen that (lowest active metadata offset ≥ the offset of its
-controlled-shutdown records). Fencing, controlled shutdown and unregistration all
+controlled-shutdown records). A broker fenced after a controlled shutdown stays fenced
+until it registers again (a new incarnation). Fencing, controlled shutdown and unregistration all
 remove the broker from every ISR and elect new leaders (ReplicationControlManager).
 """
 from __future__ import annotations
@@ -211,9 +212,9 @@ class ClusterControlManager:
     # --- BrokerHeartbeat -------------------------------------------------------------
     def current_state(self, broker_id: int) -> str:
         b = self.brokers[broker_id]
-        if b.in_controlled_shutdown:
-            return CONTROLLED_SHUTDOWN
-        return FENCED if b.fenced else UNFENCED
+        if b.fenced:
+            return FENCED
+        return CONTROLLED_SHUTDOWN if b.in_controlled_shutdown else UNFENCED
 
     def _next_state(self, bid, req, reg_offset) -> tuple:
         cur = self.current_state(bid)
@@ -221,6 +222,8 @@ class ClusterControlManager:
         if cur == FENCED:
             if req.want_shut_down:
                 return cur, SHUTDOWN_NOW
+            if self.brokers[bid].in_controlled_shutdown:
+                return cur, FENCED      # shut down: only a new registration brings it back
             if not req.want_fence and req.current_metadata_offset >= reg_offset:
                 return cur, UNFENCED
             return cur, FENCED
@@ -254,7 +257,9 @@ class ClusterControlManager:
         cur, nxt = self._next_state(bid, req, reg_offset)
         result = ControllerResult()
         if cur != nxt:
-            if nxt in _FENCED_STATES:
+            if nxt in _FENCED_STATES and cur in _FENCED_STATES:
+                pass                    # already fenced (Kafka writes the fence again)
+            elif nxt in _FENCED_STATES:
                 self.replication.handle_broker_fenced(bid, result)
             elif nxt == UNFENCED:
                 self.replication.handle_broker_unfenced(bid, req.broker_epoch, result)
