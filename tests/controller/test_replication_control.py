@@ -300,3 +300,20 @@ def test_elect_leaders_preferred_and_unclean():
     x = h.partition("x")
     assert x.leader == 1 and x.isr == (1,) and x.leader_recovery_state == 1
     assert h.c.state() == h.replayed().state() and h.broker_image() == h.c.image()
+
+
+def test_unclean_leader_election_topic_config_elects_an_out_of_sync_replica_on_fencing():
+    h = Harness()
+    h.start_brokers([1, 2])
+    h.create_topic("clean", 1, 2, assignments=[[1, 2]])
+    h.create_topic("dirty", 1, 2, assignments=[[1, 2]], configs={"unclean.leader.election.enable": "true"})
+    h.alter_isr("clean", 0, [1])
+    h.alter_isr("dirty", 0, [1])
+    h.now = 5000
+    h.heartbeat(2)
+    h.now = 9000
+    h.write(h.c.fence_stale_brokers(h.now))      # broker 1, the only ISR member, is fenced
+    assert h.partition("clean").leader == -1
+    d = h.partition("dirty")
+    assert d.leader == 2 and d.isr == (2,) and d.leader_recovery_state == 1
+    assert h.c.state() == h.replayed().state() and h.broker_image() == h.c.image()

@@ -19,7 +19,7 @@ from kbroker.controller.placement import StripedReplicaPlacer, check_replication
 from kbroker.controller.result import ApiError, ControllerResult
 from kbroker.metadata import records as R
 from kbroker.metadata.image import (
-    DIR_UNASSIGNED, NO_LEADER, NO_LEADER_CHANGE, RECOVERED, RECOVERING, TOPIC_RESOURCE,
+    BROKER_RESOURCE, DIR_UNASSIGNED, NO_LEADER, NO_LEADER_CHANGE, RECOVERED, RECOVERING, TOPIC_RESOURCE,
     PartitionRegistration,
 )
 from kbroker.protocol.errors import ErrorCode
@@ -142,12 +142,23 @@ class ReplicationControlManager:
         t = self.topics.get(topic_id)
         return None if t is None else t.parts.get(pid)
 
+    def unclean_leader_election_enabled(self, name: str) -> bool:
+        """unclean.leader.election.enable: the topic's config, else the cluster default
+        (BROKER resource ""), else the static setting (Kafka's uncleanLeaderElectionEnabledForTopic)."""
+        key = "unclean.leader.election.enable"
+        v = self.configs.data.get((TOPIC_RESOURCE, name), {}).get(key)
+        if v is None:
+            v = self.configs.data.get((BROKER_RESOURCE, ""), {}).get(key)
+        if v is None:
+            return self.config.unclean_leader_election_enable
+        return v.strip().lower() == "true"
+
     def _record_version(self) -> int:
         return self.features.partition_record_version()
 
     def _builder(self, topic, pid, acceptable) -> PartitionChangeBuilder:
         b = PartitionChangeBuilder(topic.parts[pid], topic.id, pid, acceptable, self._record_version())
-        if self.config.unclean_leader_election(topic.name):
+        if self.unclean_leader_election_enabled(topic.name):
             b.set_election(UNCLEAN)
         return b
 

@@ -48,5 +48,6 @@ class ControllerConfig:
     max_records_per_user_op: int = 10000      # QuorumController.MAX_RECORDS_PER_USER_OP
     #: validator(resource_type, resource_name, resulting configs) raises ApiError(INVALID_CONFIG)
     config_validator: Callable[[int, str, dict], None] = _accept
-    #: topics whose unclean.leader.election.enable is true (a hook: name -> bool)
-    unclean_leader_election: Callable[[str], bool] = lambda name: False
+    #: unclean.leader.election.enable when neither the topic nor the cluster-wide dynamic
+    #: broker config sets it (the node's static config)
+    unclean_leader_election_enable: bool = False
