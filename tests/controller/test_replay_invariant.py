@@ -107,8 +107,8 @@ def run_workload(seed: int, ops: int, checks: int = 4):
 
     for i in range(ops):
         op = rnd.choices(["tick", "register", "heartbeat", "create", "delete", "grow", "alter", "elect",
-                          "config", "pids", "unregister"],
-                         [10, 4, 30, 8, 3, 3, 15, 3, 5, 2, 0.5])[0]
+                          "config", "pids", "unregister", "reassign"],
+                         [10, 4, 30, 8, 3, 3, 15, 3, 5, 2, 0.5, 3])[0]
         stats[op] = stats.get(op, 0) + 1
         b = rnd.choice(BROKERS)
         if op == "tick":
@@ -185,6 +185,16 @@ def run_workload(seed: int, ops: int, checks: int = 4):
             r = h.write(h.c.unregister_broker(UnregisterBrokerRequest(broker_id=b)))
             if r.response.error_code == 0:
                 h.epochs.pop(b, None)
+        elif op == "reassign":
+            name = some_topic()
+            if name is None:
+                continue
+            from kbroker.protocol.messages import alter_partition_reassignments as M
+            pid = rnd.choice(list(h.c.replication.topic_by_name(name).parts))
+            target = None if rnd.random() < 0.2 else rnd.sample(BROKERS, rnd.randint(1, 3))
+            h.write(h.c.alter_partition_reassignments(M.AlterPartitionReassignmentsRequest(topics=[
+                M.ReassignableTopic(name=name, partitions=[M.ReassignablePartition(partition_index=pid,
+                                                                                   replicas=target)])])))
         prev = check_partitions(h.c, prev)
         if (i + 1) % max(1, ops // checks) == 0 or i == ops - 1:
             follower.catch_up(h.log)
@@ -201,6 +211,9 @@ def test_replay_invariant_random_workload(seed):
     kinds = {type(r.message) for _, r in h.log}
     assert {R.RegisterBrokerRecord, R.BrokerRegistrationChangeRecord, R.TopicRecord, R.PartitionRecord,
             R.PartitionChangeRecord, R.RemoveTopicRecord, R.ConfigRecord, R.ProducerIdsRecord} <= kinds
+    changes = [r.message for _, r in h.log if isinstance(r.message, R.PartitionChangeRecord)]
+    assert any(m.adding_replicas for m in changes) and any(m.replicas is not None and m.adding_replicas == []
+                                                         for m in changes)   # started and completed
     assert len(h.log) > 300
 
 

@@ -317,3 +317,64 @@ def test_unclean_leader_election_topic_config_elects_an_out_of_sync_replica_on_f
     d = h.partition("dirty")
     assert d.leader == 2 and d.isr == (2,) and d.leader_recovery_state == 1
     assert h.c.state() == h.replayed().state() and h.broker_image() == h.c.image()
+
+
+def _reassign(h, topic, pid, replicas):
+    from kbroker.protocol.messages import alter_partition_reassignments as M
+    req = M.AlterPartitionReassignmentsRequest(topics=[M.ReassignableTopic(name=topic, partitions=[
+        M.ReassignablePartition(partition_index=pid, replicas=replicas)])])
+    return h.write(h.c.alter_partition_reassignments(req)).response.responses[0].partitions[0]
+
+
+def _list(h, topics=None):
+    from kbroker.protocol.messages import list_partition_reassignments as M
+    req = M.ListPartitionReassignmentsRequest(topics=None if topics is None else [
+        M.ListPartitionReassignmentsTopics(name=t, partition_indexes=ps) for t, ps in topics.items()])
+    return h.c.list_partition_reassignments(req).topics
+
+
+def test_reassignment_runs_until_the_isr_holds_the_target_then_completes():
+    h = Harness()
+    h.start_brokers([1, 2, 3, 4])
+    h.create_topic("t", 1, 2, assignments=[[1, 2]])
+    ep = h.partition("t").leader_epoch
+    assert _reassign(h, "t", 0, [3, 4]).error_code == 0
+    p = h.partition("t")
+    assert p.replicas == (3, 4, 1, 2) and p.adding_replicas == (3, 4) and p.removing_replicas == (1, 2)
+    assert p.leader == 1 and p.leader_epoch == ep         # nothing removed yet
+    [ongoing] = _list(h)
+    assert ongoing.name == "t" and ongoing.partitions[0].adding_replicas == [3, 4]
+    assert _list(h, {"t": [1]}) == [] and _list(h, {"nope": [0]}) == []
+    # the leader lets 3 catch up: still reassigning
+    r = h.alter_isr("t", 0, [1, 2, 3])
+    assert r.topics[0].partitions[0].error_code == 0 and h.partition("t").is_reassigning
+    # and 4: complete — replicas become the target, the leader (removed) moves, epoch bumps
+    r = h.alter_isr("t", 0, [1, 2, 3, 4])
+    assert r.topics[0].partitions[0].error_code == E.NEW_LEADER_ELECTED
+    p = h.partition("t")
+    assert p.replicas == (3, 4) and p.isr == (3, 4) and p.leader == 3 and not p.is_reassigning
+    assert p.leader_epoch == ep + 1 and len(p.directories) == 2
+    assert _list(h) == []
+    img = h.broker_image()
+    assert img == h.c.image() and h.c.state() == h.replayed().state()
+
+
+def test_reassignment_cancel_and_errors():
+    h = Harness()
+    h.start_brokers([1, 2, 3])
+    h.create_topic("t", 1, 2, assignments=[[1, 2]])
+    assert _reassign(h, "t", 0, None).error_code == E.NO_REASSIGNMENT_IN_PROGRESS
+    assert _reassign(h, "t", 0, [1, 9]).error_code == E.INVALID_REPLICA_ASSIGNMENT
+    assert _reassign(h, "t", 0, [1, 1]).error_code == E.INVALID_REPLICA_ASSIGNMENT
+    assert _reassign(h, "t", 5, [1]).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert _reassign(h, "x", 0, [1]).error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert _reassign(h, "t", 0, [1, 3]).error_code == 0
+    assert h.partition("t").replicas == (1, 3, 2)
+    assert _reassign(h, "t", 0, None).error_code == 0
+    p = h.partition("t")
+    assert p.replicas == (1, 2) and not p.is_reassigning and p.isr == (1, 2)
+    # shrinking the replica set completes at once when the ISR already holds the target
+    assert _reassign(h, "t", 0, [2]).error_code == 0
+    p = h.partition("t")
+    assert p.replicas == (2,) and p.isr == (2,) and p.leader == 2
+    assert h.c.state() == h.replayed().state() and h.broker_image() == h.c.image()

@@ -156,6 +156,9 @@ class QuorumController:
     def elect_leaders(self, req) -> ControllerResult:
         return self._write(self.replication.elect_leaders(req))
 
+    def alter_partition_reassignments(self, req) -> ControllerResult:
+        return self._write(self.replication.alter_partition_reassignments(req))
+
     def incremental_alter_configs(self, req) -> ControllerResult:
         return self._write(self.configs.incremental_alter_configs(req))
 
@@ -178,6 +181,9 @@ class QuorumController:
     # --- reads ----------------------------------------------------------------------------------
     def describe_configs(self, req):
         return self.configs.describe_configs(req)
+
+    def list_partition_reassignments(self, req):
+        return self.replication.list_partition_reassignments(req)
 
     def image(self) -> MetadataImage:
         """The controller's view as a MetadataImage (built from the managers' own state)."""

@@ -4,7 +4,7 @@ Kafka: ``controller/ReplicationControlManager``. Replicated state (changed only 
 ``replay``): topics by id and name with their PartitionRegistrations, plus indexes
 rebuilt from them — which partitions each broker is in the ISR of, which it leads,
 and which have no leader. Handlers: CreateTopics, CreatePartitions, DeleteTopics,
-AlterPartition, ElectLeaders, and the leader/ISR moves that fencing, unfencing,
+AlterPartition, ElectLeaders, AlterPartitionReassignments (+ List), and the leader/ISR moves that fencing, unfencing,
 controlled shutdown and unregistration need (``handle_broker_*``), each through
 PartitionChangeBuilder so every leadership change bumps the leader epoch.
 """
@@ -156,8 +156,14 @@ class ReplicationControlManager:
     def _record_version(self) -> int:
         return self.features.partition_record_version()
 
+    def default_dir(self, broker_id: int):
+        """Kafka's defaultDir: the broker's only log dir, else UNASSIGNED."""
+        reg = self.cluster.registration(broker_id)
+        return reg.directories[0] if reg is not None and len(reg.directories) == 1 else DIR_UNASSIGNED
+
     def _builder(self, topic, pid, acceptable) -> PartitionChangeBuilder:
-        b = PartitionChangeBuilder(topic.parts[pid], topic.id, pid, acceptable, self._record_version())
+        b = PartitionChangeBuilder(topic.parts[pid], topic.id, pid, acceptable, self._record_version(),
+                                   self.default_dir if self.features.directory_assignment() else None)
         if self.unclean_leader_election_enabled(topic.name):
             b.set_election(UNCLEAN)
         return b
@@ -206,13 +212,7 @@ class ReplicationControlManager:
         isr = [b for b in replicas if self.cluster.is_active(b)]
         if not isr:
             raise ApiError(E.INVALID_REPLICATION_FACTOR, what)
-        if self.features.directory_assignment():
-            dirs = []
-            for b in replicas:
-                reg = self.cluster.registration(b)
-                dirs.append(reg.directories[0] if reg is not None and len(reg.directories) == 1 else DIR_UNASSIGNED)
-        else:
-            dirs = ()
+        dirs = tuple(self.default_dir(b) for b in replicas) if self.features.directory_assignment() else ()
         return PartitionRegistration(tuple(replicas), tuple(isr), (), (), isr[0], RECOVERED, 0, 0, tuple(dirs))
 
     def _check_assignment(self, pid, replicas, rf=None) -> None:
@@ -518,7 +518,7 @@ class ReplicationControlManager:
             return E.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
         if election == UNCLEAN and p.leader != NO_LEADER:
             return E.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
-        b = PartitionChangeBuilder(p, topic.id, pid, self.cluster.is_active, self._record_version())
+        b = self._builder(topic, pid, self.cluster.is_active)
         b.set_election(election)
         rec = b.build()
         if rec is None:
@@ -527,3 +527,68 @@ class ReplicationControlManager:
             return E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "Failed to elect leader for partition. No eligible leader."
         result.records.append(rec)
         return E.NONE, None
+
+    # --- AlterPartitionReassignments / ListPartitionReassignments (KIP-455) ----------------
+    def alter_partition_reassignments(self, req) -> ControllerResult:
+        """Start (replicas given) or cancel (replicas null) reassignments. While one runs the
+        partition's replicas are target + removing, with ``adding`` / ``removing`` set; it
+        completes when the ISR holds every target replica (AlterPartition from the leader)."""
+        from kbroker.protocol.messages import alter_partition_reassignments as M
+        result = ControllerResult(atomic=True)
+        out = []
+        for t in req.topics:
+            tres = M.ReassignableTopicResponse(name=t.name, partitions=[])
+            out.append(tres)
+            for rp in t.partitions:
+                code, msg = E.NONE, None
+                try:
+                    rec = self._reassign(t.name, rp)
+                    if rec is not None:
+                        result.records.append(rec)
+                except ApiError as e:
+                    code, msg = e.code, e.message
+                tres.partitions.append(M.ReassignablePartitionResponse(
+                    partition_index=rp.partition_index, error_code=code, error_message=msg))
+        result.response = M.AlterPartitionReassignmentsResponse(error_code=0, error_message=None, responses=out)
+        return result
+
+    def _reassign(self, name, rp):
+        topic = self.topic_by_name(name)
+        if topic is None:
+            raise ApiError(E.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find a topic named %s." % name)
+        p = topic.parts.get(rp.partition_index)
+        if p is None:
+            raise ApiError(E.UNKNOWN_TOPIC_OR_PARTITION, "Unable to find partition %s:%d." % (name, rp.partition_index))
+        b = self._builder(topic, rp.partition_index, self.cluster.is_active)
+        if rp.replicas is None:
+            if not p.is_reassigning:
+                raise ApiError(E.NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress.")
+            replicas = [r for r in p.replicas if r not in p.adding_replicas]
+            isr = [r for r in p.isr if r not in p.adding_replicas]
+            if not isr and not self.unclean_leader_election_enabled(name):
+                raise ApiError(E.INVALID_REPLICA_ASSIGNMENT, "Unable to revert partition assignment for %s:%d "
+                               "because it would require an unclean leader election." % (name, rp.partition_index))
+            return (b.set_target_isr(isr).set_target_replicas(replicas).set_target_removing([])
+                    .set_target_adding([]).build())
+        target = list(rp.replicas)
+        self._check_assignment(rp.partition_index, target)
+        removing = sorted(set(p.replicas) - set(target))
+        adding = sorted(set(target) - set(p.replicas))
+        return (b.set_target_replicas(target + removing).set_target_removing(removing)
+                .set_target_adding(adding).build())
+
+    def list_partition_reassignments(self, req):
+        from kbroker.protocol.messages import list_partition_reassignments as M
+        wanted = None if req.topics is None else {t.name: set(t.partition_indexes) for t in req.topics}
+        out = []
+        for topic in sorted(self.topics.values(), key=lambda t: t.name):
+            if wanted is not None and topic.name not in wanted:
+                continue
+            parts = [M.OngoingPartitionReassignment(partition_index=pid, replicas=list(p.replicas),
+                                                    adding_replicas=list(p.adding_replicas),
+                                                    removing_replicas=list(p.removing_replicas))
+                     for pid, p in sorted(topic.parts.items())
+                     if p.is_reassigning and (wanted is None or pid in wanted[topic.name])]
+            if parts:
+                out.append(M.OngoingTopicReassignment(name=topic.name, partitions=parts))
+        return M.ListPartitionReassignmentsResponse(error_code=0, error_message=None, topics=out)
