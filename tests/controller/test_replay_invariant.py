@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 from kbroker.controller import QuorumController
+from kbroker.controller.features import IBP_3_3_IV0, IBP_3_3_IV3, LATEST
 from kbroker.metadata import records as R
 from kbroker.metadata.delta import MetadataDelta, MetadataReplayError
 from kbroker.metadata.image import BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, MetadataImage
@@ -93,9 +94,9 @@ def check_partitions(c: QuorumController, prev: dict) -> dict:
     return now
 
 
-def run_workload(seed: int, ops: int, checks: int = 4):
+def run_workload(seed: int, ops: int, checks: int = 4, metadata_version: int = LATEST):
     rnd = random.Random(seed)
-    h = Harness(seed=seed, default_replication_factor=2)
+    h = Harness(seed=seed, default_replication_factor=2, metadata_version=metadata_version)
     incarnation = {b: uuid.UUID(int=b << 64 | 1) for b in BROKERS}
     follower = Follower()
     prev: dict = {}
@@ -117,7 +118,8 @@ def run_workload(seed: int, ops: int, checks: int = 4):
         elif op == "register":
             if rnd.random() < 0.3:
                 incarnation[b] = uuid.UUID(int=rnd.getrandbits(128))
-            h.register(b, incarnation=incarnation[b], rack="r%d" % (b % 2))
+            h.register(b, incarnation=incarnation[b], rack="r%d" % (b % 2),
+                       log_dirs=None if metadata_version == LATEST else [])
         elif op == "heartbeat":
             if b not in h.epochs:
                 continue
@@ -215,6 +217,16 @@ def test_replay_invariant_random_workload(seed):
     assert any(m.adding_replicas for m in changes) and any(m.replicas is not None and m.adding_replicas == []
                                                          for m in changes)   # started and completed
     assert len(h.log) > 300
+
+
+@pytest.mark.parametrize("mv", [IBP_3_3_IV0, IBP_3_3_IV3])
+def test_replay_invariant_older_metadata_versions(mv):
+    """Older record versions (Fence/UnfenceBrokerRecord, no controlled-shutdown state, no
+    log dirs) through the same checks, the log's byte format included."""
+    h, _ = run_workload(100 + mv, 800, metadata_version=mv)
+    kinds = {type(r.message) for _, r in h.log}
+    if mv < 6:
+        assert R.FenceBrokerRecord in kinds and R.BrokerRegistrationChangeRecord not in kinds
 
 
 def replay_mismatch(log, controller: QuorumController) -> str | None:
