@@ -8,7 +8,7 @@ import pytest
 from kbroker.metadata import records as R
 from kbroker.metadata.delta import MetadataDelta, MetadataReplayError, replay_all
 from kbroker.metadata.image import (
-    BROKER_RESOURCE, DIR_MIGRATING, TOPIC_RESOURCE, MetadataImage, PartitionRegistration,
+    BROKER_RESOURCE, DIR_MIGRATING, TOPIC_RESOURCE, PartitionRegistration,
 )
 from kbroker.metadata.serde import ApiMessageAndVersion, deserialize, serialize
 

@@ -37,7 +37,6 @@ from kbroker.metadata.image import (
     ClusterImage, ConfigurationsImage, FeaturesImage, MetadataImage, ProducerIdsImage, TopicImage,
     TopicsImage, frozen_map,
 )
-from kbroker.metadata.serde import ApiMessageAndVersion
 
 
 class QuorumController:
@@ -207,4 +206,4 @@ class QuorumController:
                 {k: frozenset(v) for k, v in rc.collisions.items()})
 
 
-__all__ = ["QuorumController", "ApiMessageAndVersion"]
+__all__ = ["QuorumController"]

@@ -14,7 +14,7 @@ import base64
 import re
 import uuid
 
-from kbroker.controller.partition_change import ONLINE, PREFERRED, UNCLEAN, PartitionChangeBuilder
+from kbroker.controller.partition_change import PREFERRED, UNCLEAN, PartitionChangeBuilder
 from kbroker.controller.placement import StripedReplicaPlacer, check_replication_factor
 from kbroker.controller.result import ApiError, ControllerResult
 from kbroker.metadata import records as R

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from kbroker.metadata import records as R
 from kbroker.metadata.image import (
-    BROKER_RESOURCE, TOPIC_RESOURCE, BrokerRegistration, ClusterImage, ConfigurationsImage,
+    TOPIC_RESOURCE, BrokerRegistration, ClusterImage, ConfigurationsImage,
     FeaturesImage, MetadataImage, PartitionRegistration, ProducerIdsImage, TopicImage, TopicsImage,
     frozen_map,
 )
