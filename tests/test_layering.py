@@ -12,6 +12,11 @@ RULES = {
     "network": ("kbroker.server", "kbroker.log", "kbroker.client"),
     "records": ("kbroker.server", "kbroker.network", "kbroker.log"),
     "analysis": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client"),
+    # pure state machines a deterministic simulation drives: no I/O, threads or clocks
+    "metadata": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "kbroker.raft",
+                 "socket", "selectors", "threading", "time"),
+    "controller": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "kbroker.raft",
+                   "socket", "selectors", "threading", "time"),
 }
 
 
