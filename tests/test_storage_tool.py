@@ -1,5 +1,6 @@
 """`kbroker storage` (like kafka-storage.sh) through the real CLI, the bootstrap.checkpoint it
 writes, and `kbroker serve`'s start-up checks of a KRaft node's formatted storage."""
+import io
 import os
 import re
 import subprocess
@@ -242,3 +243,43 @@ def test_serve_without_process_roles_still_formats_itself(tmp_path):
         assert b.port
     mp = load_meta_properties(str(tmp_path / "zc" / "logs" / "meta.properties"))
     assert mp.version == 1 and mp.node_id == 1 and UUID_RE.fullmatch(mp.cluster_id)
+
+
+# -- the sample configs in config/kraft/ ------------------------------------------------------
+
+SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config", "kraft")
+SAMPLE_NAMES = [f"combined-{n}" for n in (1, 2, 3)] + [f"controller-{n}" for n in (1, 2, 3)] + [
+    f"broker-{n}" for n in (4, 5, 6)]
+
+
+def test_sample_configs_form_two_consistent_clusters():
+    from kbroker.server.config import KafkaConfig
+
+    assert sorted(f[:-len(".properties")] for f in os.listdir(SAMPLES)) == sorted(SAMPLE_NAMES)
+    configs = {n: KafkaConfig.from_sources(os.path.join(SAMPLES, n + ".properties")) for n in SAMPLE_NAMES}
+    ports = {}
+    for name, c in configs.items():
+        assert c.cluster_mode and c.log_dirs == [f"./kbroker-cluster/{name}"]
+        for l in c.listeners:
+            assert ports.setdefault((name.split("-")[0] == "combined", l.port), name) == name, (name, l.port)
+    voters = {n: c.voters for n, c in configs.items()}
+    assert len({tuple(sorted(v.items())) for v in voters.values()}) == 1      # one quorum for all
+    for n in (1, 2, 3):
+        for kind in ("combined", "controller"):
+            c = configs[f"{kind}-{n}"]
+            assert c.voters[n][1] in {l.port for l in c.controller_listeners}
+    assert {configs[f"broker-{n}"].node_id for n in (4, 5, 6)} == {4, 5, 6}
+
+
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_sample_config_formats(tmp_path, name):
+    from kbroker.tools import storage
+
+    out = io.StringIO()
+    rc = storage.main(["format", "--config", os.path.join(SAMPLES, name + ".properties"), "--cluster-id", CLUSTER,
+                       "--override", f"log.dirs={tmp_path}/data"], out=out)
+    assert rc == 0
+    assert out.getvalue() == f"Formatting metadata directory {tmp_path}/data with metadata.version 3.9-IV0.\n"
+    mp = load_meta_properties(str(tmp_path / "data" / "meta.properties"))
+    assert mp.cluster_id == CLUSTER and mp.node_id == int(name.split("-")[1])
+    assert (tmp_path / "data" / "bootstrap.checkpoint").exists()
