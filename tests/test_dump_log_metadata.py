@@ -140,3 +140,17 @@ def test_snapshot_file_name_gives_end_offset_and_epoch(tmp_path):
     dump_log.main(["--cluster-metadata-decoder", "--files", str(path)], out=out)
     assert out.getvalue().splitlines()[1] == "Snapshot end offset: 42, epoch: 3"
     assert '"type":"TOPIC_RECORD"' in out.getvalue()
+
+
+def test_doubles_and_nullable_strings_print_as_kafka_does():
+    from types import SimpleNamespace
+
+    from kbroker.metadata.records.client_quota_record import ClientQuotaRecord, EntityData
+
+    rec = ClientQuotaRecord(entity=[EntityData(entity_type="user", entity_name=None)],
+                            key="producer_byte_rate", value=1e9, remove=False)
+    value = serialize(ApiMessageAndVersion(rec, 0))
+    assert dump_log.metadata_payload(SimpleNamespace(offset=0, value=value)) == (
+        '{"type":"CLIENT_QUOTA_RECORD","version":0,"data":{"entity":[{"entityType":"user","entityName":null}],'
+        '"key":"producer_byte_rate","value":1.0E9,"remove":false}}')
+    assert dump_log.metadata_payload(SimpleNamespace(offset=4, value=None)).startswith("Error at 4, skipping.")

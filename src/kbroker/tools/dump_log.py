@@ -111,9 +111,9 @@ def _java_double(x: float) -> str:
         return "Infinity" if x > 0 else "-Infinity"
     if x == 0 or 1e-3 <= abs(x) < 1e7:
         return repr(float(x))
-    sign, digits, exp = Decimal(repr(float(x))).as_tuple()
-    digits = "".join(map(str, digits)).rstrip("0") or "0"
-    exponent = exp + len("".join(map(str, Decimal(repr(float(x))).as_tuple()[1]))) - 1
+    sign, digit_tuple, exp = Decimal(repr(float(x))).as_tuple()
+    exponent = exp + len(digit_tuple) - 1
+    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
     return f"{'-' if sign else ''}{digits[0]}.{digits[1:] or '0'}E{exponent}"
 
 
