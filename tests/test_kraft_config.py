@@ -169,3 +169,6 @@ def test_zero_config_mode_is_unchanged():
     with pytest.raises(ConfigError) as e:
         KafkaConfig({"controller.quorum.voters": "1@h:9093,2@h:9093"})
     assert e.value.key == "controller.quorum.voters"
+    with pytest.raises(ConfigError) as e:   # would be silently ignored: zero-config has no metadata log
+        KafkaConfig({"metadata.log.dir": "/tmp/meta"})
+    assert e.value.key == "metadata.log.dir"

@@ -590,6 +590,9 @@ class KafkaConfig:
             raise ConfigError("offsets.topic.replication.factor",
                               f"{v['offsets.topic.replication.factor']} replicas cannot be placed on a single-node "
                               "cluster; set it to 1")
+        if v["metadata.log.dir"] is not None:
+            raise ConfigError("metadata.log.dir", "only a KRaft node (process.roles set) has a metadata log; a "
+                              "zero-config node keeps its metadata in the first of log.dirs")
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
