@@ -29,6 +29,20 @@ def kbroker(*args, cwd=None):
                           timeout=TIMEOUT, cwd=cwd)
 
 
+def storage_in_process(*args):
+    """``kbroker storage`` in this process (for the many refusal cases; the real CLI is
+    exercised by the other tests): a CompletedProcess-like result."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from kbroker.tools import storage
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = storage.main(list(args), out=out)
+    return SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 def write_config(tmp_path, roles="broker,controller", node_id=1, extra=""):
     voters = "1@127.0.0.1:19093" if "controller" in roles else "9@127.0.0.1:19093"
     listeners = {"broker,controller": "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093",
@@ -123,7 +137,7 @@ def test_format_options_and_refusals(tmp_path):
             (["--feature", "kraft.version=1"], "Cannot set kraft.version to 1 unless KIP-853"),
             (["--feature", "kraft.version"], "Can't parse feature=level string kraft.version"),
     ):
-        r = kbroker("storage", "format", "-c", conf, "-t", CLUSTER, *args)
+        r = storage_in_process("format", "-c", conf, "-t", CLUSTER, *args)
         assert r.returncode == 1, (args, r.stdout)
         assert r.stderr.startswith(message) and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
     assert not (tmp_path / "meta").exists()
@@ -138,20 +152,83 @@ def test_format_options_and_refusals(tmp_path):
     r = kbroker("storage", "format", "-c", conf, "-t", CLUSTER, "-r", "3.7", "-f", "kraft.version=0")
     assert r.returncode == 0, r.stderr
     assert "with metadata.version 3.7-IV4." in r.stdout
+    assert not (tmp_path / "meta" / "__cluster_metadata-0").exists()     # static quorum: no voters snapshot
     records = read_bootstrap_file(str(tmp_path / "meta" / "bootstrap.checkpoint"))
     assert [r.message.feature_level for r in records] == [19]
 
 
-def test_controller_without_voters_needs_no_initial_controllers(tmp_path):
-    conf = write_config(tmp_path, roles="controller", node_id=1,
-                        extra="controller.quorum.bootstrap.servers=127.0.0.1:19093\n")
-    text = open(conf).read().replace("controller.quorum.voters=1@127.0.0.1:19093\n", "")
-    open(conf, "w").write(text)
+def _dynamic_controller(tmp_path, node_id=1):
+    conf = tmp_path / f"dyn-{node_id}.properties"
+    conf.write_text(f"process.roles=controller\nnode.id={node_id}\n"
+                    "controller.quorum.bootstrap.servers=127.0.0.1:19093,127.0.0.1:29093\n"
+                    f"listeners=CONTROLLER://127.0.0.1:{node_id}9093\ncontroller.listener.names=CONTROLLER\n"
+                    f"log.dirs={tmp_path}/meta-{node_id}\n")
+    return str(conf)
+
+
+def _voters_snapshot(meta_dir):
+    from kbroker.kernels import records
+    from kbroker.protocol.messages.kraft_version_record import KRaftVersionRecord
+    from kbroker.protocol.messages.voters_record import VotersRecord
+
+    data = (meta_dir / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").read_bytes()
+    batches = list(records.iter_batches(data))
+    assert [(b.base_offset, b.is_control, b.record_count) for b in batches] == [(0, True, 3), (3, True, 1)]
+    recs = batches[0].records
+    assert [r.key for r in recs] == [b"\x00\x00\x00\x03", b"\x00\x00\x00\x05", b"\x00\x00\x00\x06"]
+    assert KRaftVersionRecord.decode(recs[1].value, 0).kraft_version == 1
+    return VotersRecord.decode(recs[2].value, 0)
+
+
+def test_kip853_dynamic_quorum_format(tmp_path):
+    """A controller with controller.quorum.bootstrap.servers only: one of --standalone,
+    --initial-controllers or --no-initial-controllers is required (Kafka 3.9's safeguard)."""
+    conf = _dynamic_controller(tmp_path)
     r = kbroker("storage", "format", "-c", conf, "-t", CLUSTER)
-    assert r.returncode == 1 and r.stderr.startswith("Because controller.quorum.voters is not set on this "
-                                                     "controller, you must specify --no-initial-controllers")
-    r = kbroker("storage", "format", "-c", conf, "-t", CLUSTER, "--no-initial-controllers")
+    assert r.returncode == 1 and r.stderr.strip() == (
+        "Because controller.quorum.voters is not set on this controller, you must specify one of the following: "
+        "--standalone, --initial-controllers, or --no-initial-controllers.")
+    r = storage_in_process("format", "-c", conf, "-t", CLUSTER, "--standalone", "-f", "kraft.version=0")
+    assert r.returncode == 1 and r.stderr.startswith("Cannot set kraft.version to 0 if KIP-853 configuration")
+    r = storage_in_process("format", "-c", conf, "-t", CLUSTER, "--standalone", "-r", "3.8")
+    assert r.returncode == 1 and r.stderr.startswith("kraft.version could not be set to 1 because it depends on "
+                                                     "metadata.version level 21")
+    r = kbroker("storage", "format", "-c", conf, "-t", CLUSTER, "--standalone")
     assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == (f"Formatting dynamic metadata voter directory {tmp_path}/meta-1 with "
+                                "metadata.version 3.9-IV0.")
+    voters = _voters_snapshot(tmp_path / "meta-1")
+    mp = load_meta_properties(str(tmp_path / "meta-1" / "meta.properties"))
+    [v] = voters.voters
+    assert (v.voter_id, [(e.name, e.host, e.port) for e in v.endpoints]) == (1, [("CONTROLLER", "127.0.0.1", 19093)])
+    assert (v.kraft_version_feature.min_supported_version, v.kraft_version_feature.max_supported_version) == (0, 1)
+    assert topic_id_from_str(mp.directory_id) == v.voter_directory_id      # the voter's own directory
+
+    # --initial-controllers: the voter's directory takes the id given for it; a non-voter's does not
+    initial = "1@127.0.0.1:19093:J8aAPcfLQt2bqs1JT_rMgQ,2@127.0.0.1:29093:a6e4EJ2tEdGAtADAT9QwyA"
+    conf2 = _dynamic_controller(tmp_path, node_id=2)
+    r = kbroker("storage", "format", "-c", conf2, "-t", CLUSTER, "--initial-controllers", initial)
+    assert r.returncode == 0, r.stderr
+    assert load_meta_properties(str(tmp_path / "meta-2" / "meta.properties")).directory_id == "a6e4EJ2tEdGAtADAT9QwyA"
+    assert [x.voter_id for x in _voters_snapshot(tmp_path / "meta-2").voters] == [1, 2]
+    conf3 = _dynamic_controller(tmp_path, node_id=3)
+    r = kbroker("storage", "format", "-c", conf3, "-t", CLUSTER, "-I", initial)
+    assert r.returncode == 0 and "Formatting dynamic metadata directory" in r.stdout
+    assert load_meta_properties(str(tmp_path / "meta-3" / "meta.properties")).directory_id not in (
+        "J8aAPcfLQt2bqs1JT_rMgQ", "a6e4EJ2tEdGAtADAT9QwyA")
+    for bad, message in (("1-127.0.0.1:19093:J8aAPcfLQt2bqs1JT_rMgQ", "No @ found in dynamic voter string."),
+                         ("1@127.0.0.1:19093", "No colon following port could be found."),
+                         ("1@127.0.0.1:19093:nope", "Failed to parse directory ID in dynamic voter string."),
+                         (initial + ",1@h:1:J8aAPcfLQt2bqs1JT_rMgQ", "Node id 1 was specified more than once.")):
+        r = storage_in_process("format", "-c", _dynamic_controller(tmp_path, node_id=4), "-t", CLUSTER, "-I", bad)
+        assert (r.returncode, r.stderr.strip()) == (1, message)
+    # a controller that will be added later, and a broker, need no topology
+    r = kbroker("storage", "format", "-c", conf3, "-t", CLUSTER, "-N",
+                "--override", f"log.dirs={tmp_path}/meta-later")
+    assert r.returncode == 0 and not (tmp_path / "meta-later" / "__cluster_metadata-0").exists()
+    r = kbroker("storage", "format", "-c", write_config(tmp_path, roles="broker", node_id=4), "-t", CLUSTER,
+                "--standalone")
+    assert (r.returncode, r.stderr.strip()) == (1, "You can only use --standalone on a controller.")
 
 
 def test_info_reports_problems(tmp_path):

@@ -152,6 +152,9 @@ def effective_feature_levels(release: MetadataVersion | None, features: dict[str
         if level >= 1 and release.feature_level < MINIMUM_BOOTSTRAP_VERSION.feature_level:
             raise FormatterError(f"{name} could not be set to {level} because it depends on "
                                  f"metadata.version=4 ({MINIMUM_BOOTSTRAP_VERSION})")
+        if name == KRAFT_VERSION and level >= 1 and release.feature_level < 21:   # KRaftVersion.dependencies
+            raise FormatterError(f"{name} could not be set to {level} because it depends on "
+                                 f"{METADATA_VERSION} level 21")
     return release, levels
 
 
@@ -189,6 +192,103 @@ def encode_snapshot(records: list[ApiMessageAndVersion], now_ms: int | None = No
                                          partition_leader_epoch=epoch))
     out.append(control(1 + len(records), SNAPSHOT_FOOTER, SnapshotFooterRecord(version=0).encode(0)))
     return b"".join(out)
+
+
+#: Kafka's Snapshots.BOOTSTRAP_SNAPSHOT_ID (end offset 0, epoch 0) as a file name
+BOOTSTRAP_SNAPSHOT = "00000000000000000000-0000000000.checkpoint"
+
+
+@dataclass(frozen=True)
+class DynamicVoter:
+    """One ``--initial-controllers`` entry, ``id@host:port:directory-id`` (Kafka's DynamicVoter)."""
+    node_id: int
+    host: str
+    port: int
+    directory_id: str
+
+
+def parse_dynamic_voters(text: str) -> dict[int, DynamicVoter]:
+    """Kafka's DynamicVoters.parse: comma-separated entries -> {node id: voter};
+    FormatterError with Kafka's message if one is malformed."""
+    from kbroker.log.checkpoints import topic_id_from_str
+
+    voters: dict[int, DynamicVoter] = {}
+    for entry in text.strip().split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        at = entry.find("@")
+        if at < 0:
+            raise FormatterError("No @ found in dynamic voter string.")
+        if at == 0:
+            raise FormatterError("Invalid @ at beginning of dynamic voter string.")
+        try:
+            node_id = int(entry[:at])
+        except ValueError:
+            raise FormatterError("Failed to parse node id in dynamic voter string.") from None
+        if node_id < 0:
+            raise FormatterError(f"Invalid negative node id {node_id} in dynamic voter string.")
+        rest = entry[at + 1:]
+        if not rest:
+            raise FormatterError("No hostname found after node id.")
+        if rest.startswith("["):
+            end = rest.find("]")
+            if end < 0:
+                raise FormatterError("Hostname began with left bracket, but no right bracket was found.")
+            host, rest = rest[1:end], rest[end + 1:]
+        else:
+            colon = rest.find(":")
+            if colon < 0:
+                raise FormatterError("No colon following hostname could be found.")
+            host, rest = rest[:colon], rest[colon:]
+        if not rest.startswith(":"):
+            raise FormatterError("Port section must start with a colon.")
+        port_text, colon, dir_text = rest[1:].partition(":")
+        if not colon:
+            raise FormatterError("No colon following port could be found.")
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise FormatterError("Failed to parse port in dynamic voter string.") from None
+        if not 0 <= port <= 65535:
+            raise FormatterError(f"Invalid port {port} in dynamic voter string.")
+        try:
+            topic_id_from_str(dir_text)
+        except ValueError:
+            raise FormatterError("Failed to parse directory ID in dynamic voter string.") from None
+        if node_id in voters:
+            raise FormatterError(f"Node id {node_id} was specified more than once.")
+        voters[node_id] = DynamicVoter(node_id, host, port, dir_text)
+    if not voters:
+        raise FormatterError("No voters given.")
+    return dict(sorted(voters.items()))
+
+
+def encode_voters_snapshot(voters: dict[int, DynamicVoter], listener_name: str, kraft_version: int,
+                           now_ms: int | None = None) -> bytes:
+    """The bootstrap snapshot of a KIP-853 dynamic quorum (Kafka's Formatter.writeDynamicQuorumSnapshot
+    through RecordsSnapshotWriter): one control batch at offset 0 holding SnapshotHeader,
+    KRaftVersionRecord and VotersRecord (each voter with one endpoint on ``listener_name`` and
+    kraft.version support 0..1), then the SnapshotFooter control batch."""
+    from kbroker.log.checkpoints import topic_id_from_str
+    from kbroker.protocol.messages.kraft_version_record import KRaftVersionRecord
+    from kbroker.protocol.messages.voters_record import Endpoint, KRaftVersionFeature, Voter, VotersRecord
+
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=now)
+    voters_record = VotersRecord(version=0, voters=[
+        Voter(voter_id=v.node_id, voter_directory_id=topic_id_from_str(v.directory_id),
+              endpoints=[Endpoint(name=listener_name, host=v.host, port=v.port)],
+              kraft_version_feature=KRaftVersionFeature(min_supported_version=0, max_supported_version=1))
+        for v in voters.values()])
+    control = [(now, control_key(SNAPSHOT_HEADER), header.encode(0), ())]
+    if kraft_version >= 1:
+        control.append((now, control_key(5), KRaftVersionRecord(version=0, kraft_version=kraft_version).encode(0), ()))
+        control.append((now, control_key(6), voters_record.encode(0), ()))
+    first = _records.encode_batch(control, base_offset=0, partition_leader_epoch=0, is_control=True)
+    footer = _records.encode_batch([(now, control_key(SNAPSHOT_FOOTER), SnapshotFooterRecord(version=0).encode(0), ())],
+                                   base_offset=len(control), partition_leader_epoch=0, is_control=True)
+    return first + footer
 
 
 def write_bootstrap_file(directory: str, records: list[ApiMessageAndVersion], now_ms: int | None = None) -> str:

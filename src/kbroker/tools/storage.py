@@ -3,7 +3,8 @@
     kbroker storage random-uuid
     kbroker storage format --config server.properties --cluster-id ID [--override k=v]
                            [--ignore-formatted] [--release-version 3.9] [--feature name=level]
-                           [--no-initial-controllers]
+                           [--standalone | --initial-controllers ID@HOST:PORT:DIR,... |
+                            --no-initial-controllers]
     kbroker storage info --config server.properties
 
 Kafka: ``core/.../tools/StorageTool.scala`` and ``metadata/.../storage/Formatter.java`` (3.9).
@@ -14,7 +15,12 @@ fresh directory.id per directory). A directory that is already formatted is refu
 ``--ignore-formatted``; one formatted for another cluster or node is refused even then.
 Errors are one line on stderr, exit code 1. Only for nodes with ``process.roles`` set:
 zero-config mode formats its directory itself on first start.
-KIP-853 dynamic quorums (``--standalone``, ``--initial-controllers``) are not implemented.
+
+KIP-853 dynamic quorums (a controller without ``controller.quorum.voters``): ``--standalone``
+(this controller alone, on its first controller listener) or ``--initial-controllers`` also
+set kraft.version 1 and write the initial voter set into the metadata directory as the
+bootstrap snapshot ``__cluster_metadata-0/00000000000000000000-0000000000.checkpoint``; a
+voter's metadata directory takes the directory id given for it.
 
 Entry point for the ``kbroker storage`` subcommand: ``main(argv) -> int`` (exit code).
 """
@@ -35,13 +41,18 @@ from kbroker.log.checkpoints import (
     write_meta_properties,
 )
 from kbroker.metadata.properties import EnsembleError, MetaPropertiesEnsemble, config_directories
+from kbroker.log.checkpoints import atomic_write
 from kbroker.metadata.bootstrap import (
+    BOOTSTRAP_SNAPSHOT,
     FormatterError,
     bootstrap_records,
     effective_feature_levels,
+    encode_voters_snapshot,
     metadata_version_from_string,
+    parse_dynamic_voters,
     write_bootstrap_file,
 )
+from kbroker.metadata.properties import CLUSTER_METADATA_DIR
 
 
 class StorageError(Exception):
@@ -78,13 +89,21 @@ def format_storage(args, out) -> int:
         raise StorageError("The configuration has no process.roles: formatting is only for the nodes of a "
                            "KRaft cluster (a zero-config kbroker formats its own storage on first start).")
     node_id, cluster_id = config.node_id, args.cluster_id
-    if "controller" in config.process_roles and not config.voters and not args.no_initial_controllers:
-        raise StorageError("Because controller.quorum.voters is not set on this controller, you must specify "
-                           "--no-initial-controllers (kbroker does not implement --standalone and "
-                           "--initial-controllers, KIP-853 dynamic quorums, yet).")
+    controller_listener = config.controller_listener_names[0]
     try:
+        initial = None
+        if args.initial_controllers is not None:
+            initial = parse_dynamic_voters(args.initial_controllers)
+        elif args.standalone:
+            initial = _standalone_voter(config)
+        if "controller" in config.process_roles and not config.voters and initial is None \
+                and not args.no_initial_controllers:
+            raise StorageError("Because controller.quorum.voters is not set on this controller, you must specify "
+                               "one of the following: --standalone, --initial-controllers, or "
+                               "--no-initial-controllers.")
         release = metadata_version_from_string(args.release_version) if args.release_version else None
-        mv, levels = effective_feature_levels(release, _parse_features(args.feature))
+        mv, levels = effective_feature_levels(release, _parse_features(args.feature),
+                                              dynamic_quorum=initial is not None)
         records = bootstrap_records(mv, levels)
     except FormatterError as e:
         raise StorageError(str(e)) from None
@@ -108,18 +127,49 @@ def format_storage(args, out) -> int:
         return 0
     used = {mp.directory_id for mp in ensemble.props.values() if mp.directory_id}
     for d in sorted(ensemble.empty):
-        kind = "metadata directory" if d == config.metadata_log_dir else "data directory"
-        directory_id = random_directory_id(used)
+        # Kafka's Formatter.DirectoryType
+        dynamic = d == config.metadata_log_dir and initial is not None
+        if d != config.metadata_log_dir:
+            kind = "data directory"
+        elif initial is None:
+            kind = "metadata directory"
+        else:
+            kind = "dynamic metadata voter directory" if node_id in initial else "dynamic metadata directory"
+        if dynamic and node_id in initial:
+            directory_id = initial[node_id].directory_id
+        else:
+            directory_id = random_directory_id(used)
         used.add(directory_id)
         print(f"Formatting {kind} {d} with metadata.version {mv}.", file=out)
         try:
             os.makedirs(d, exist_ok=True)
             write_bootstrap_file(d, records)
+            if dynamic:
+                snapshot_dir = os.path.join(d, CLUSTER_METADATA_DIR)
+                os.makedirs(snapshot_dir, exist_ok=True)
+                atomic_write(os.path.join(snapshot_dir, BOOTSTRAP_SNAPSHOT),
+                             encode_voters_snapshot(initial, controller_listener, levels["kraft.version"]))
             write_meta_properties(os.path.join(d, META_PROPERTIES), node_id=node_id, cluster_id=cluster_id,
                                   directory_id=directory_id)
         except OSError as e:
             raise StorageError(f"Error while writing meta.properties file {d}: {e}") from None
     return 0
+
+
+def _standalone_voter(config):
+    """Kafka's createStandaloneDynamicVoters: this controller alone, at its first advertised
+    controller listener (host 'localhost' when the listener has none), a fresh directory id."""
+    from kbroker.metadata.bootstrap import DynamicVoter
+
+    if "controller" not in config.process_roles:
+        raise StorageError("You can only use --standalone on a controller.")
+    names = config.controller_listener_names
+    advertised = [l for l in config._advertised_all if l.name in names]
+    candidates = sorted(advertised or config.controller_listeners, key=lambda l: names.index(l.name))
+    if not candidates:
+        raise StorageError("No controller listeners found.")
+    l = candidates[0]
+    return {config.node_id: DynamicVoter(config.node_id, l.host or "localhost", l.port, random_uuid())}
 
 
 def info(args, out) -> int:
@@ -196,8 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "the default is 3.9-IV0")
     fmt.add_argument("--feature", "-f", action="append", default=[],
                      help="The setting to use for a specific feature, in feature=level format.")
-    fmt.add_argument("--no-initial-controllers", "-N", action="store_true",
-                     help="Format without a dynamic quorum topology (controller.quorum.bootstrap.servers only).")
+    quorum = fmt.add_mutually_exclusive_group()
+    quorum.add_argument("--standalone", "-s", action="store_true",
+                        help="Used to initialize a controller as a single-node dynamic quorum.")
+    quorum.add_argument("--no-initial-controllers", "-N", action="store_true",
+                        help="Used to initialize a server without a dynamic quorum topology.")
+    quorum.add_argument("--initial-controllers", "-I",
+                        help="Used to initialize a server with a specific dynamic quorum topology: a "
+                             "comma-separated list of id@hostname:port:directory, the same on every node.")
     return p
 
 
