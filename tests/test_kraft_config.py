@@ -116,6 +116,8 @@ def test_bootstrap_servers_instead_of_voters_and_metadata_log_dir():
            inter_broker_listener_name="OTHER"),
      "advertised.listeners", "subset"),
     (_with(COMBINED, advertised_listeners="PLAINTEXT://0.0.0.0:19092"), "advertised.listeners", "0.0.0.0"),
+    (_with(COMBINED, listeners="PLAINTEXT://127.0.0.1:19092,CONTROLLER://0.0.0.0:19093",
+           advertised_listeners="PLAINTEXT://127.0.0.1:19092"), "advertised.listeners", "0.0.0.0"),
     # only PLAINTEXT is implemented: a listener on another protocol is refused
     (_with(COMBINED, listener_security_protocol_map="PLAINTEXT:SSL,CONTROLLER:PLAINTEXT"),
      "listener.security.protocol.map", "PLAINTEXT only"),

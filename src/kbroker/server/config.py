@@ -392,7 +392,7 @@ class KafkaConfig:
         #: what the broker role advertises to clients (controller listeners are never advertised there)
         self.advertised_listeners = [Listener(l.name, l.host or "127.0.0.1", l.port) for l in advertised
                                      if l.name not in controller_names]
-        self._advertised_all = advertised
+        self._advertised = advertised
         self._refuse_other_protocols(advertised)
         if self.cluster_mode:
             self._validate_kraft(v, advertised)
@@ -417,6 +417,16 @@ class KafkaConfig:
     def controller_listeners(self) -> list[Listener]:
         names = self.controller_listener_names
         return [l for l in self.listeners if l.name in names]
+
+    @property
+    def advertised_controller_listeners(self) -> list[Listener]:
+        """Kafka's effectiveAdvertisedControllerListeners: for each controller listener name in
+        order, its advertised.listeners entry, else its listeners entry."""
+        out = []
+        for name in self.controller_listener_names:
+            match = [l for l in self._advertised if l.name == name] or [l for l in self.listeners if l.name == name]
+            out.extend(match[:1])
+        return out
 
     @property
     def inter_broker_listener_name(self) -> str:
@@ -511,7 +521,7 @@ class KafkaConfig:
                 raise ConfigError("controller.quorum.voters",
                                   f"If process.roles contains the 'controller' role, the node id {node_id} must "
                                   f"be included in the set of voters controller.quorum.voters={voters_text}")
-            if not self.controller_listeners:
+            if not self.advertised_controller_listeners:
                 raise ConfigError("controller.listener.names", "controller.listener.names must contain at least "
                                   "one value appearing in the 'listeners' configuration when running the KRaft "
                                   "controller role")
@@ -547,8 +557,7 @@ class KafkaConfig:
                                   "advertised.listeners listener names must be equal to or a subset of the ones "
                                   f"defined in listeners. Found {','.join(sorted(broker_adv))}. The valid options "
                                   f"based on the current configuration are {','.join(sorted(listener_names))}")
-        if any(l.host == "0.0.0.0" for l in advertised) or (
-                not v["advertised.listeners"] and any(l.host == "0.0.0.0" for l in self.controller_listeners)):
+        if any(l.host == "0.0.0.0" for l in advertised + self.advertised_controller_listeners):
             raise ConfigError("advertised.listeners", "advertised.listeners cannot use the nonroutable "
                               "meta-address 0.0.0.0. Use a routable IP address.")
 

@@ -163,12 +163,9 @@ def _standalone_voter(config):
 
     if "controller" not in config.process_roles:
         raise StorageError("You can only use --standalone on a controller.")
-    names = config.controller_listener_names
-    advertised = [l for l in config._advertised_all if l.name in names]
-    candidates = sorted(advertised or config.controller_listeners, key=lambda l: names.index(l.name))
-    if not candidates:
+    if not config.advertised_controller_listeners:
         raise StorageError("No controller listeners found.")
-    l = candidates[0]
+    l = config.advertised_controller_listeners[0]
     return {config.node_id: DynamicVoter(config.node_id, l.host or "localhost", l.port, random_uuid())}
 
 
