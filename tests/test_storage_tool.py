@@ -15,8 +15,8 @@ from kbroker.metadata.bootstrap import (
     effective_feature_levels,
     encode_snapshot,
     metadata_version_from_string,
-    read_bootstrap_file,
 )
+from kbroker.server.kraft_storage import read_bootstrap_file
 from kbroker.metadata.records.feature_level_record import FeatureLevelRecord
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"

@@ -1,9 +1,11 @@
 """Bootstrap metadata: the feature levels a new KRaft cluster starts from.
 
-Kafka: ``metadata/.../metadata/bootstrap/BootstrapMetadata.java`` and ``BootstrapDirectory.java``,
-``server-common/.../MetadataVersion.java`` (3.9). ``kbroker storage format`` writes them to
-``bootstrap.checkpoint`` in each directory it formats; the first active controller appends them
-to an empty ``__cluster_metadata`` log.
+Kafka: ``metadata/.../metadata/bootstrap/BootstrapMetadata.java``, ``Formatter``'s feature
+rules, ``server-common/.../MetadataVersion.java`` (3.9), ``raft/.../DynamicVoters.java``.
+``kbroker storage format`` writes them to ``bootstrap.checkpoint`` in each directory it formats
+(the file I/O is in :mod:`kbroker.server.kraft_storage`; this module is pure, like the rest of
+kbroker.metadata: bytes in, bytes out, the time passed in); the first active controller
+appends them to an empty ``__cluster_metadata`` log.
 
 ``bootstrap.checkpoint`` is a snapshot-format file, as Kafka's ``BatchFileWriter`` writes it:
 three v2 record batches, uncompressed, partitionLeaderEpoch 0, no producer, every timestamp
@@ -18,14 +20,13 @@ the time of writing:
 """
 from __future__ import annotations
 
-import os
+import base64
 import re
 import struct
-import time
+import uuid
 from dataclasses import dataclass
 
 from kbroker.kernels import records as _records
-from kbroker.log.checkpoints import atomic_write
 from kbroker.metadata.records.feature_level_record import FeatureLevelRecord
 from kbroker.metadata.serde import ApiMessageAndVersion, deserialize, serialize
 from kbroker.protocol.messages.snapshot_footer_record import SnapshotFooterRecord
@@ -176,10 +177,18 @@ def control_key(control_type: int) -> bytes:
     return struct.pack(">hh", 0, control_type)
 
 
-def encode_snapshot(records: list[ApiMessageAndVersion], now_ms: int | None = None, *,
-                    epoch: int = 0) -> bytes:
-    """The bytes of a snapshot-format file holding ``records`` (see the module docstring)."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+def uuid_from_str(text: str) -> uuid.UUID:
+    """Kafka's ``Uuid.fromString``: 22 characters of URL-safe base64 (ValueError otherwise)."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if len(raw) != 16:
+        raise ValueError(f"invalid Uuid {text!r}")
+    return uuid.UUID(bytes=raw)
+
+
+def encode_snapshot(records: list[ApiMessageAndVersion], now_ms: int, *, epoch: int = 0) -> bytes:
+    """The bytes of a snapshot-format file holding ``records`` written at ``now_ms`` (see the
+    module docstring)."""
+    now = now_ms
 
     def control(offset: int, ctype: int, value: bytes) -> bytes:
         return _records.encode_batch([(now, control_key(ctype), value, ())], base_offset=offset,
@@ -210,8 +219,6 @@ class DynamicVoter:
 def parse_dynamic_voters(text: str) -> dict[int, DynamicVoter]:
     """Kafka's DynamicVoters.parse: comma-separated entries -> {node id: voter};
     FormatterError with Kafka's message if one is malformed."""
-    from kbroker.log.checkpoints import topic_id_from_str
-
     voters: dict[int, DynamicVoter] = {}
     for entry in text.strip().split(","):
         entry = entry.strip()
@@ -253,7 +260,7 @@ def parse_dynamic_voters(text: str) -> dict[int, DynamicVoter]:
         if not 0 <= port <= 65535:
             raise FormatterError(f"Invalid port {port} in dynamic voter string.")
         try:
-            topic_id_from_str(dir_text)
+            uuid_from_str(dir_text)
         except ValueError:
             raise FormatterError("Failed to parse directory ID in dynamic voter string.") from None
         if node_id in voters:
@@ -265,19 +272,18 @@ def parse_dynamic_voters(text: str) -> dict[int, DynamicVoter]:
 
 
 def encode_voters_snapshot(voters: dict[int, DynamicVoter], listener_name: str, kraft_version: int,
-                           now_ms: int | None = None) -> bytes:
+                           now_ms: int) -> bytes:
     """The bootstrap snapshot of a KIP-853 dynamic quorum (Kafka's Formatter.writeDynamicQuorumSnapshot
     through RecordsSnapshotWriter): one control batch at offset 0 holding SnapshotHeader,
     KRaftVersionRecord and VotersRecord (each voter with one endpoint on ``listener_name`` and
     kraft.version support 0..1), then the SnapshotFooter control batch."""
-    from kbroker.log.checkpoints import topic_id_from_str
     from kbroker.protocol.messages.kraft_version_record import KRaftVersionRecord
     from kbroker.protocol.messages.voters_record import Endpoint, KRaftVersionFeature, Voter, VotersRecord
 
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = now_ms
     header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=now)
     voters_record = VotersRecord(version=0, voters=[
-        Voter(voter_id=v.node_id, voter_directory_id=topic_id_from_str(v.directory_id),
+        Voter(voter_id=v.node_id, voter_directory_id=uuid_from_str(v.directory_id),
               endpoints=[Endpoint(name=listener_name, host=v.host, port=v.port)],
               kraft_version_feature=KRaftVersionFeature(min_supported_version=0, max_supported_version=1))
         for v in voters.values()])
@@ -291,20 +297,104 @@ def encode_voters_snapshot(voters: dict[int, DynamicVoter], listener_name: str, 
     return first + footer
 
 
-def write_bootstrap_file(directory: str, records: list[ApiMessageAndVersion], now_ms: int | None = None) -> str:
-    """Write ``directory/bootstrap.checkpoint`` atomically (Kafka's BootstrapDirectory.writeBinaryFile);
-    returns its path."""
-    if not os.path.isdir(directory):
-        raise FormatterError(f"No such directory as {directory}")
-    path = os.path.join(directory, BOOTSTRAP_FILE)
-    atomic_write(path, encode_snapshot(records, now_ms))
-    return path
+#: Kafka's Snapshots.BOOTSTRAP_SNAPSHOT_ID (end offset 0, epoch 0) as a file name
+BOOTSTRAP_SNAPSHOT = "00000000000000000000-0000000000.checkpoint"
 
 
-def read_bootstrap_file(path: str) -> list[ApiMessageAndVersion]:
-    """The metadata records of a bootstrap (snapshot-format) file; control batches are skipped."""
-    with open(path, "rb") as f:
-        data = f.read()
+@dataclass(frozen=True)
+class DynamicVoter:
+    """One ``--initial-controllers`` entry, ``id@host:port:directory-id`` (Kafka's DynamicVoter)."""
+    node_id: int
+    host: str
+    port: int
+    directory_id: str
+
+
+def parse_dynamic_voters(text: str) -> dict[int, DynamicVoter]:
+    """Kafka's DynamicVoters.parse: comma-separated entries -> {node id: voter};
+    FormatterError with Kafka's message if one is malformed."""
+    voters: dict[int, DynamicVoter] = {}
+    for entry in text.strip().split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        at = entry.find("@")
+        if at < 0:
+            raise FormatterError("No @ found in dynamic voter string.")
+        if at == 0:
+            raise FormatterError("Invalid @ at beginning of dynamic voter string.")
+        try:
+            node_id = int(entry[:at])
+        except ValueError:
+            raise FormatterError("Failed to parse node id in dynamic voter string.") from None
+        if node_id < 0:
+            raise FormatterError(f"Invalid negative node id {node_id} in dynamic voter string.")
+        rest = entry[at + 1:]
+        if not rest:
+            raise FormatterError("No hostname found after node id.")
+        if rest.startswith("["):
+            end = rest.find("]")
+            if end < 0:
+                raise FormatterError("Hostname began with left bracket, but no right bracket was found.")
+            host, rest = rest[1:end], rest[end + 1:]
+        else:
+            colon = rest.find(":")
+            if colon < 0:
+                raise FormatterError("No colon following hostname could be found.")
+            host, rest = rest[:colon], rest[colon:]
+        if not rest.startswith(":"):
+            raise FormatterError("Port section must start with a colon.")
+        port_text, colon, dir_text = rest[1:].partition(":")
+        if not colon:
+            raise FormatterError("No colon following port could be found.")
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise FormatterError("Failed to parse port in dynamic voter string.") from None
+        if not 0 <= port <= 65535:
+            raise FormatterError(f"Invalid port {port} in dynamic voter string.")
+        try:
+            uuid_from_str(dir_text)
+        except ValueError:
+            raise FormatterError("Failed to parse directory ID in dynamic voter string.") from None
+        if node_id in voters:
+            raise FormatterError(f"Node id {node_id} was specified more than once.")
+        voters[node_id] = DynamicVoter(node_id, host, port, dir_text)
+    if not voters:
+        raise FormatterError("No voters given.")
+    return dict(sorted(voters.items()))
+
+
+def encode_voters_snapshot(voters: dict[int, DynamicVoter], listener_name: str, kraft_version: int,
+                           now_ms: int) -> bytes:
+    """The bootstrap snapshot of a KIP-853 dynamic quorum (Kafka's Formatter.writeDynamicQuorumSnapshot
+    through RecordsSnapshotWriter): one control batch at offset 0 holding SnapshotHeader,
+    KRaftVersionRecord and VotersRecord (each voter with one endpoint on ``listener_name`` and
+    kraft.version support 0..1), then the SnapshotFooter control batch."""
+    from kbroker.protocol.messages.kraft_version_record import KRaftVersionRecord
+    from kbroker.protocol.messages.voters_record import Endpoint, KRaftVersionFeature, Voter, VotersRecord
+
+    now = now_ms
+    header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=now)
+    voters_record = VotersRecord(version=0, voters=[
+        Voter(voter_id=v.node_id, voter_directory_id=uuid_from_str(v.directory_id),
+              endpoints=[Endpoint(name=listener_name, host=v.host, port=v.port)],
+              kraft_version_feature=KRaftVersionFeature(min_supported_version=0, max_supported_version=1))
+        for v in voters.values()])
+    control = [(now, control_key(SNAPSHOT_HEADER), header.encode(0), ())]
+    if kraft_version >= 1:
+        control.append((now, control_key(5), KRaftVersionRecord(version=0, kraft_version=kraft_version).encode(0), ()))
+        control.append((now, control_key(6), voters_record.encode(0), ()))
+    first = _records.encode_batch(control, base_offset=0, partition_leader_epoch=0, is_control=True)
+    footer = _records.encode_batch([(now, control_key(SNAPSHOT_FOOTER), SnapshotFooterRecord(version=0).encode(0), ())],
+                                   base_offset=len(control), partition_leader_epoch=0, is_control=True)
+    return first + footer
+
+
+def decode_bootstrap(data: bytes, source: str) -> list[ApiMessageAndVersion]:
+    """The metadata records of a bootstrap (snapshot-format) file's bytes; control batches are
+    skipped (Kafka's BootstrapDirectory.readFromBinaryFile). ValueError if they are damaged or
+    hold no metadata.version."""
     out = []
     for batch in _records.iter_batches(data):
         batch.validate()
@@ -312,5 +402,5 @@ def read_bootstrap_file(path: str) -> list[ApiMessageAndVersion]:
             out.extend(deserialize(r.value) for r in batch.records)
     if not any(isinstance(r.message, FeatureLevelRecord) and r.message.name == METADATA_VERSION for r in out):
         raise FormatterError(f"No FeatureLevelRecord for {METADATA_VERSION} was found in the bootstrap "
-                             f"metadata from the binary bootstrap metadata file: {path}")
+                             f"metadata from the binary bootstrap metadata file: {source}")
     return out

@@ -94,7 +94,7 @@ class KafkaBroker:
         """Cluster mode (process.roles set): the directories must have been formatted for this
         node (Kafka's KafkaRaftServer.initializeLogDirs). Then stop: a KRaft node cannot run
         until the controller quorum is wired (issue 15) -- the one placeholder of cluster mode."""
-        from kbroker.metadata.properties import EnsembleError, verify_kraft_storage
+        from kbroker.server.kraft_storage import EnsembleError, verify_kraft_storage
 
         c = self.config
         try:

@@ -40,19 +40,20 @@ from kbroker.log.checkpoints import (
     random_uuid,
     write_meta_properties,
 )
-from kbroker.metadata.properties import EnsembleError, MetaPropertiesEnsemble, config_directories
-from kbroker.log.checkpoints import atomic_write
+from kbroker.server.kraft_storage import (
+    EnsembleError,
+    MetaPropertiesEnsemble,
+    config_directories,
+    write_bootstrap_file,
+    write_voters_snapshot,
+)
 from kbroker.metadata.bootstrap import (
-    BOOTSTRAP_SNAPSHOT,
     FormatterError,
     bootstrap_records,
     effective_feature_levels,
-    encode_voters_snapshot,
     metadata_version_from_string,
     parse_dynamic_voters,
-    write_bootstrap_file,
 )
-from kbroker.metadata.properties import CLUSTER_METADATA_DIR
 
 
 class StorageError(Exception):
@@ -145,10 +146,7 @@ def format_storage(args, out) -> int:
             os.makedirs(d, exist_ok=True)
             write_bootstrap_file(d, records)
             if dynamic:
-                snapshot_dir = os.path.join(d, CLUSTER_METADATA_DIR)
-                os.makedirs(snapshot_dir, exist_ok=True)
-                atomic_write(os.path.join(snapshot_dir, BOOTSTRAP_SNAPSHOT),
-                             encode_voters_snapshot(initial, controller_listener, levels["kraft.version"]))
+                write_voters_snapshot(d, initial, controller_listener, levels["kraft.version"])
             write_meta_properties(os.path.join(d, META_PROPERTIES), node_id=node_id, cluster_id=cluster_id,
                                   directory_id=directory_id)
         except OSError as e:

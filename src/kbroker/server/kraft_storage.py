@@ -1,18 +1,70 @@
-"""MetaPropertiesEnsemble: the meta.properties of all of a node's directories, checked together.
+"""A KRaft node's storage on disk: its directories' meta.properties checked together, and the
+bootstrap files ``kbroker storage format`` writes.
 
-Kafka: ``metadata/.../metadata/properties/MetaPropertiesEnsemble.java`` and
-``KafkaRaftServer.initializeLogDirs`` (3.9). ``kbroker storage format`` loads it to find the
-directories still to format; a KRaft node (process.roles set) checks it at start-up with
-:func:`verify_kraft_storage` and refuses to start on an unformatted, foreign or legacy directory.
+Kafka: ``metadata/.../metadata/properties/MetaPropertiesEnsemble.java``,
+``metadata/.../bootstrap/BootstrapDirectory.java`` and ``KafkaRaftServer.initializeLogDirs``
+(3.9). ``kbroker storage format`` loads the ensemble to find the directories still to format
+and writes ``bootstrap.checkpoint`` (and, for a KIP-853 dynamic quorum, the voters snapshot);
+a KRaft node (process.roles set) checks its storage at start-up with
+:func:`verify_kraft_storage` and refuses an unformatted, foreign or legacy directory. The
+encodings are in the pure :mod:`kbroker.metadata.bootstrap`.
 """
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
-from kbroker.log.checkpoints import META_PROPERTIES, MetaProperties, MetaPropertiesError, load_meta_properties
+from kbroker.log.checkpoints import (
+    META_PROPERTIES,
+    MetaProperties,
+    MetaPropertiesError,
+    atomic_write,
+    load_meta_properties,
+)
+from kbroker.metadata.bootstrap import (
+    BOOTSTRAP_FILE,
+    BOOTSTRAP_SNAPSHOT,
+    DynamicVoter,
+    FormatterError,
+    decode_bootstrap,
+    encode_snapshot,
+    encode_voters_snapshot,
+)
+from kbroker.metadata.serde import ApiMessageAndVersion
 
 CLUSTER_METADATA_DIR = "__cluster_metadata-0"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def write_bootstrap_file(directory: str, records: list[ApiMessageAndVersion], now_ms: int | None = None) -> str:
+    """Write ``directory/bootstrap.checkpoint`` atomically (Kafka's BootstrapDirectory.writeBinaryFile);
+    returns its path."""
+    if not os.path.isdir(directory):
+        raise FormatterError(f"No such directory as {directory}")
+    path = os.path.join(directory, BOOTSTRAP_FILE)
+    atomic_write(path, encode_snapshot(records, _now_ms() if now_ms is None else now_ms))
+    return path
+
+
+def read_bootstrap_file(path: str) -> list[ApiMessageAndVersion]:
+    """The metadata records of a bootstrap file (control batches skipped)."""
+    with open(path, "rb") as f:
+        return decode_bootstrap(f.read(), path)
+
+
+def write_voters_snapshot(metadata_dir: str, voters: dict[int, DynamicVoter], listener_name: str,
+                          kraft_version: int) -> str:
+    """Kafka's Formatter.writeDynamicQuorumSnapshot: the initial voter set as the bootstrap
+    snapshot ``__cluster_metadata-0/00000000000000000000-0000000000.checkpoint``; returns its path."""
+    snapshot_dir = os.path.join(metadata_dir, CLUSTER_METADATA_DIR)
+    os.makedirs(snapshot_dir, exist_ok=True)
+    path = os.path.join(snapshot_dir, BOOTSTRAP_SNAPSHOT)
+    atomic_write(path, encode_voters_snapshot(voters, listener_name, kraft_version, _now_ms()))
+    return path
 
 
 class EnsembleError(RuntimeError):
@@ -81,8 +133,6 @@ def verify_kraft_storage(config) -> tuple[str, MetaPropertiesEnsemble]:
     (``cluster.id`` too when it is configured), the metadata log only in metadata.log.dir, a
     readable bootstrap.checkpoint if there is one. Returns (cluster id, ensemble); EnsembleError
     otherwise."""
-    from kbroker.metadata.bootstrap import BOOTSTRAP_FILE, FormatterError, read_bootstrap_file
-
     directories = config_directories(config)
     ensemble = MetaPropertiesEnsemble.load(directories)
     for d, message in sorted(ensemble.errors.items()):
