@@ -23,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kernels", help="show which hot-path kernels are compiled")
     sub.add_parser("topics", help="create/list/describe/alter/delete topics (like kafka-topics.sh)", add_help=False)
     sub.add_parser("dump-log", help="print segments and indexes (like kafka-dump-log.sh)", add_help=False)
+    sub.add_parser("storage", help="format or inspect a KRaft node's log directories (like kafka-storage.sh)",
+                   add_help=False)
     return p
 
 
@@ -73,11 +75,11 @@ def serve(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("topics", "dump-log"):
+    if argv and argv[0] in ("topics", "dump-log", "storage"):
         # these tools parse their own arguments
-        from kbroker.tools import dump_log, topics
+        from kbroker.tools import dump_log, storage, topics
 
-        return (topics if argv[0] == "topics" else dump_log).main(argv[1:])
+        return {"topics": topics, "dump-log": dump_log, "storage": storage}[argv[0]].main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)

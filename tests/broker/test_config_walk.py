@@ -277,12 +277,14 @@ def test_every_broker_config_is_accounted_for():
 
 
 def test_broker_configs_a_single_node_cannot_honour_stop_start_up():
-    for props, key in (({"process.roles": "broker"}, "process.roles"),
+    """Zero-config mode (process.roles unset) is one node: other voters and a replicated
+    __consumer_offsets are refused. (process.roles set is KRaft cluster mode: tests/test_kraft_config.py.)"""
+    for props, key in (({"process.roles": "broker"}, "node.id"),   # cluster mode: node.id is required
                        ({"controller.quorum.voters": "1@h:9093,2@h:9093"}, "controller.quorum.voters"),
                        ({"offsets.topic.replication.factor": "3"}, "offsets.topic.replication.factor"),
                        ({"log.message.format.version": "banana"}, "log.message.format.version")):
         with pytest.raises(ConfigError) as ei:
             KafkaConfig(props)
         assert ei.value.key == key
-    KafkaConfig({"process.roles": "controller,broker", "controller.quorum.voters": "1@h:9093",
+    KafkaConfig({"controller.quorum.voters": "1@h:9093",
                  "offsets.topic.replication.factor": "1", "log.message.format.version": "0.10.0.0"})

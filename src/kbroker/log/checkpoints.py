@@ -22,8 +22,17 @@ Formats (byte for byte as Kafka writes them; every line ends with ``\\n``):
     version: 0
     topic_id: <22-char URL-safe base64 UUID, no padding>
 
-``meta.properties`` (KRaft, ``MetaProperties`` version 1): a Java
-properties file; Kafka writes a ``#`` comment header then ``key=value``.
+``meta.properties`` (``MetaProperties``): a Java properties file. Version 1 (KRaft, what
+``kbroker storage format`` and zero-config start-up write)::
+
+    #
+    #Wed Nov 25 16:20:00 UTC 2026     <- java.util.Properties.store's header: "" comment, date
+    node.id=1
+    directory.id=J8aAPcfLQt2bqs1JT_rMgQ
+    version=1
+    cluster.id=MkU3OEVBNTcwNTJENDM2Qg
+
+Version 0 (ZooKeeper mode; ``version`` absent or 0) has ``broker.id`` instead of ``node.id``.
 
 ``.kafka_cleanshutdown`` (``CleanShutdownFileHandler``): JSON
 ``{"version":0,"brokerEpoch":N}``; its presence means the previous run
@@ -40,6 +49,7 @@ import json
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -292,7 +302,7 @@ def write_meta_properties(path: str, *, node_id: int, cluster_id: str,
     atomic_write(path, body.encode())
 
 
-def read_meta_properties(path: str) -> dict[str, str]:
+def read_meta_properties(path: str, *, require_version: bool = True) -> dict[str, str]:
     """Parse a Java properties file (the subset Kafka writes: comments, key=value)."""
     props = {}
     with open(path, "r", encoding="utf-8") as f:
@@ -305,9 +315,78 @@ def read_meta_properties(path: str) -> dict[str, str]:
                     k, v = line.split(sep, 1)
                     props[k.strip()] = v.strip()
                     break
-    if "version" not in props:
+    if require_version and "version" not in props:
         raise CheckpointError(f"meta.properties {path} has no version")
     return props
+
+
+def random_uuid() -> str:
+    """Kafka's ``Uuid.randomUuid().toString()``: URL-safe base64 of 16 random bytes, no padding,
+    never a reserved id (0, 1) and never starting with ``-`` (it would read as a CLI option)."""
+    while True:
+        raw = os.urandom(16)
+        if int.from_bytes(raw, "big") <= 1:
+            continue
+        s = topic_id_to_str(raw)
+        if not s.startswith("-"):
+            return s
+
+
+def random_directory_id(used: Iterable[str] = ()) -> str:
+    """Kafka's ``Copier.generateValidDirectoryId``: a random Uuid that is not one of the
+    reserved directory ids (``DirectoryId.reserved``: the first 100) nor in ``used``."""
+    used = set(used)
+    while True:
+        s = random_uuid()
+        if int.from_bytes(topic_id_from_str(s).bytes, "big") >= 100 and s not in used:
+            return s
+
+
+class MetaPropertiesError(CheckpointError):
+    """A meta.properties that cannot be read (Kafka: MetaProperties.Builder's errors)."""
+
+
+@dataclass(frozen=True)
+class MetaProperties:
+    """One directory's meta.properties (Kafka's ``MetaProperties``). ``version`` 0 is a
+    ZooKeeper-mode file (its ``broker.id`` is ``node_id``), 1 a KRaft one."""
+
+    version: int
+    cluster_id: str | None
+    node_id: int | None
+    directory_id: str | None = None
+
+
+def load_meta_properties(path: str) -> MetaProperties:
+    """Read and check ``path`` as Kafka's ``MetaProperties.Builder(Properties)`` does.
+    FileNotFoundError if absent; MetaPropertiesError (naming the file) if malformed."""
+    props = read_meta_properties(path, require_version=False)
+    raw = props.get("version", "0")
+    try:
+        version = int(raw.strip())
+    except ValueError:
+        raise MetaPropertiesError(f"Invalid meta.properties version string '{raw}' in {path}") from None
+    if version not in (0, 1):
+        raise MetaPropertiesError(f"Unknown meta.properties version number {version} in {path}")
+    id_key = "broker.id" if version == 0 else "node.id"
+    node_id = None
+    if id_key in props:
+        try:
+            node_id = int(props[id_key])
+        except ValueError:
+            raise MetaPropertiesError(f"Unable to read {id_key} as a base-10 number in {path}") from None
+    elif version == 1:
+        raise MetaPropertiesError(f"Failed to find required property node.id in {path}")
+    directory_id = props.get("directory.id")
+    if directory_id is not None:
+        try:
+            topic_id_from_str(directory_id)
+        except ValueError as e:
+            raise MetaPropertiesError(f"Unable to read directory.id as a Uuid: {e} in {path}") from None
+    cluster_id = props.get("cluster.id")
+    if version == 1 and cluster_id is None:
+        raise MetaPropertiesError(f"cluster.id was not specified in the v1 file: {path}")
+    return MetaProperties(version, cluster_id, node_id, directory_id)
 
 
 def write_clean_shutdown(log_dir: str, broker_epoch: int = -1) -> None:

@@ -1,7 +1,8 @@
 """KafkaBroker: builds the broker's parts, starts them in order, stops them in reverse.
 
 Kafka: ``core/.../server/BrokerServer.scala`` (startup/shutdown ordering).
-Start-up: meta.properties → MetadataStore (topics, dynamic broker configs) → LogManager
+Start-up: (a KRaft node, process.roles set: its formatted storage is checked, then start-up
+stops, since cluster mode does not run yet) meta.properties → MetadataStore (topics, dynamic broker configs) → LogManager
 (load + recovery, with the dynamic log defaults) →
 ReplicaManager (host every partition) → purgatories → coordinators →
 KafkaApis + handler pool → SocketServer (listeners last, so nothing is
@@ -15,13 +16,11 @@ never runs without it.
 """
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import threading
-import uuid
 
-from kbroker.log.checkpoints import META_PROPERTIES, read_meta_properties
+from kbroker.log.checkpoints import META_PROPERTIES, random_uuid, read_meta_properties
 from kbroker.log.manager import LogManager
 from kbroker.network.socket_server import SocketServer, SocketServerConfig
 from kbroker.server.config import KafkaConfig
@@ -52,10 +51,7 @@ def _required(component: str, load):
 
 def new_cluster_id() -> str:
     """Kafka's Uuid.randomUuid().toString(): url-safe base64 of 16 random bytes, no padding."""
-    while True:
-        s = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        if not s.startswith("-"):
-            return s
+    return random_uuid()
 
 
 class KafkaBroker:
@@ -94,8 +90,26 @@ class KafkaBroker:
                     return stored
         return configured or new_cluster_id()
 
+    def _check_kraft_storage(self) -> None:
+        """Cluster mode (process.roles set): the directories must have been formatted for this
+        node (Kafka's KafkaRaftServer.initializeLogDirs). Then stop: a KRaft node cannot run
+        until the controller quorum is wired (issue 15) -- the one placeholder of cluster mode."""
+        from kbroker.server.kraft_storage import EnsembleError, verify_kraft_storage
+
+        c = self.config
+        try:
+            self.cluster_id, _ = verify_kraft_storage(c)
+        except EnsembleError as e:
+            raise BrokerStartupError(str(e).replace("\n", " ")) from None
+        raise BrokerStartupError(
+            f"process.roles={','.join(c['process.roles'])}: KRaft cluster mode is not yet supported (storage of "
+            f"node {self.node_id} in cluster {self.cluster_id} checks out, but the controller quorum is not "
+            "wired yet); unset process.roles to run a zero-config single node")
+
     def startup(self) -> None:
         c = self.config
+        if c.cluster_mode:
+            self._check_kraft_storage()
         for d in c.log_dirs:
             os.makedirs(d, exist_ok=True)
         self.cluster_id = self._load_cluster_id()

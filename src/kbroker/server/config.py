@@ -29,24 +29,102 @@ from kbroker.config_def import (
 
 __all__ = ["KafkaConfig", "ConfigError", "Listener", "BROKER_CONFIG", "BROKER_NO_OP_CONFIGS"]
 _log = logging.getLogger(__name__)
+_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")   # Kafka's Utils.validHostPattern
+_HOST_PORT = re.compile(r"^\[?(.+?)\]?:(\d+)$")   # Kafka's Utils.getHost / getPort
+
+
+def parse_host_port(entry: str) -> tuple[str, int] | None:
+    """``host:port`` (IPv6 hosts in brackets or bare) -> (host, port), or None if malformed."""
+    m = _HOST_PORT.match(entry.strip())
+    if not m or not _VALID_HOST.fullmatch(m.group(1)):
+        return None
+    return m.group(1), int(m.group(2))
+
+
+def parse_voters(entries: list[str]) -> dict[int, tuple[str, int]]:
+    """``controller.quorum.voters`` -> {id: (host, port)} (Kafka's QuorumConfig.parseVoterConnections);
+    ConfigError naming the key, with Kafka's text, if an entry is malformed."""
+    key = "controller.quorum.voters"
+    voters: dict[int, tuple[str, int]] = {}
+    for entry in entries:
+        parts = entry.split("@")
+        if len(parts) != 2:
+            raise ConfigError(key, "Invalid configuration value for controller.quorum.voters. "
+                              "Each entry should be in the form `{id}@{host}:{port}`.")
+        try:
+            voter_id = int(parts[0].strip())
+        except ValueError:
+            raise ConfigError(key, f"Failed to parse voter ID as an integer from {parts[0]}") from None
+        m = _HOST_PORT.match(parts[1].strip())
+        if not m or not _VALID_HOST.fullmatch(m.group(1)):
+            what = "host port" if m is None and parts[1].strip().rpartition(":")[0] else "host name"
+            raise ConfigError(key, f"Failed to parse {what} from entry {entry} for the configuration "
+                              "controller.quorum.voters. Each entry should be in the form `{id}@{host}:{port}`.")
+        voters[voter_id] = (m.group(1), int(m.group(2)))
+    return voters
+
+
+def _check_voters(value: list[str]) -> str | None:
+    parse_voters(value)
+    return None
+
+
+def _check_bootstrap_servers(value: list[str]) -> str | None:
+    for entry in value:
+        if parse_host_port(entry) is None:
+            raise ConfigError("controller.quorum.bootstrap.servers",
+                              f"Failed to parse host name and port from {entry} for the configuration "
+                              "controller.quorum.bootstrap.servers. Each entry should be in the form "
+                              '"{host}:{port}"')
+    return None
+
 
 BROKER_CONFIG = (
     ConfigDef()
-    # --- identity and roles (KRaft) ---
-    .define("node.id", "int", 1, at_least(0), "This node's id.")
+    # --- identity and roles (KRaft: Kafka's KRaftConfigs and QuorumConfig) ---
+    .define("process.roles", "list", [], one_of("broker", "controller"),
+            "broker, controller or both: a node of a KRaft cluster (storage must be formatted with "
+            "`kbroker storage format`). Empty: kbroker's zero-config single node (broker and controller, "
+            "formats its own storage on first start).")
+    .define("node.id", "int", -1, None,
+            "This node's id; required when process.roles is set (zero-config mode: broker.id, else 1).")
     .define("broker.id", "int", -1, None, "Legacy synonym of node.id (-1: use node.id).")
-    .define("process.roles", "list", ["broker", "controller"], one_of("broker", "controller"))
-    .define("controller.quorum.voters", "list", [], None, "id@host:port voters; empty = this node alone.")
-    .define("controller.quorum.bootstrap.servers", "list", [])
-    .define("controller.listener.names", "list", ["CONTROLLER"])
-    .define("cluster.id", "string", None, None, "Cluster id; generated and stored in meta.properties when absent.")
+    .define("controller.quorum.voters", "list", [], _check_voters,
+            "Static quorum: comma-separated {id}@{host}:{port} of every controller.")
+    .define("controller.quorum.bootstrap.servers", "list", [], _check_bootstrap_servers,
+            "KIP-853 dynamic quorum: {host}:{port} endpoints used to discover the controllers.")
+    .define("controller.listener.names", "list", None, None,
+            "Listener names the controllers use; the first is the one brokers connect to.")
+    .define("controller.quorum.election.timeout.ms", "int", 1000)
+    .define("controller.quorum.fetch.timeout.ms", "int", 2000)
+    .define("controller.quorum.election.backoff.max.ms", "int", 1000)
+    .define("controller.quorum.request.timeout.ms", "int", 2000)
+    .define("controller.quorum.retry.backoff.ms", "int", 20)
+    .define("controller.quorum.append.linger.ms", "int", 25)
+    .define("broker.session.timeout.ms", "int", 9000)
+    .define("broker.heartbeat.interval.ms", "int", 2000)
+    .define("initial.broker.registration.timeout.ms", "int", 60000)
+    .define("metadata.log.dir", "string", None, None,
+            "Where the __cluster_metadata log lives; default: the first of log.dirs.")
+    .define("metadata.log.segment.bytes", "int", 1073741824, at_least(12))
+    .define("metadata.log.segment.ms", "long", 604800000)
+    .define("metadata.max.retention.bytes", "long", 104857600)
+    .define("metadata.max.retention.ms", "long", 604800000)
+    .define("metadata.log.max.record.bytes.between.snapshots", "long", 20971520, at_least(1))
+    .define("metadata.log.max.snapshot.interval.ms", "long", 3600000, at_least(0))
+    .define("metadata.max.idle.interval.ms", "int", 500, at_least(0))
+    .define("cluster.id", "string", None, None,
+            "kbroker's own: zero-config mode's cluster id (generated and stored in meta.properties when absent).")
     .define("broker.rack", "string", None)
     # --- listeners and the network layer ---
     .define("listeners", "list", ["PLAINTEXT://127.0.0.1:9092"])
     .define("advertised.listeners", "list", None)
     .define("listener.security.protocol.map", "list",
-            ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"])
-    .define("inter.broker.listener.name", "string", "PLAINTEXT")
+            ["SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT"], None,
+            "listener name -> security protocol; only PLAINTEXT is implemented, a listener mapped to "
+            "another protocol stops start-up.")
+    .define("inter.broker.listener.name", "string", None, None,
+            "The listener brokers use to reach each other (default: the PLAINTEXT listener).")
     .define("num.network.threads", "int", 3, between(1, 64))
     .define("num.io.threads", "int", 8, between(1, 256))
     .define("queued.max.requests", "int", 500, at_least(1))
@@ -173,13 +251,31 @@ BROKER_CONFIG = (
 #: synonyms such as ``log.retention.ms`` act through their topic config; kbroker/log/config.py
 #: NO_OP_CONFIGS lists the topic configs without effect). Every other key is read by the broker
 #: (tests/broker/test_config_walk.py checks both). Values kbroker cannot honour are refused at
-#: start-up instead (``KafkaConfig``): process.roles without both roles, a quorum naming other
-#: nodes, offsets.topic.replication.factor above 1.
+#: start-up instead (``KafkaConfig``): in zero-config mode a quorum naming other nodes and
+#: offsets.topic.replication.factor above 1; in cluster mode (process.roles set) start-up stops
+#: after the storage checks, since the quorum is not wired yet.
+_NOT_WIRED = ("KRaft cluster mode cannot run yet (no quorum wiring): start-up stops after the "
+              "config and storage checks; zero-config mode has no quorum to tune")
+
 BROKER_NO_OP_CONFIGS: dict[str, str] = {
-    "process.roles": "kbroker is always a combined broker+controller; only that value is accepted",
-    "controller.quorum.voters": "single node: the quorum is this node alone; only it may be named",
-    "controller.quorum.bootstrap.servers": "single node: there is no other controller to find",
-    "inter.broker.listener.name": "single node: there is no inter-broker traffic",
+    "controller.quorum.bootstrap.servers": "single node: there is no other controller to find; in cluster mode "
+        "it is validated, but the quorum is not wired yet",
+    "controller.quorum.election.timeout.ms": _NOT_WIRED,
+    "controller.quorum.fetch.timeout.ms": _NOT_WIRED,
+    "controller.quorum.election.backoff.max.ms": _NOT_WIRED,
+    "controller.quorum.request.timeout.ms": _NOT_WIRED,
+    "controller.quorum.retry.backoff.ms": _NOT_WIRED,
+    "controller.quorum.append.linger.ms": _NOT_WIRED,
+    "broker.session.timeout.ms": _NOT_WIRED,
+    "broker.heartbeat.interval.ms": _NOT_WIRED,
+    "initial.broker.registration.timeout.ms": _NOT_WIRED,
+    "metadata.log.segment.bytes": _NOT_WIRED,
+    "metadata.log.segment.ms": _NOT_WIRED,
+    "metadata.max.retention.bytes": _NOT_WIRED,
+    "metadata.max.retention.ms": _NOT_WIRED,
+    "metadata.log.max.record.bytes.between.snapshots": _NOT_WIRED,
+    "metadata.log.max.snapshot.interval.ms": _NOT_WIRED,
+    "metadata.max.idle.interval.ms": _NOT_WIRED,
     "replica.fetch.max.bytes": "single node: there are no followers fetching",
     "offsets.topic.replication.factor": "single node: __consumer_offsets has one replica; only 1 is accepted",
     "transactional.id.expiration.ms": "transactions are not implemented yet (transactional produce is refused)",
@@ -191,9 +287,6 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
         "PLAINTEXT listeners only: no GSSAPI login to refresh (a Kafka broker without a SASL listener "
         "ignores it too); dynamic, as in Kafka, so librdkafka's AlterConfigs test 0081 can set it",
 }
-
-
-_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")   # Kafka's Utils.validHostPattern
 
 
 def parse_ip_overrides(key: str, text: str) -> dict[str, int]:
@@ -244,39 +337,231 @@ def parse_listener(key: str, text: str) -> Listener:
     return listener
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")   # Kafka's SecurityProtocol
+
+
 class KafkaConfig:
-    """Parsed broker configuration. ``values`` maps every key to its value."""
+    """Parsed broker configuration. ``values`` maps every key to its value.
+
+    Two modes. ``process.roles`` empty (the default): kbroker's zero-config single node, a
+    combined broker and controller that formats its own storage (``node.id`` defaults to
+    broker.id, else 1). ``process.roles`` set: a node of a KRaft cluster, checked with Kafka's
+    ``KafkaConfig.validateValues`` rules for KRaft; its storage must be formatted first
+    (``kbroker storage format``). Every problem is a one-line ConfigError naming a key.
+    """
 
     def __init__(self, props: Mapping[str, Any] | None = None):
         self.originals = dict(props or {})
         self.values = BROKER_CONFIG.parse(self.originals)
         v = self.values
-        if v["broker.id"] not in (-1, v["node.id"]) and "node.id" in self.originals:
-            raise ConfigError("broker.id", "must equal node.id when both are set")
-        if v["broker.id"] != -1 and "node.id" not in self.originals:
+        roles = v["process.roles"]
+        if len(set(roles)) != len(roles):
+            raise ConfigError("process.roles", f"Duplicate role names found in `process.roles`: {roles}")
+        self.process_roles = frozenset(roles)
+        # Kafka's populateSynonyms: either of node.id / broker.id supplies the other.
+        if v["node.id"] == -1:
             v["node.id"] = v["broker.id"]
+        elif v["broker.id"] == -1:
+            v["broker.id"] = v["node.id"]
+        if v["node.id"] != v["broker.id"]:
+            raise ConfigError("broker.id", "You must set `node.id` to the same value as `broker.id`.")
+        if not self.cluster_mode and v["node.id"] == -1:
+            v["node.id"] = 1
+        if v["node.id"] < 0:
+            if self.cluster_mode:
+                raise ConfigError("node.id", "Missing configuration `node.id` which is required when "
+                                  "`process.roles` is defined (i.e. when running in KRaft mode).")
+            raise ConfigError("node.id", f"invalid value {v['node.id']}: must be at least 0")
+        self.voters = parse_voters(v["controller.quorum.voters"])
         self.listeners = [parse_listener("listeners", s) for s in v["listeners"]]
         if not self.listeners:
             raise ConfigError("listeners", "at least one listener is required")
         names = [l.name for l in self.listeners]
         if len(set(names)) != len(names):
             raise ConfigError("listeners", "listener names must be unique")
-        protocols = {}
-        for entry in v["listener.security.protocol.map"]:
-            name, _, proto = entry.partition(":")
-            if proto.upper() != "PLAINTEXT":
-                raise ConfigError("listener.security.protocol.map",
-                                  f"security protocol {proto!r} is not supported yet (PLAINTEXT only)")
-            protocols[name.upper()] = proto.upper()
+        self.security_protocols = self._security_protocol_map(v)
         for l in self.listeners:
-            if l.name not in protocols:
+            if l.name not in self.security_protocols:
                 raise ConfigError("listener.security.protocol.map", f"no security protocol for listener {l.name}")
+        controller_names = set(self.controller_listener_names)
         adv = v["advertised.listeners"]
-        self.advertised_listeners = (
-            [parse_listener("advertised.listeners", s) for s in adv] if adv else
-            [Listener(l.name, l.host or "127.0.0.1", l.port) for l in self.listeners
-             if l.name not in [n.upper() for n in v["controller.listener.names"]]]
-        )
+        if adv:
+            advertised = [parse_listener("advertised.listeners", s) for s in adv]
+        else:
+            advertised = [Listener(l.name, l.host, l.port) for l in self.listeners]
+        #: what the broker role advertises to clients (controller listeners are never advertised there)
+        self.advertised_listeners = [Listener(l.name, l.host or "127.0.0.1", l.port) for l in advertised
+                                     if l.name not in controller_names]
+        self._advertised = advertised
+        self._refuse_other_protocols(advertised)
+        if self.cluster_mode:
+            self._validate_kraft(v, advertised)
+        self._validate_common(v)
+        if not self.cluster_mode:
+            self._refuse_unsupported(v)
+
+    # -- KRaft ----------------------------------------------------------------------------------
+    @property
+    def cluster_mode(self) -> bool:
+        """True when process.roles is set: a node of a formatted KRaft cluster."""
+        return bool(self.values["process.roles"])
+
+    @property
+    def controller_listener_names(self) -> list[str]:
+        names = self.values["controller.listener.names"]
+        if names is None and not self.cluster_mode:
+            return ["CONTROLLER"]   # zero-config mode: a CONTROLLER listener is never advertised
+        return [n.upper() for n in names or []]
+
+    @property
+    def controller_listeners(self) -> list[Listener]:
+        names = self.controller_listener_names
+        return [l for l in self.listeners if l.name in names]
+
+    @property
+    def advertised_controller_listeners(self) -> list[Listener]:
+        """Kafka's effectiveAdvertisedControllerListeners: for each controller listener name in
+        order, its advertised.listeners entry, else its listeners entry."""
+        out = []
+        for name in self.controller_listener_names:
+            match = [l for l in self._advertised if l.name == name] or [l for l in self.listeners if l.name == name]
+            out.extend(match[:1])
+        return out
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """inter.broker.listener.name, else Kafka's default: the listener named after
+        security.inter.broker.protocol (PLAINTEXT)."""
+        return (self.values["inter.broker.listener.name"] or "PLAINTEXT").upper()
+
+    @property
+    def metadata_log_dir(self) -> str:
+        """metadata.log.dir, else the first of log.dirs (Kafka's KafkaConfig.metadataLogDir)."""
+        return self.values["metadata.log.dir"] or self.log_dirs[0]
+
+    def _security_protocol_map(self, v: dict) -> dict[str, str]:
+        """Kafka's effectiveListenerSecurityProtocolMap: the map as given (names upper-cased,
+        protocols checked); with the map left at its default, each controller listener name
+        maps to PLAINTEXT unless SSL/SASL is in use (KRaft, and zero-config mode's CONTROLLER)."""
+        key = "listener.security.protocol.map"
+        out: dict[str, str] = {}
+        for entry in v[key]:
+            name, sep, proto = entry.rpartition(":")
+            if not sep or not name.strip():
+                raise ConfigError(key, f"invalid entry {entry!r}: expected listener_name:security_protocol")
+            proto = proto.strip().upper()
+            if proto not in SECURITY_PROTOCOLS:
+                raise ConfigError(key, f"Invalid security protocol `{proto}` defined in {key}")
+            out[name.strip().upper()] = proto
+        if key not in self.originals:
+            secure = {"SSL", "SASL_SSL", "SASL_PLAINTEXT"}
+            listener_names = {s.split("://", 1)[0].strip().upper() for s in v["listeners"]}
+            if not (secure & set(self.controller_listener_names) or secure & listener_names):
+                for n in self.controller_listener_names:
+                    out.setdefault(n, "PLAINTEXT")
+        return out
+
+    def _refuse_other_protocols(self, advertised: list[Listener]) -> None:
+        """Only PLAINTEXT is implemented: a listener kbroker would serve or connect to over
+        another protocol stops start-up (map entries no listener uses are accepted, as in
+        Kafka's own default map)."""
+        used = ([l.name for l in self.listeners] + [l.name for l in advertised]
+                + (self.controller_listener_names if self.cluster_mode else []))
+        for name in used:
+            proto = self.security_protocols.get(name)
+            if proto is not None and proto != "PLAINTEXT":
+                raise ConfigError("listener.security.protocol.map",
+                                  f"listener {name} uses security protocol {proto}, which kbroker does not "
+                                  "support yet (PLAINTEXT only)")
+
+    def _validate_kraft(self, v: dict, advertised: list[Listener]) -> None:
+        """Kafka 3.9's KafkaConfig.validateValues rules for process.roles set, in its order."""
+        roles, node_id, voter_ids = self.process_roles, v["node.id"], set(self.voters)
+        cln = self.controller_listener_names
+        listener_names = {l.name for l in self.listeners}
+        voters_text = "Set(" + ", ".join(str(i) for i in sorted(voter_ids)) + ")"
+        if not voter_ids and not v["controller.quorum.bootstrap.servers"]:
+            raise ConfigError("controller.quorum.voters",
+                              "If using process.roles, either controller.quorum.bootstrap.servers must contain "
+                              "the set of bootstrap controllers or controller.quorum.voters must contain a "
+                              "parseable set of controllers.")
+        if roles == {"broker"}:
+            if node_id in voter_ids:
+                raise ConfigError("controller.quorum.voters",
+                                  f"If process.roles contains just the 'broker' role, the node id {node_id} must "
+                                  f"not be included in the set of voters controller.quorum.voters={voters_text}")
+            if not cln:
+                raise ConfigError("controller.listener.names", "controller.listener.names must contain at least "
+                                  "one value when running KRaft with just the broker role")
+            if self.controller_listeners:
+                raise ConfigError("listeners", "controller.listener.names must not contain a value appearing in "
+                                  "the 'listeners' configuration when running KRaft with just the broker role")
+            for name in cln:
+                if name not in self.security_protocols:
+                    raise ConfigError("listener.security.protocol.map",
+                                      f"Controller listener with name {name} defined in controller.listener.names "
+                                      "not found in listener.security.protocol.map  (an explicit security "
+                                      "mapping for each controller listener is required if "
+                                      "listener.security.protocol.map is non-empty, or if there are security "
+                                      "protocols other than PLAINTEXT in use)")
+            if any(l.name in cln for l in advertised):
+                raise ConfigError("advertised.listeners",
+                                  "The advertised.listeners config must not contain KRaft controller listeners "
+                                  "from controller.listener.names when process.roles contains the broker role "
+                                  "because Kafka clients that send requests via advertised listeners do not "
+                                  "send requests to KRaft controllers -- they only send requests to KRaft brokers.")
+            if len(cln) > 1:
+                _log.warning("controller.listener.names has multiple entries; only the first will be used "
+                             "since process.roles=broker: %s", cln)
+        else:
+            if roles == {"controller"} and any(l.name not in cln for l in self.listeners):
+                raise ConfigError("listeners", "The listeners config must only contain KRaft controller "
+                                  "listeners from controller.listener.names when process.roles=controller")
+            if voter_ids and node_id not in voter_ids:
+                raise ConfigError("controller.quorum.voters",
+                                  f"If process.roles contains the 'controller' role, the node id {node_id} must "
+                                  f"be included in the set of voters controller.quorum.voters={voters_text}")
+            if not self.advertised_controller_listeners:
+                raise ConfigError("controller.listener.names", "controller.listener.names must contain at least "
+                                  "one value appearing in the 'listeners' configuration when running the KRaft "
+                                  "controller role")
+            if any(n not in listener_names for n in cln):
+                raise ConfigError("controller.listener.names", "controller.listener.names must only contain "
+                                  "values appearing in the 'listeners' configuration when running the KRaft "
+                                  "controller role")
+            if voter_ids:
+                voter_port = self.voters[node_id][1]
+                ports = {l.port for l in self.controller_listeners}
+                if 0 not in ports and voter_port not in ports:
+                    raise ConfigError("controller.quorum.voters",
+                                      f"the voter entry of this node ({node_id}@...:{voter_port}) does not match "
+                                      "the port of any controller listener in 'listeners' "
+                                      f"({', '.join(str(p) for p in sorted(ports))})")
+        if "broker" in roles:
+            broker_adv = {l.name for l in advertised if l.name not in cln}
+            if not broker_adv:
+                raise ConfigError("listeners", "There must be at least one broker advertised listener. "
+                                  "Perhaps all listeners appear in controller.listener.names?")
+            ibl = self.inter_broker_listener_name
+            if ibl not in self.security_protocols:
+                raise ConfigError("inter.broker.listener.name",
+                                  f"Listener with name {ibl} defined in inter.broker.listener.name not found "
+                                  "in listener.security.protocol.map.")
+            if ibl not in broker_adv:
+                raise ConfigError("inter.broker.listener.name",
+                                  "inter.broker.listener.name must be a listener name defined in "
+                                  "advertised.listeners. The valid options based on currently configured "
+                                  f"listeners are {','.join(sorted(broker_adv))}")
+            if not broker_adv <= listener_names:
+                raise ConfigError("advertised.listeners",
+                                  "advertised.listeners listener names must be equal to or a subset of the ones "
+                                  f"defined in listeners. Found {','.join(sorted(broker_adv))}. The valid options "
+                                  f"based on the current configuration are {','.join(sorted(listener_names))}")
+        if any(l.host == "0.0.0.0" for l in advertised + self.advertised_controller_listeners):
+            raise ConfigError("advertised.listeners", "advertised.listeners cannot use the nonroutable "
+                              "meta-address 0.0.0.0. Use a routable IP address.")
+
+    def _validate_common(self, v: dict) -> None:
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
         # Kafka's GroupCoordinatorConfig requirements for the group.consumer.* timeouts.
@@ -299,23 +584,24 @@ class KafkaConfig:
         if v["max.connections.per.ip"] == 0 and not self.max_connections_per_ip_overrides:
             raise ConfigError("max.connections.per.ip", "can be set to zero only if "
                               "max.connections.per.ip.overrides property is set")
-        self._refuse_unsupported(v)
+        if "log.message.format.version" in self.originals:
+            _log.warning("log.message.format.version is deprecated and has no effect (Kafka 3.0+ ignores it)")
 
     def _refuse_unsupported(self, v: dict) -> None:
-        """Values a single-node kbroker cannot honour stop start-up (never stored and ignored)."""
-        if set(v["process.roles"]) != {"broker", "controller"}:
-            raise ConfigError("process.roles", "kbroker runs as a combined broker,controller node only")
-        for voter in v["controller.quorum.voters"]:
-            if voter.partition("@")[0].strip() != str(v["node.id"]):
+        """Zero-config mode: values a single node cannot honour stop start-up (never stored and ignored)."""
+        for voter_id in self.voters:
+            if voter_id != v["node.id"]:
                 raise ConfigError("controller.quorum.voters",
-                                  f"voter {voter!r} is not this node ({v['node.id']}): kbroker is a single-node "
-                                  "cluster, the quorum is this node alone")
+                                  f"voter {voter_id} is not this node ({v['node.id']}): without process.roles "
+                                  "kbroker is a single-node cluster, the quorum is this node alone "
+                                  "(set process.roles for a KRaft cluster)")
         if v["offsets.topic.replication.factor"] != 1:
             raise ConfigError("offsets.topic.replication.factor",
                               f"{v['offsets.topic.replication.factor']} replicas cannot be placed on a single-node "
                               "cluster; set it to 1")
-        if "log.message.format.version" in self.originals:
-            _log.warning("log.message.format.version is deprecated and has no effect (Kafka 3.0+ ignores it)")
+        if v["metadata.log.dir"] is not None:
+            raise ConfigError("metadata.log.dir", "only a KRaft node (process.roles set) has a metadata log; a "
+                              "zero-config node keeps its metadata in the first of log.dirs")
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

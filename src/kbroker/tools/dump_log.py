@@ -21,15 +21,32 @@ invalid bytes). Output lines follow Kafka's DumpLogSegments:
 ``.index``: ``offset: O position: P`` (absolute offset, byte position in the .log).
 ``.timeindex``: ``timestamp: T offset: O``.
 
+``.checkpoint`` (a KRaft snapshot, or ``bootstrap.checkpoint``) is dumped as a ``.log``. KRaft
+control records show decoded, as Kafka does (`` SnapshotHeader {"version":0,...}``,
+``SnapshotFooter``, ``KRaftVersion``, ``KRaftVoters``, and ``LeaderChange``, which Kafka 3.9
+shows as ``controlType: LEADER_CHANGE(2)``). ``--cluster-metadata-decoder`` (implies
+``--print-data-log``) prints each ``__cluster_metadata`` record's value through
+:mod:`kbroker.metadata.serde` as Kafka's JSON converters do::
+
+    | offset: 1 CreateTime: 1700000000000 keySize: -1 valueSize: 23 sequence: -1 headerKeys: []
+      payload: {"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version","featureLevel":21}}
+
+(one line); a value that does not decode prints ``payload: Error at OFFSET, skipping. REASON``.
+
 Entry point for the ``kbroker dump-log`` subcommand: ``main(argv) -> int`` (exit code).
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import mmap
 import os
+import re
 import struct
 import sys
+import uuid
+from decimal import Decimal
 
 from kbroker.kernels import records
 
@@ -86,6 +103,106 @@ def _text(b) -> str:
     return bytes(b).decode("utf-8", errors="replace")
 
 
+def _java_double(x: float) -> str:
+    """Java's Double.toString (what Jackson prints for a float64 field)."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0 or 1e-3 <= abs(x) < 1e7:
+        return repr(float(x))
+    sign, digit_tuple, exp = Decimal(repr(float(x))).as_tuple()
+    exponent = exp + len(digit_tuple) - 1
+    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
+    return f"{'-' if sign else ''}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def _json_value(value, ftype: str, struct_cls, version: int):
+    if value is None:
+        return None
+    if ftype.startswith("[]"):
+        return [_json_value(v, ftype[2:], struct_cls, version) for v in value]
+    if struct_cls is not None:
+        return message_json(value, version)
+    if ftype == "uuid":
+        raw = value.bytes if isinstance(value, uuid.UUID) else bytes(value)
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    if ftype in ("bytes", "records"):
+        return base64.b64encode(bytes(value)).decode() if ftype == "bytes" else ""
+    if ftype == "float64":
+        return float(value)
+    return value
+
+
+def message_json(message, version: int) -> dict:
+    """``message`` at ``version`` as Kafka's generated JsonConverter writes it: camelCase field
+    names, fields present at that version, tagged fields only when not at their default."""
+    out = {}
+    default = None
+    for f in type(message)._fields:
+        if not f.present(version):
+            continue
+        value = getattr(message, f.attr)
+        if f.is_tagged(version):
+            if default is None:
+                default = type(message)()
+            if value == getattr(default, f.attr):
+                continue
+        out[f.name[:1].lower() + f.name[1:]] = _json_value(value, f.type, f.struct, version)
+    return out
+
+
+def _dumps(obj) -> str:
+    """Compact JSON as Jackson's ObjectNode.toString writes it (doubles as Java prints them)."""
+    if isinstance(obj, dict):
+        return "{" + ",".join(f"{_dumps(str(k))}:{_dumps(v)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, (list, tuple)):
+        return "[" + ",".join(_dumps(v) for v in obj) + "]"
+    if isinstance(obj, bool) or obj is None:
+        return json.dumps(obj)
+    if isinstance(obj, float):
+        return _java_double(obj)
+    if isinstance(obj, int):
+        return str(obj)
+    return json.dumps(str(obj), ensure_ascii=False)
+
+
+def _record_type_name(message) -> str:
+    """Kafka's MetadataRecordType name: TopicRecord -> TOPIC_RECORD."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(message).NAME).upper()
+
+
+def metadata_payload(rec) -> str:
+    """Kafka's ClusterMetadataLogMessageParser: the record value as JSON, or an error line."""
+    from kbroker.metadata.serde import MetadataParseError, deserialize
+
+    try:
+        if rec.value is None:
+            raise MetadataParseError("the record has a null value")
+        m = deserialize(bytes(rec.value))
+        return _dumps({"type": _record_type_name(m.message), "version": m.version,
+                       "data": message_json(m.message, m.version)})
+    except Exception as e:  # any undecodable value is reported, never a crash (Kafka catches Throwable)
+        return f"Error at {rec.offset}, skipping. {e}".replace("\n", " ")
+
+
+def _kraft_control(ctype: int):
+    """(label, message class) of the KRaft control record types."""
+    from kbroker.protocol.messages.kraft_version_record import KRaftVersionRecord
+    from kbroker.protocol.messages.leader_change_message import LeaderChangeMessage
+    from kbroker.protocol.messages.snapshot_footer_record import SnapshotFooterRecord
+    from kbroker.protocol.messages.snapshot_header_record import SnapshotHeaderRecord
+    from kbroker.protocol.messages.voters_record import VotersRecord
+
+    return {2: ("LeaderChange", LeaderChangeMessage), 3: ("SnapshotHeader", SnapshotHeaderRecord),
+            4: ("SnapshotFooter", SnapshotFooterRecord), 5: ("KRaftVersion", KRaftVersionRecord),
+            6: ("KRaftVoters", VotersRecord)}.get(ctype)
+
+
+_CONTROL_NAMES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER",
+                  4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+
+
 def _control_text(rec) -> str:
     """Kafka's control record dump: the type from the key, the marker from the value."""
     key = bytes(rec.key or b"")
@@ -96,7 +213,18 @@ def _control_text(rec) -> str:
         value = bytes(rec.value or b"")
         epoch = struct.unpack_from(">i", value, 2)[0] if len(value) >= 6 else -1
         return f" endTxnMarker: {'ABORT' if ctype == 0 else 'COMMIT'} coordinatorEpoch: {epoch}"
-    return f" controlRecordType: {ctype}"
+    kraft = _kraft_control(ctype)
+    if kraft is not None:
+        label, cls = kraft
+        try:
+            msg = cls.decode(bytes(rec.value or b""), 0)   # ControlRecordUtils' current versions are all 0
+            version = getattr(msg, "version", 0)
+            if not cls.VALID_VERSIONS[0] <= version <= cls.VALID_VERSIONS[1]:
+                version = 0
+            return f" {label} {_dumps(message_json(msg, version))}"
+        except Exception as e:
+            return f" {label} Error at {rec.offset}, skipping. {e}".replace("\n", " ")
+    return f" controlType: {_CONTROL_NAMES.get(ctype, 'UNKNOWN')}({ctype})"
 
 
 def _batch_line(mv, pos: int, size: int, magic: int, batch, valid: bool) -> str:
@@ -121,7 +249,7 @@ def _batch_line(mv, pos: int, size: int, magic: int, batch, valid: bool) -> str:
             f"compresscodec: {_CODECS.get(codec, str(codec))} crc: {crc} isvalid: {str(valid).lower()}")
 
 
-def _record_lines(batch, magic: int, print_data: bool):
+def _record_lines(batch, magic: int, print_data: bool, metadata: bool = False):
     ts_type = _TS_TYPES[batch.timestamp_type if magic > 0 else -1]
     for i, rec in enumerate(batch.records):
         key_size = -1 if rec.key is None else len(rec.key)
@@ -134,17 +262,33 @@ def _record_lines(batch, magic: int, print_data: bool):
             if batch.is_control:
                 line += _control_text(rec)
         if print_data and not (magic >= 2 and batch.is_control):
-            if rec.key is not None:
-                line += f" key: {_text(rec.key)}"
-            if rec.value is not None:
-                line += f" payload: {_text(rec.value)}"
+            if metadata:
+                line += f" payload: {metadata_payload(rec)}"
+            else:
+                if rec.key is not None:
+                    line += f" key: {_text(rec.key)}"
+                if rec.value is not None:
+                    line += f" payload: {_text(rec.value)}"
         yield line
 
 
+_SNAPSHOT_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint")
+
+
 def dump_log_segment(path: str, out, print_data: bool = False, deep: bool = False,
-                     max_bytes: int | None = None) -> int:
-    """Print every batch of a ``.log`` file; returns the number of invalid bytes at its end."""
-    print(f"Log starting offset: {base_offset_of(path)}", file=out)
+                     max_bytes: int | None = None, metadata: bool = False) -> int:
+    """Print every batch of a ``.log`` file or a KRaft ``.checkpoint`` snapshot; returns the
+    number of invalid bytes at its end."""
+    name = os.path.basename(path)
+    if name == "bootstrap.checkpoint":
+        print("KRaft bootstrap snapshot", file=out)
+    elif name.endswith(".checkpoint"):
+        m = _SNAPSHOT_NAME.fullmatch(name)
+        if m is None:
+            raise SystemExit(f"{path}: not a snapshot file name (expected <20-digit offset>-<10-digit epoch>.checkpoint)")
+        print(f"Snapshot end offset: {int(m.group(1))}, epoch: {int(m.group(2))}", file=out)
+    else:
+        print(f"Log starting offset: {base_offset_of(path)}", file=out)
     with _Mapped(path) as mv:
         end = len(mv) if max_bytes is None else min(len(mv), max_bytes)
         pos = 0
@@ -167,7 +311,7 @@ def dump_log_segment(path: str, out, print_data: bool = False, deep: bool = Fals
                 break
             print(_batch_line(mv, pos, size, magic, batch, valid), file=out)
             if (print_data or deep) and batch is not None:
-                for line in _record_lines(batch, magic, print_data):
+                for line in _record_lines(batch, magic, print_data, metadata):
                     print(line, file=out)
             pos += size
         trailing = len(mv) - pos if max_bytes is None else 0
@@ -208,10 +352,11 @@ def dump_time_index(path: str, out) -> int:
     return n
 
 
-def dump_file(path: str, out, print_data: bool = False, deep: bool = False, max_bytes: int | None = None) -> None:
+def dump_file(path: str, out, print_data: bool = False, deep: bool = False, max_bytes: int | None = None,
+              metadata: bool = False) -> None:
     print(f"Dumping {path}", file=out)
-    if path.endswith(".log"):
-        dump_log_segment(path, out, print_data, deep, max_bytes)
+    if path.endswith((".log", ".checkpoint")):
+        dump_log_segment(path, out, print_data or metadata, deep or metadata, max_bytes, metadata)
     elif path.endswith(".index"):
         dump_offset_index(path, out)
     elif path.endswith(".timeindex"):
@@ -222,10 +367,12 @@ def dump_file(path: str, out, print_data: bool = False, deep: bool = False, max_
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbroker dump-log", description="Dump log segments and indexes.")
-    p.add_argument("--files", required=True, help="comma-separated .log/.index/.timeindex files")
+    p.add_argument("--files", required=True, help="comma-separated .log/.index/.timeindex/.checkpoint files")
     p.add_argument("--print-data-log", action="store_true", help="print record keys and payloads")
     p.add_argument("--deep-iteration", action="store_true", help="print every record (not only batches)")
     p.add_argument("--max-bytes", type=int, default=None, help="stop reading a .log after this many bytes")
+    p.add_argument("--cluster-metadata-decoder", action="store_true",
+                   help="decode record values as __cluster_metadata records (implies --print-data-log)")
     return p
 
 
@@ -238,7 +385,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
             print(f"Error: {path} does not exist", file=sys.stderr)
             status = 1
             continue
-        dump_file(path, out, args.print_data_log, args.deep_iteration, args.max_bytes)
+        dump_file(path, out, args.print_data_log, args.deep_iteration, args.max_bytes,
+                  args.cluster_metadata_decoder)
     return status
 
 
