@@ -10,6 +10,12 @@ import threading
 from kbroker import __version__
 
 
+#: operator tools that parse their own arguments: name -> (module in kbroker.tools, Kafka's script)
+TOOLS = {
+    "consumer-groups": ("consumer_groups", "kafka-consumer-groups.sh"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbroker", description="Apache Kafka-compatible broker")
     p.add_argument("--version", action="version", version=f"kbroker {__version__}")
@@ -23,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kernels", help="show which hot-path kernels are compiled")
     sub.add_parser("topics", help="create/list/describe/alter/delete topics (like kafka-topics.sh)", add_help=False)
     sub.add_parser("dump-log", help="print segments and indexes (like kafka-dump-log.sh)", add_help=False)
+    for name, (_, like) in TOOLS.items():
+        sub.add_parser(name, help=f"like {like}", add_help=False)
     return p
 
 
@@ -78,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         from kbroker.tools import dump_log, topics
 
         return (topics if argv[0] == "topics" else dump_log).main(argv[1:])
+    if argv and argv[0] in TOOLS:
+        import importlib
+
+        return importlib.import_module(f"kbroker.tools.{TOOLS[argv[0]][0]}").main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
