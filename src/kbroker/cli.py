@@ -13,6 +13,7 @@ from kbroker import __version__
 #: operator tools that parse their own arguments: name -> (module in kbroker.tools, Kafka's script)
 TOOLS = {
     "consumer-groups": ("consumer_groups", "kafka-consumer-groups.sh"),
+    "get-offsets": ("get_offsets", "kafka-get-offsets.sh"),
 }
 
 
