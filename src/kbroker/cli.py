@@ -14,6 +14,7 @@ from kbroker import __version__
 TOOLS = {
     "consumer-groups": ("consumer_groups", "kafka-consumer-groups.sh"),
     "get-offsets": ("get_offsets", "kafka-get-offsets.sh"),
+    "configs": ("configs", "kafka-configs.sh"),
 }
 
 

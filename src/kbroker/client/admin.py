@@ -61,8 +61,17 @@ class ConfigEntry(NamedTuple):
     value: str | None
     read_only: bool
     is_default: bool
-    source: int
+    source: int                        # a CONFIG_SOURCES key
     is_sensitive: bool
+    synonyms: tuple = ()               # ((name, value, source), ...) in precedence order
+
+
+#: DescribeConfigs config_source -> Kafka's ConfigEntry.ConfigSource name
+CONFIG_SOURCES = {
+    0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG",
+}
 
 
 class ListOffsetsResult(NamedTuple):
@@ -258,7 +267,8 @@ class Admin:
             return int(res.name)
         return self._any_node(deadline)
 
-    def describe_configs(self, resources, timeout: float | None = None, raise_on_error: bool = True) -> dict:
+    def describe_configs(self, resources, timeout: float | None = None, raise_on_error: bool = True,
+                         include_synonyms: bool = False) -> dict:
         """{ConfigResource: {name: ConfigEntry} or KafkaError}."""
         deadline = self._deadline(timeout)
         self._ensure_metadata(deadline)
@@ -267,7 +277,8 @@ class Admin:
             res = ConfigResource(*res)
             r = self.client.request(self._resource_node(res, deadline), ApiKey.DESCRIBE_CONFIGS,
                                     dc.DescribeConfigsRequest(resources=[dc.DescribeConfigsResource(
-                                        resource_type=res.type, resource_name=res.name, configuration_keys=None)]),
+                                        resource_type=res.type, resource_name=res.name, configuration_keys=None)],
+                                        include_synonyms=include_synonyms),
                                     self._left(deadline))
             for rr in r.results:
                 if rr.error_code:
@@ -275,7 +286,9 @@ class Admin:
                 else:
                     results[res] = {c.name: ConfigEntry(c.name, c.value, c.read_only,
                                                         getattr(c, "is_default", False),
-                                                        getattr(c, "config_source", -1), c.is_sensitive)
+                                                        getattr(c, "config_source", -1), c.is_sensitive,
+                                                        tuple((y.name, y.value, y.source)
+                                                              for y in (getattr(c, "synonyms", None) or ())))
                                     for c in rr.configs}
         return _check(results, raise_on_error)
 
