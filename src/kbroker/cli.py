@@ -15,6 +15,8 @@ TOOLS = {
     "consumer-groups": ("consumer_groups", "kafka-consumer-groups.sh"),
     "get-offsets": ("get_offsets", "kafka-get-offsets.sh"),
     "configs": ("configs", "kafka-configs.sh"),
+    "console-producer": ("console_producer", "kafka-console-producer.sh"),
+    "console-consumer": ("console_consumer", "kafka-console-consumer.sh"),
 }
 
 
