@@ -17,6 +17,7 @@ TOOLS = {
     "configs": ("configs", "kafka-configs.sh"),
     "console-producer": ("console_producer", "kafka-console-producer.sh"),
     "console-consumer": ("console_consumer", "kafka-console-consumer.sh"),
+    "log-dirs": ("log_dirs", "kafka-log-dirs.sh"),
 }
 
 
