@@ -101,6 +101,8 @@ def test_describe_lag_of_a_memberless_group(broker, tool):
     assert [g, "Empty"] in rows(r.stdout)
     r = tool("consumer-groups", "--list", "--state", "stable")
     assert g not in r.stdout
+    r = tool("consumer-groups", "--describe", "--all-groups")
+    assert r.returncode == 0 and {x[0] for x in rows(r.stdout)} >= {g}
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
@@ -194,6 +196,10 @@ def test_reset_scenarios(broker, tool, tmp_path):
     check(["--to-offset", 1], {0: 1, 1: 5, 2: 5}, scope=("--topic", f"{t}:0"), parts=(0,))
     check(["--to-offset", 2], {0: 2, 1: 2, 2: 5}, scope=("--topic", f"{t}:0,1"), parts=(0, 1))
     check(["--to-earliest"], {0: 0, 1: 0, 2: 0}, scope=("--all-topics",))
+    # neither --dry-run nor --execute: a dry run, with Kafka's warning
+    r = tool("consumer-groups", "--reset-offsets", "--group", g, "--topic", t, "--to-latest")
+    assert r.returncode == 0 and "WARN: No action will be performed as the --execute option is missing." in r.stderr
+    assert committed(bs, g, t, 3) == {0: 5, 1: 5, 2: 5}
     plan = tmp_path / "plan.csv"
     plan.write_text(f"{t},0,4\n{t},2,9\n")
     check(["--from-file", str(plan)], {0: 4, 1: 5, 2: 9}, scope=(), parts=(0, 2), dry=True)
