@@ -253,3 +253,38 @@ def test_usage_errors(tool, tmp_path):
     cfg.write_text("security.protocol=SASL_SSL\n")
     r = tool("consumer-groups", "--list", "--command-config", str(cfg))
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_reset_of_many_partitions_commits_in_chunks_and_shows_progress():
+    """In-process, on a stand-in Admin: 1200 partitions are committed 500 at a time, each
+    chunk reported on stderr; stdout keeps Kafka's table."""
+    import io
+    from types import SimpleNamespace
+
+    from kbroker.client.metadata import TopicPartition as TP
+    from kbroker.tools import consumer_groups as cg
+
+    class FakeAdmin:
+        commits = []
+
+        def describe_consumer_groups(self, ids):
+            return {g: SimpleNamespace(state="Empty", members=[]) for g in ids}
+
+        def describe_topics(self, names):
+            return {n: [SimpleNamespace(partition=p) for p in range(1200)] for n in names}
+
+        def list_offsets(self, specs, raise_on_error=True):
+            return {tp: SimpleNamespace(offset=0 if spec == -2 else 9) for tp, spec in specs.items()}
+
+        def alter_consumer_group_offsets(self, g, offsets, raise_on_error=True):
+            self.commits.append(len(offsets))
+            return {tp: None for tp in offsets}
+
+    opts = cg.build_parser().parse_args(["--bootstrap-server", "x:1", "--reset-offsets", "--group", "g",
+                                         "--topic", "big", "--to-latest", "--execute"])
+    out, err = io.StringIO(), io.StringIO()
+    assert cg.reset_offsets(FakeAdmin(), opts, out, err) == 0
+    assert FakeAdmin.commits == [500, 500, 200]
+    assert err.getvalue().splitlines() == [f"Reset {n}/1200 partitions of group 'g'" for n in (500, 1000, 1200)]
+    table = [ln.split() for ln in out.getvalue().splitlines()[2:]]
+    assert len(table) == 1200 and table[0] == ["g", "big", "0", "9"] and table[-1] == ["g", "big", "1199", "9"]
