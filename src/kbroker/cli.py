@@ -10,6 +10,17 @@ import threading
 from kbroker import __version__
 
 
+#: operator tools that parse their own arguments: name -> (module in kbroker.tools, Kafka's script)
+TOOLS = {
+    "consumer-groups": ("consumer_groups", "kafka-consumer-groups.sh"),
+    "get-offsets": ("get_offsets", "kafka-get-offsets.sh"),
+    "configs": ("configs", "kafka-configs.sh"),
+    "console-producer": ("console_producer", "kafka-console-producer.sh"),
+    "console-consumer": ("console_consumer", "kafka-console-consumer.sh"),
+    "log-dirs": ("log_dirs", "kafka-log-dirs.sh"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbroker", description="Apache Kafka-compatible broker")
     p.add_argument("--version", action="version", version=f"kbroker {__version__}")
@@ -25,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("dump-log", help="print segments and indexes (like kafka-dump-log.sh)", add_help=False)
     sub.add_parser("storage", help="format or inspect a KRaft node's log directories (like kafka-storage.sh)",
                    add_help=False)
+    for name, (_, like) in TOOLS.items():
+        sub.add_parser(name, help=f"like {like}", add_help=False)
     return p
 
 
@@ -80,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         from kbroker.tools import dump_log, storage, topics
 
         return {"topics": topics, "dump-log": dump_log, "storage": storage}[argv[0]].main(argv[1:])
+    if argv and argv[0] in TOOLS:
+        import importlib
+
+        return importlib.import_module(f"kbroker.tools.{TOOLS[argv[0]][0]}").main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)

@@ -61,8 +61,17 @@ class ConfigEntry(NamedTuple):
     value: str | None
     read_only: bool
     is_default: bool
-    source: int
+    source: int                        # a CONFIG_SOURCES key
     is_sensitive: bool
+    synonyms: tuple = ()               # ((name, value, source), ...) in precedence order
+
+
+#: DescribeConfigs config_source -> Kafka's ConfigEntry.ConfigSource name
+CONFIG_SOURCES = {
+    0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG",
+}
 
 
 class ListOffsetsResult(NamedTuple):
@@ -75,6 +84,7 @@ class GroupListing(NamedTuple):
     group_id: str
     protocol_type: str
     state: str
+    type: str = ""                     # "classic" or "consumer" (ListGroups v5+), else ""
 
 
 class MemberDescription(NamedTuple):
@@ -89,8 +99,22 @@ class GroupDescription(NamedTuple):
     group_id: str
     state: str
     protocol_type: str
-    protocol: str
+    protocol: str                      # the assignor (classic: the chosen protocol name)
     members: list
+    coordinator: BrokerMetadata | None = None
+
+
+class ReplicaInfo(NamedTuple):
+    size: int                          # bytes on disk
+    offset_lag: int                    # high watermark (or, for a future replica, the current one's LEO) - LEO
+    is_future: bool
+
+
+class LogDirDescription(NamedTuple):
+    error: Exception | None
+    replicas: dict                     # {TopicPartition: ReplicaInfo}
+    total_bytes: int                   # -1: unknown (DescribeLogDirs < v4)
+    usable_bytes: int
 
 
 class ClusterDescription(NamedTuple):
@@ -243,7 +267,8 @@ class Admin:
             return int(res.name)
         return self._any_node(deadline)
 
-    def describe_configs(self, resources, timeout: float | None = None, raise_on_error: bool = True) -> dict:
+    def describe_configs(self, resources, timeout: float | None = None, raise_on_error: bool = True,
+                         include_synonyms: bool = False) -> dict:
         """{ConfigResource: {name: ConfigEntry} or KafkaError}."""
         deadline = self._deadline(timeout)
         self._ensure_metadata(deadline)
@@ -252,7 +277,8 @@ class Admin:
             res = ConfigResource(*res)
             r = self.client.request(self._resource_node(res, deadline), ApiKey.DESCRIBE_CONFIGS,
                                     dc.DescribeConfigsRequest(resources=[dc.DescribeConfigsResource(
-                                        resource_type=res.type, resource_name=res.name, configuration_keys=None)]),
+                                        resource_type=res.type, resource_name=res.name, configuration_keys=None)],
+                                        include_synonyms=include_synonyms),
                                     self._left(deadline))
             for rr in r.results:
                 if rr.error_code:
@@ -260,7 +286,9 @@ class Admin:
                 else:
                     results[res] = {c.name: ConfigEntry(c.name, c.value, c.read_only,
                                                         getattr(c, "is_default", False),
-                                                        getattr(c, "config_source", -1), c.is_sensitive)
+                                                        getattr(c, "config_source", -1), c.is_sensitive,
+                                                        tuple((y.name, y.value, y.source)
+                                                              for y in (getattr(c, "synonyms", None) or ())))
                                     for c in rr.configs}
         return _check(results, raise_on_error)
 
@@ -326,6 +354,12 @@ class Admin:
                 raise err
             self.client.poll(min(self.retry_backoff_s, self._left(deadline)))
 
+    def _coordinator_node(self, cid: int) -> BrokerMetadata | None:
+        """The coordinator's BrokerMetadata under its real node id (``_coordinator`` maps it
+        to a separate connection id, as the Java client does)."""
+        b = self.metadata.extra_nodes.get(cid)
+        return None if b is None else BrokerMetadata((1 << 31) - 1 - cid, b.host, b.port, b.rack)
+
     def list_consumer_groups(self, timeout: float | None = None) -> list[GroupListing]:
         deadline = self._deadline(timeout)
         self.client.await_metadata(self._left(deadline))
@@ -334,7 +368,8 @@ class Admin:
             r = self.client.request(b.node_id, ApiKey.LIST_GROUPS, ListGroupsRequest(), self._left(deadline))
             if r.error_code:
                 raise E.for_code(r.error_code)
-            out.extend(GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""))
+            out.extend(GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", ""),
+                                    getattr(g, "group_type", "") or "")
                        for g in r.groups)
         return out
 
@@ -359,7 +394,7 @@ class Admin:
                     members.append(MemberDescription(m.member_id, m.group_instance_id, m.client_id,
                                                      m.client_host, assignment))
                 results[d.group_id] = GroupDescription(d.group_id, d.group_state, d.protocol_type,
-                                                       d.protocol_data, members)
+                                                       d.protocol_data, members, self._coordinator_node(node))
         return _check(results, raise_on_error)
 
     def delete_consumer_groups(self, group_ids, timeout: float | None = None,
@@ -399,6 +434,73 @@ class Admin:
                 if p.committed_offset >= 0:
                     out[TopicPartition(t.name, p.partition_index)] = OffsetAndMetadata(
                         p.committed_offset, p.metadata or "", getattr(p, "committed_leader_epoch", -1))
+        return out
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: dict, timeout: float | None = None,
+                                     raise_on_error: bool = True) -> dict:
+        """Commit ``offsets`` ({TopicPartition: offset or OffsetAndMetadata}) for the group as an
+        admin: OffsetCommit with generation -1 and no member id, which the coordinator accepts
+        only while the group has no members (else UNKNOWN_MEMBER_ID). {tp: None or KafkaError}."""
+        from kbroker.protocol.messages.offset_commit import (
+            OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+        )
+        deadline = self._deadline(timeout)
+        by_topic: dict = {}
+        for tp, o in offsets.items():
+            tp = TopicPartition(*tp)
+            om = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o), "", -1)
+            by_topic.setdefault(tp.topic, []).append(OffsetCommitRequestPartition(
+                partition_index=tp.partition, committed_offset=om.offset,
+                committed_leader_epoch=getattr(om, "leader_epoch", -1), committed_metadata=om.metadata or ""))
+        node = self._coordinator(group_id, deadline)
+        r = self.client.request(node, ApiKey.OFFSET_COMMIT, OffsetCommitRequest(
+            group_id=group_id, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+            topics=[OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]),
+            self._left(deadline))
+        results = {TopicPartition(t.name, p.partition_index): E.for_code(p.error_code) if p.error_code else None
+                   for t in r.topics for p in t.partitions}
+        return _check(results, raise_on_error)
+
+    def delete_consumer_group_offsets(self, group_id: str, partitions, timeout: float | None = None
+                                      ) -> tuple:
+        """OffsetDelete (KIP-496): (group error or None, {TopicPartition: None or KafkaError}).
+        The coordinator refuses partitions of topics the group still consumes."""
+        from kbroker.protocol.messages.offset_delete import (
+            OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+        )
+        deadline = self._deadline(timeout)
+        by_topic: dict = {}
+        for tp in partitions:
+            by_topic.setdefault(tp[0], []).append(OffsetDeleteRequestPartition(partition_index=tp[1]))
+        node = self._coordinator(group_id, deadline)
+        r = self.client.request(node, ApiKey.OFFSET_DELETE, OffsetDeleteRequest(
+            group_id=group_id, topics=[OffsetDeleteRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()]),
+            self._left(deadline))
+        if r.error_code:
+            return E.for_code(r.error_code), {}
+        return None, {TopicPartition(t.name, p.partition_index): E.for_code(p.error_code) if p.error_code else None
+                      for t in r.topics for p in t.partitions}
+
+    def describe_log_dirs(self, brokers=None, timeout: float | None = None) -> dict:
+        """{broker id: {log dir path: LogDirDescription}} for ``brokers`` (None: every broker)."""
+        from kbroker.protocol.messages.describe_log_dirs import DescribeLogDirsRequest
+        deadline = self._deadline(timeout)
+        self.client.await_metadata(self._left(deadline))
+        ids = sorted(self.metadata.cluster.brokers) if brokers is None else list(brokers)
+        out = {}
+        for b in ids:
+            r = self.client.request(b, ApiKey.DESCRIBE_LOG_DIRS, DescribeLogDirsRequest(topics=None),
+                                    self._left(deadline))
+            if getattr(r, "error_code", 0):
+                raise E.for_code(r.error_code)
+            dirs = {}
+            for d in r.results:
+                replicas = {TopicPartition(t.name, p.partition_index): ReplicaInfo(p.partition_size, p.offset_lag,
+                                                                                   p.is_future_key)
+                            for t in d.topics for p in t.partitions}
+                dirs[d.log_dir] = LogDirDescription(E.for_code(d.error_code) if d.error_code else None, replicas,
+                                                    getattr(d, "total_bytes", -1), getattr(d, "usable_bytes", -1))
+            out[b] = dirs
         return out
 
     def close(self) -> None:
