@@ -23,6 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("kernels", help="show which hot-path kernels are compiled")
     sub.add_parser("topics", help="create/list/describe/alter/delete topics (like kafka-topics.sh)", add_help=False)
     sub.add_parser("dump-log", help="print segments and indexes (like kafka-dump-log.sh)", add_help=False)
+    sr = sub.add_parser("schema-registry", help="serve a Confluent-compatible Schema Registry "
+                                                "stored in a kbroker topic")
+    from kbroker.schema_registry.server import add_arguments as _sr_arguments
+    _sr_arguments(sr)
     return p
 
 
@@ -81,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "schema-registry":
+        from kbroker.schema_registry.server import run as run_schema_registry
+
+        return run_schema_registry(args)
     if args.command == "kernels":
         from kbroker import kernels
 
