@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from urllib.parse import urlparse
 
@@ -52,6 +53,11 @@ def run(args) -> int:
     server = uvicorn.Server(uvicorn.Config(app, host=url.hostname, port=url.port, log_level="warning",
                                           access_log=False))
     log.info("schema registry listening on %s", args.listeners)
+    # uvicorn handles SIGTERM/SIGINT during run() and re-raises the signal once it has shut
+    # down: with these no-op handlers in place that re-raise returns here, so the store
+    # closes and the process exits 0 (as `kbroker serve` does on SIGTERM)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: None)
     try:
         server.run()
     finally:
