@@ -208,7 +208,9 @@ class SchemaRegistry:
     def delete_version(self, subject: str, version: str, permanent: bool) -> int:
         self._check_writable(subject)
         with self._write_lock:
-            sv = self.parse_version(subject, version, deleted=permanent)
+            # a numbered version is found even when soft-deleted (40406 / 40407 say which);
+            # "latest" means the latest live one unless deleting permanently
+            sv = self.parse_version(subject, version, deleted=permanent or version not in ("latest", "-1"))
             if permanent and not sv.deleted:
                 raise errors.version_not_soft_deleted(subject, sv.version)
             if not permanent and sv.deleted:
