@@ -5,7 +5,6 @@ serves Confluent Schema Registry's REST API (app.py) for AVRO, JSON and PROTOBUF
 (formats/), with Confluent's compatibility levels (compatibility.py). The state lives in
 the compacted ``_schemas`` topic (store.py, state.py) and is rebuilt from it at start-up.
 
-Limit: one instance writes. Several instances may serve reads from one cluster, but
-leader election and write forwarding (Confluent's ``schema-registry`` group) are not
-implemented: run a single instance for writes.
+Several instances may run against one cluster: they elect one writer through a
+consumer group (leader.py) and forward writes to it; all of them serve reads.
 """

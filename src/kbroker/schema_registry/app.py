@@ -5,12 +5,18 @@ Every response is ``application/vnd.schemaregistry.v1+json``; errors are
 ``application/vnd.schemaregistry.v1+json``, ``application/vnd.schemaregistry+json``,
 ``application/json`` or ``application/octet-stream`` (or none), at most
 ``max_request_bytes`` (else 42209, read no further). Route handlers are synchronous and
-run in Starlette's thread pool: the service blocks on the ``_schemas`` topic.
+run in Starlette's thread pool: the service blocks on the ``_schemas`` topic. Writes
+(POST/PUT/DELETE other than lookups and compatibility tests) on an instance that is not
+the elected leader are forwarded to the leader's URL (leader.py), once: a forwarded
+request that reaches a non-leader gets 50003.
 """
 from __future__ import annotations
 
 import json
 import logging
+import time
+import urllib.error
+import urllib.request
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +32,9 @@ from kbroker.schema_registry.service import SchemaRegistry
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+FORWARDED_HEADER = "X-Kbroker-Forwarded"
+FORWARD_TIMEOUT_S = 30.0
+LEADER_WAIT_S = 15.0
 ACCEPTED_BODY_TYPES = ("application/vnd.schemaregistry.v1+json", "application/vnd.schemaregistry+json",
                        "application/json", "application/octet-stream")
 
@@ -54,7 +63,7 @@ def _page(items: list, request: Request) -> list:
 def build_app(registry: SchemaRegistry, max_request_bytes: int = 1 << 20) -> Starlette:
     state = registry.state
 
-    async def body(request: Request):
+    async def read_body(request: Request) -> bytes:
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype and ctype not in ACCEPTED_BODY_TYPES:
             raise RestError(415, 415, f"HTTP 415 Unsupported Media Type: {ctype}")
@@ -67,18 +76,65 @@ def build_app(registry: SchemaRegistry, max_request_bytes: int = 1 << 20) -> Sta
             if size > max_request_bytes:
                 raise errors.schema_too_large(max_request_bytes)
             chunks.append(chunk)
-        raw = b"".join(chunks)
+        return b"".join(chunks)
+
+    def parse_body(raw: bytes):
         try:
             return json.loads(raw)
         except ValueError as e:
             raise RestError(400, 400, f"Unexpected character in the JSON body: {e}") from None
 
-    def route(path, methods, needs_body=False):
-        """Wrap a synchronous handler(request, params, body) into an async endpoint."""
+    class _Unreachable(Exception):
+        pass
+
+    def forward(request: Request, raw: bytes | None, leader_url: str) -> Response:
+        """Send a write to the leader and hand its answer back unchanged; ``_Unreachable``
+        when the leader cannot be reached (the caller looks it up again and retries)."""
+        if request.headers.get(FORWARDED_HEADER):
+            raise RestError(500, 50003, "Error while forwarding the request to the leader: "
+                                        "the leader this request was forwarded to is no longer the leader")
+        url = leader_url + request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        headers = {FORWARDED_HEADER: "1", "Accept": CONTENT_TYPE}
+        if raw is not None:
+            headers["Content-Type"] = CONTENT_TYPE
+        req = urllib.request.Request(url, data=raw, method=request.method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S) as r:
+                return Response(r.read(), status_code=r.status, media_type=CONTENT_TYPE)
+        except urllib.error.HTTPError as e:
+            return Response(e.read(), status_code=e.code, media_type=CONTENT_TYPE)
+        except (OSError, urllib.error.URLError) as e:
+            registry.elector.forget_leader()
+            raise _Unreachable(f"{leader_url}: {e}") from None
+
+    def lead_or_forward(request: Request, raw: bytes | None) -> Response | None:
+        """None when this instance leads (handle it here), else the leader's response. A
+        leader that went away is looked up again until one answers or LEADER_WAIT_S ends
+        (a rebalance after a leader stops takes about a heartbeat interval)."""
+        deadline = time.monotonic() + LEADER_WAIT_S
+        while True:
+            leads, url = registry.elector.await_leader(max(deadline - time.monotonic(), 0.0))
+            if leads:
+                return None
+            try:
+                return forward(request, raw, url)
+            except _Unreachable as e:
+                if time.monotonic() >= deadline:
+                    raise RestError(500, 50003, f"Error while forwarding the request to the leader {e}") from None
+                time.sleep(0.1)
+
+    def route(path, methods, needs_body=False, write=False):
+        """Wrap a synchronous handler(request, params, body) into an async endpoint. A
+        ``write`` on an instance that does not lead is forwarded to the leader."""
         def deco(fn):
             async def endpoint(request: Request):
                 try:
-                    b = await body(request) if needs_body else None
+                    raw = await read_body(request) if needs_body else None
+                    if write and registry.elector is not None:
+                        forwarded = await run_in_threadpool(lead_or_forward, request, raw)
+                        if forwarded is not None:
+                            return forwarded
+                    b = parse_body(raw) if needs_body else None
                     result = await run_in_threadpool(fn, request, request.path_params, b)
                 except RestError as e:
                     return _json(e.body(), e.status)
@@ -91,8 +147,10 @@ def build_app(registry: SchemaRegistry, max_request_bytes: int = 1 << 20) -> Sta
     routes = []
 
     def add(path, methods, needs_body=False):
+        write = methods != ["GET"] and not path.startswith("/compatibility") and not (
+            methods == ["POST"] and path == "/subjects/{subject:path}")  # lookups are reads
         def deco(fn):
-            routes.append(route(path, methods, needs_body)(fn))
+            routes.append(route(path, methods, needs_body, write)(fn))
             return fn
         return deco
 

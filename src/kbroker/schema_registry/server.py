@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", default="_schemas", help="the compacted topic holding the state (default _schemas)")
     p.add_argument("--max-request-bytes", type=int, default=1 << 20,
                    help="largest request body accepted; larger schemas get 42209 (default 1 MiB)")
+    p.add_argument("--group-id", default="schema-registry",
+                   help="the consumer group the instances elect their leader in (default schema-registry)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
@@ -27,6 +29,7 @@ def run(args) -> int:
         import uvicorn
 
         from kbroker.schema_registry.app import build_app
+        from kbroker.schema_registry.leader import LeaderElector
         from kbroker.schema_registry.service import SchemaRegistry
         from kbroker.schema_registry.state import RegistryState
         from kbroker.schema_registry.store import KafkaStore
@@ -49,7 +52,9 @@ def run(args) -> int:
               file=sys.stderr)
         store.close()
         return 2
-    app = build_app(SchemaRegistry(store, state), args.max_request_bytes)
+    elector = LeaderElector(store, f"http://{url.hostname}:{url.port}", args.group_id)
+    elector.start()
+    app = build_app(SchemaRegistry(store, state, elector), args.max_request_bytes)
     server = uvicorn.Server(uvicorn.Config(app, host=url.hostname, port=url.port, log_level="warning",
                                           access_log=False))
     log.info("schema registry listening on %s", args.listeners)
@@ -61,5 +66,6 @@ def run(args) -> int:
     try:
         server.run()
     finally:
+        elector.close()
         store.close()
     return 0

@@ -4,8 +4,8 @@ configure), raising ``RestError`` with Confluent's codes.
 Writes take ``_write_lock`` (one writer per instance: the compatibility check, the id and
 version allocation and the append are atomic on this instance) and go through the
 ``KafkaStore``; reads take the state's lock. Several instances against one cluster share
-the state through ``_schemas``, but only one may write (see README: leader election and
-request forwarding are not implemented yet).
+the state through ``_schemas``; only the elected leader writes (leader.py), the others
+forward writes to it (app.py).
 
 Ids: the same (type, schema string, references) always maps to one id, in every subject;
 a new one is ``max id seen + 1``. Versions: 1 + the highest version the subject ever had
@@ -31,8 +31,9 @@ def _dumps(d) -> bytes:
 
 
 class SchemaRegistry:
-    def __init__(self, store: KafkaStore, state: RegistryState):
+    def __init__(self, store: KafkaStore, state: RegistryState, elector=None):
         self.store = store
+        self.elector = elector  # LeaderElector, or None: this instance always writes
         self.state = state
         self._write_lock = threading.Lock()
         self._parsed: dict[int, object] = {}   # id -> parsed schema (cache; ids never change content)
