@@ -109,6 +109,10 @@ def test_bad_input_keeps_the_registry_up(registry):
     expect(registry, "POST", path, 422, 42201, body={"schema": '{"type": 12}', "schemaType": "JSON"})
     expect(registry, "POST", path, 422, 42201, body={"schema": "message {", "schemaType": "PROTOBUF"})
     expect(registry, "POST", path, 415, 415, body={"schema": avro(1)}, ctype="text/plain")
+    expect(registry, "POST", path, 400, 400, body="[" * 200000 + "]" * 200000)  # nests too deeply
+    deep = '{"type":"array","items":' * 5000 + '"int"' + "}" * 5000
+    expect(registry, "POST", path, 422, 42201, body={"schema": deep})
+    expect(registry, "POST", path, 422, 42201, body={"schema": deep, "schemaType": "JSON"})
     huge = avro(60000)  # ~2.3 MB of fields: over the 1 MiB request limit
     assert len(huge) > 2 << 20
     expect(registry, "POST", path, 422, 42209, body={"schema": huge})

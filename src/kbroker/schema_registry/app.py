@@ -4,7 +4,8 @@ Every response is ``application/vnd.schemaregistry.v1+json``; errors are
 ``{"error_code", "message"}``. Request bodies: JSON with content type
 ``application/vnd.schemaregistry.v1+json``, ``application/vnd.schemaregistry+json``,
 ``application/json`` or ``application/octet-stream`` (or none), at most
-``max_request_bytes`` (else 42209, read no further). Route handlers are synchronous and
+``max_request_bytes`` (else 42209; the rest of the body is read and dropped up to
+``DRAIN_LIMIT_BYTES``, so the client gets the answer). Route handlers are synchronous and
 run in Starlette's thread pool: the service blocks on the ``_schemas`` topic. Writes
 (POST/PUT/DELETE other than lookups and compatibility tests) on an instance that is not
 the elected leader are forwarded to the leader's URL (leader.py), once: a forwarded
@@ -35,6 +36,7 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 FORWARDED_HEADER = "X-Kbroker-Forwarded"
 FORWARD_TIMEOUT_S = 30.0
 LEADER_WAIT_S = 15.0
+DRAIN_LIMIT_BYTES = 64 << 20   # past this a too-large body is not even read: the connection closes
 ACCEPTED_BODY_TYPES = ("application/vnd.schemaregistry.v1+json", "application/vnd.schemaregistry+json",
                        "application/json", "application/octet-stream")
 
@@ -61,6 +63,9 @@ def _page(items: list, request: Request) -> list:
 
 
 def build_app(registry: SchemaRegistry, max_request_bytes: int = 1 << 20) -> Starlette:
+    """The Starlette app. Handlers with a body (writes, lookups, compatibility tests) and
+    deletes run in the thread pool (they may block on the topic or parse a schema); GETs
+    run on the event loop."""
     state = registry.state
 
     async def read_body(request: Request) -> bytes:
@@ -68,14 +73,19 @@ def build_app(registry: SchemaRegistry, max_request_bytes: int = 1 << 20) -> Sta
         if ctype and ctype not in ACCEPTED_BODY_TYPES:
             raise RestError(415, 415, f"HTTP 415 Unsupported Media Type: {ctype}")
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_request_bytes:
-            raise errors.schema_too_large(max_request_bytes)
+        if declared is not None and declared.isdigit() and int(declared) > DRAIN_LIMIT_BYTES:
+            raise errors.schema_too_large(max_request_bytes)  # and the connection closes
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > max_request_bytes:
+            if size > DRAIN_LIMIT_BYTES:
                 raise errors.schema_too_large(max_request_bytes)
-            chunks.append(chunk)
+            if size <= max_request_bytes:
+                chunks.append(chunk)
+        # a body over the limit is read to its end and dropped, so that a client still
+        # sending it gets the 42209 answer rather than a reset connection
+        if size > max_request_bytes:
+            raise errors.schema_too_large(max_request_bytes)
         return b"".join(chunks)
 
     def parse_body(raw: bytes):
@@ -83,6 +93,8 @@ def build_app(registry: SchemaRegistry, max_request_bytes: int = 1 << 20) -> Sta
             return json.loads(raw)
         except ValueError as e:
             raise RestError(400, 400, f"Unexpected character in the JSON body: {e}") from None
+        except RecursionError:
+            raise RestError(400, 400, "The JSON body nests too deeply") from None
 
     class _Unreachable(Exception):
         pass
@@ -134,8 +146,11 @@ def build_app(registry: SchemaRegistry, max_request_bytes: int = 1 << 20) -> Sta
                         forwarded = await run_in_threadpool(lead_or_forward, request, raw)
                         if forwarded is not None:
                             return forwarded
-                    b = parse_body(raw) if needs_body else None
-                    result = await run_in_threadpool(fn, request, request.path_params, b)
+                    if methods == ["GET"]:  # in-memory and short (the state lock is held per record applied)
+                        result = fn(request, request.path_params, None)
+                    else:
+                        b = parse_body(raw) if needs_body else None
+                        result = await run_in_threadpool(fn, request, request.path_params, b)
                 except RestError as e:
                     return _json(e.body(), e.status)
                 if isinstance(result, Response):

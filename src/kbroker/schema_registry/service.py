@@ -191,7 +191,7 @@ class SchemaRegistry:
     def schema_by_id(self, schema_id: int, fmt: str | None = None) -> dict:
         with self.state.lock:
             s = self.state.schemas.get(schema_id)
-            if s is None or not self.state.usages(schema_id, deleted=True):
+            if s is None or not self.state.in_use(schema_id):
                 raise errors.schema_not_found(schema_id)
         body = s.body()
         if fmt == "serialized" and s.schema_type == "PROTOBUF":

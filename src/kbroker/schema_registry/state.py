@@ -64,6 +64,7 @@ class RegistryState:
     subjects: dict = field(default_factory=dict)       # subject -> {version: SubjectVersion}
     configs: dict = field(default_factory=dict)        # subject | None -> level
     modes: dict = field(default_factory=dict)          # subject | None -> mode
+    uses: dict = field(default_factory=dict)           # id -> {(subject, version): deleted}
     max_id: int = 0
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
@@ -94,6 +95,9 @@ class RegistryState:
 
     def _apply_schema(self, subject: str, version: int, v: dict | None) -> None:
         versions = self.subjects.setdefault(subject, {})
+        old = versions.get(version)
+        if old is not None:
+            self.uses.get(old.schema_id, {}).pop((subject, version), None)
         if v is None:  # hard delete
             versions.pop(version, None)
             if not versions:
@@ -106,14 +110,18 @@ class RegistryState:
         self.ids.setdefault(stored, sid)
         self.max_id = max(self.max_id, sid)
         versions[version] = SubjectVersion(version, sid, bool(v.get("deleted")))
+        self.uses.setdefault(sid, {})[(subject, version)] = bool(v.get("deleted"))
 
     # -- queries (callers hold ``lock``) -----------------------------------------------------
     def live_versions(self, subject: str, deleted: bool = False) -> list[SubjectVersion]:
         return [sv for _, sv in sorted(self.subjects.get(subject, {}).items()) if deleted or not sv.deleted]
 
     def usages(self, schema_id: int, deleted: bool = False) -> list[tuple[str, int]]:
-        return [(s, sv.version) for s, vs in sorted(self.subjects.items()) for sv in vs.values()
-                if sv.schema_id == schema_id and (deleted or not sv.deleted)]
+        return sorted(sv for sv, gone in self.uses.get(schema_id, {}).items() if deleted or not gone)
+
+    def in_use(self, schema_id: int) -> bool:
+        """Whether some version (soft-deleted ones included) still has this id."""
+        return bool(self.uses.get(schema_id))
 
     def referenced_by(self, subject: str, version: int) -> list[int]:
         out = set()

@@ -27,6 +27,13 @@ def parse(schema_type: str, text: str, references: list[tuple[str, str]] = ()):
     dependencies first."""
     if not isinstance(text, str) or not text.strip():
         raise SchemaParseError("Empty schema")
+    try:
+        return _parse(schema_type, text, references)
+    except RecursionError:
+        raise SchemaParseError("the schema nests too deeply") from None
+
+
+def _parse(schema_type: str, text: str, references):
     if schema_type == "AVRO":
         from kbroker.schema_registry.formats.avro import AvroSchema
         return AvroSchema(text, references)
