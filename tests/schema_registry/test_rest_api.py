@@ -253,3 +253,30 @@ def test_restart_serves_the_same_ids_and_versions(broker, registry):
     finally:
         assert second.terminate() == 0
         second.__exit__(None, None, None)
+
+
+def test_import_mode_keeps_given_ids_and_versions(registry):
+    s = subject()
+    expect(registry, "POST", f"/subjects/{s}/versions", 422, 42205, body={"schema": avro(1), "id": 5000})
+    assert call(registry, "PUT", f"/mode/{s}", {"mode": "IMPORT"})[1] == {"mode": "IMPORT"}
+    st, b, _ = call(registry, "POST", f"/subjects/{s}/versions", {"schema": avro(1), "id": 5000, "version": 3})
+    assert (st, b) == (200, {"id": 5000})
+    assert call(registry, "GET", f"/subjects/{s}/versions/3")[1]["id"] == 5000
+    # no compatibility check on import; a taken id must hold the same schema
+    incompatible = json.dumps({"type": "record", "name": "R", "fields": [{"name": "f0", "type": "string"}]})
+    assert call(registry, "POST", f"/subjects/{s}/versions", {"schema": incompatible, "id": 5001})[0] == 200
+    expect(registry, "POST", f"/subjects/{s}/versions", 422, 42207, body={"schema": avro(2), "id": 5000})
+    assert call(registry, "DELETE", f"/mode/{s}")[0] == 200
+    # back in READWRITE, ids continue after the imported ones
+    other = subject()
+    assert register(registry, other, avro(7, name="AfterImport")) > 5001
+
+
+def test_subject_names_with_reserved_characters(client):
+    from confluent_kafka.schema_registry import Schema
+
+    s = "ns/topic name:value-ü" + uuid.uuid4().hex[:4]
+    sid = client.register_schema(s, Schema(avro(1, name="Odd"), "AVRO"))
+    assert client.get_latest_version(s).schema_id == sid
+    assert s in client.get_subjects()
+    assert client.delete_subject(s) == [1]

@@ -88,6 +88,10 @@ def reference_exists(message: str) -> RestError:
     return RestError(422, 42206, message)
 
 
+def id_does_not_match(message: str) -> RestError:
+    return RestError(422, 42207, message)
+
+
 def schema_too_large(limit: int) -> RestError:
     return RestError(422, 42209, f"Schema too large: the request body exceeds {limit} bytes")
 

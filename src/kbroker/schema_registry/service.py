@@ -145,6 +145,8 @@ class SchemaRegistry:
     def register(self, subject: str, body, normalize: bool) -> dict:
         self._check_writable(subject)
         stored, parsed = self.parse_request(body, normalize)
+        if body.get("id") is not None or body.get("version") is not None:
+            return self._import(subject, body, stored, parsed)
         with self._write_lock:
             with self.state.lock:
                 live = self.state.live_versions(subject)
@@ -160,6 +162,45 @@ class SchemaRegistry:
             reasons = compatibility.check(level, parsed, [(v, self.parsed(i)) for v, i in previous])
             if reasons:
                 raise errors.incompatible(subject, reasons)
+            value = {"subject": subject, "version": version, "id": sid, "schemaType": stored.schema_type,
+                     "schema": stored.schema, "deleted": False}
+            if stored.references:
+                value["references"] = [{"name": n, "subject": s, "version": v} for n, s, v in stored.references]
+            self.store.write(schema_key(subject, version), _dumps(value))
+            self._parsed.setdefault(sid, parsed)
+        return {"id": sid}
+
+    def _import(self, subject: str, body, stored: StoredSchema, parsed) -> dict:
+        """IMPORT mode: register under the given id (and version), as a migration from
+        another registry does; no compatibility check. The id may already hold this very
+        schema, never another one (42207)."""
+        if self.mode(subject) != "IMPORT":
+            raise errors.operation_not_permitted(f"Subject {subject} is not in import mode: a schema id or "
+                                                 f"version can only be given in IMPORT mode")
+        try:
+            sid = int(body["id"]) if body.get("id") is not None else None
+            version = int(body["version"]) if body.get("version") is not None else None
+        except (TypeError, ValueError):
+            raise errors.invalid_schema("id and version are integers") from None
+        if version is not None and not 1 <= version <= MAX_VERSION:
+            raise errors.invalid_version(str(version))
+        if sid is not None and sid < 1:
+            raise errors.invalid_schema(f"schema id {sid} is not positive")
+        with self._write_lock:
+            with self.state.lock:
+                if sid is None:
+                    sid = self.state.ids.get(stored, self.state.max_id + 1)
+                held = self.state.schemas.get(sid)
+                if held is not None and held != stored:
+                    raise errors.id_does_not_match(f"Schema id {sid} already holds another schema; "
+                                                       f"the imported schema does not match it")
+                versions = self.state.subjects.get(subject, {})
+                if version is None:
+                    version = max(versions, default=0) + 1
+                current = versions.get(version)
+                if current is not None and current.schema_id != sid:
+                    raise errors.operation_not_permitted(f"Subject {subject} already has a version {version} "
+                                                         f"with another schema")
             value = {"subject": subject, "version": version, "id": sid, "schemaType": stored.schema_type,
                      "schema": stored.schema, "deleted": False}
             if stored.references:
