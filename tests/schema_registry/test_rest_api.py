@@ -280,3 +280,38 @@ def test_subject_names_with_reserved_characters(client):
     assert client.get_latest_version(s).schema_id == sid
     assert s in client.get_subjects()
     assert client.delete_subject(s) == [1]
+
+
+def test_protobuf_text_references(registry):
+    """A .proto importing another subject's file: its types resolve through the reference,
+    a changed field type is caught, and the serialized form loads in a descriptor pool with
+    the reference added first (what ProtobufDeserializer does)."""
+    import base64
+
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    money = 'syntax = "proto3";\npackage shop;\nmessage Money { int64 cents = 1; }\nenum Unit { U = 0; }'
+    base = subject()
+    assert register(registry, base, money, schemaType="PROTOBUF")
+    order = ('syntax = "proto3";\npackage shop;\nimport "shop/money.proto";\n'
+             'message Order { Money price = 1; Unit unit = 2; }')
+    refs = [{"name": "shop/money.proto", "subject": base, "version": 1}]
+    s = subject()
+    sid = register(registry, s, order, schemaType="PROTOBUF", references=refs)
+    changed = order.replace("Money price = 1", "string price = 1")
+    st, b, _ = call(registry, "POST", f"/compatibility/subjects/{s}/versions/latest?verbose=true",
+                    {"schema": changed, "schemaType": "PROTOBUF", "references": refs})
+    assert st == 200 and b["is_compatible"] is False
+    assert any("FIELD_KIND_CHANGED" in m for m in b["messages"]), b
+    # the enum from the referenced file is known as an enum: int32 is wire-compatible with it
+    to_int = order.replace("Unit unit = 2", "int32 unit = 2")
+    st, b, _ = call(registry, "POST", f"/compatibility/subjects/{s}/versions/latest",
+                    {"schema": to_int, "schemaType": "PROTOBUF", "references": refs})
+    assert b == {"is_compatible": True}
+    pool = descriptor_pool.DescriptorPool()
+    for path, name in ((f"/subjects/{base}/versions/1?format=serialized", "shop/money.proto"),
+                       (f"/schemas/ids/{sid}?format=serialized", "shop/order.proto")):
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(call(registry, "GET", path)[1]["schema"]))
+        fdp.name = name
+        pool.Add(fdp)
+    assert pool.FindMessageTypeByName("shop.Order").fields_by_name["price"].message_type.full_name == "shop.Money"

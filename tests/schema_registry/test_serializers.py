@@ -186,3 +186,37 @@ enum Kind { KIND_UNSPECIFIED = 0; GIFT = 1; }
     assert [f.name for f in d.fields] == ["id", "lines", "tags", "kind", "card", "account"]
     assert d.fields_by_name["tags"].message_type.GetOptions().map_entry
     assert [o.name for o in d.oneofs] == ["payer", "_kind"]
+
+
+def test_protobuf_with_an_imported_file_registers_references(broker, client):
+    """A message whose .proto imports another file: the serializer registers the import as
+    its own subject and references it; the deserializer resolves it back by reference."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    T = descriptor_pb2.FieldDescriptorProto
+    pkg = "kbroker.r" + uuid.uuid4().hex[:6]
+    money = descriptor_pb2.FileDescriptorProto(name=f"{pkg.replace('.', '/')}/money.proto", package=pkg,
+                                               syntax="proto3")
+    m = money.message_type.add(name="Money")
+    m.field.add(name="cents", number=1, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
+    m.field.add(name="currency", number=2, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    order = descriptor_pb2.FileDescriptorProto(name=f"{pkg.replace('.', '/')}/order.proto", package=pkg,
+                                               syntax="proto3", dependency=[money.name])
+    o = order.message_type.add(name="Order")
+    o.field.add(name="id", number=1, type=T.TYPE_INT64, label=T.LABEL_OPTIONAL)
+    o.field.add(name="price", number=2, type=T.TYPE_MESSAGE, type_name=f".{pkg}.Money", label=T.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(money)
+    pool.Add(order)
+    Order = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.Order"))
+    Money = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{pkg}.Money"))
+
+    topic = _topic("protoref")
+    ser = ProtobufSerializer(Order, client, {"use.deprecated.format": False})
+    deser = ProtobufDeserializer(Order, {"use.deprecated.format": False}, client)
+    orders = [Order(id=i, price=Money(cents=100 * i, currency="NOK")) for i in range(5)]
+    _, got = roundtrip(broker, topic, orders, ser, deser)
+    assert got == orders
+    latest = client.get_latest_version(f"{topic}-value")
+    assert [(r.name, r.subject) for r in latest.schema.references] == [(money.name, money.name)]
+    assert client.get_versions(money.name) == [1]

@@ -10,7 +10,8 @@ wire-compatible scalar type (``FIELD_KIND_CHANGED``, ``FIELD_SCALAR_KIND_CHANGED
 fields are neither added nor removed, and fields do not move into an existing oneof.
 Adding and removing optional fields is compatible both ways.
 
-``serialized()`` gives the base64 ``FileDescriptorProto`` (``?format=serialized``, which
+References: the referenced files (the imports) are parsed first and their types resolve
+the names this file uses. ``serialized()`` gives the base64 ``FileDescriptorProto`` (``?format=serialized``, which
 confluent-kafka's ``ProtobufDeserializer`` asks for); for a text schema it is built from the
 parsed model (messages, nested messages, enums, fields, oneofs, maps).
 """
@@ -56,6 +57,13 @@ class ProtobufSchema:
         self.syntax = "proto2"
         self.messages: dict[str, dict[int, ProtoField]] = {}
         self.enums: dict[str, dict[str, int]] = {}
+        self.imports: list[str] = []
+        # types defined by the referenced files (the imports), full name -> "message" | "enum"
+        self.external: dict[str, str] = {}
+        for i, (_name, ref_text) in enumerate(references):
+            ref = ProtobufSchema(ref_text, references[:i])
+            self.external.update({n: "message" for n in ref.messages})
+            self.external.update({n: "enum" for n in ref.enums})
         self._fdp = None
         stripped = text.strip()
         if _B64.match(stripped) and "message" not in stripped and "syntax" not in stripped:
@@ -135,6 +143,8 @@ class ProtobufSchema:
         for el in f.file_elements:
             if isinstance(el, ast.Package):
                 self.package = el.name
+            elif isinstance(el, ast.Import):
+                self.imports.append(el.name)
         if not any(isinstance(el, (ast.Message, ast.Enum)) for el in f.file_elements):
             raise SchemaParseError("proto file defines no message or enum")
 
@@ -169,7 +179,7 @@ class ProtobufSchema:
                 if fl.kind != "named":
                     continue
                 full = self._resolve(fl.type, mname)
-                kind = "enum" if full in self.enums else "message"
+                kind = "enum" if full in self.enums or self.external.get(full) == "enum" else "message"
                 fields[num] = fl._replace(type=full, kind=kind)
 
     def _resolve(self, name: str, scope: str) -> str:
@@ -178,10 +188,10 @@ class ProtobufSchema:
         parts = scope.split(".")
         while parts:
             cand = ".".join(parts + [name])
-            if cand in self.messages or cand in self.enums:
+            if cand in self.messages or cand in self.enums or cand in self.external:
                 return cand
             parts.pop()
-        return name  # defined in an imported file: compared by name
+        return name  # fully qualified already, or from an import not given as a reference
 
     # -- forms ---------------------------------------------------------------------------
     def canonical(self) -> str:
@@ -198,7 +208,8 @@ class ProtobufSchema:
     def _build_descriptor(self):
         from google.protobuf import descriptor_pb2
         T = descriptor_pb2.FieldDescriptorProto
-        fdp = descriptor_pb2.FileDescriptorProto(name="schema.proto", package=self.package, syntax=self.syntax)
+        fdp = descriptor_pb2.FileDescriptorProto(name="schema.proto", package=self.package, syntax=self.syntax,
+                                                 dependency=self.imports)
         by_name: dict[str, object] = {}
         labels = {"repeated": T.LABEL_REPEATED, "required": T.LABEL_REQUIRED}
         for full in sorted(set(self.messages) | set(self.enums), key=lambda n: n.count(".")):
@@ -227,7 +238,8 @@ class ProtobufSchema:
                             ef.type = T.Type.Value("TYPE_" + t.upper())
                         else:
                             full_t = self._resolve(t, full)
-                            ef.type = T.TYPE_ENUM if full_t in self.enums else T.TYPE_MESSAGE
+                            enum = full_t in self.enums or self.external.get(full_t) == "enum"
+                            ef.type = T.TYPE_ENUM if enum else T.TYPE_MESSAGE
                             ef.type_name = "." + full_t
                     f.type, f.type_name = T.TYPE_MESSAGE, f".{full}.{entry.name}"
                 else:
