@@ -180,7 +180,10 @@ enum Kind { KIND_UNSPECIFIED = 0; GIFT = 1; }
     with urllib.request.urlopen(f"{client._rest_client.base_urls[0]}/schemas/ids/{sid}?format=serialized") as r:
         body = json.loads(r.read())
     fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(body["schema"]))
+    assert list(fdp.dependency) == ["google/protobuf/timestamp.proto"]
     pool = descriptor_pool.DescriptorPool()
+    from google.protobuf import timestamp_pb2  # the well-known types ProtobufDeserializer preloads
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(fdp)
     d = pool.FindMessageTypeByName("shop.v1.Basket")
     assert [f.name for f in d.fields] == ["id", "lines", "tags", "kind", "card", "account"]
