@@ -65,14 +65,17 @@ def test_two_instances_write_once_and_fail_over(broker, registry):
 
         # the leader (whichever it is) goes away: the other one writes from then on
         third = SchemaRegistryProcess(broker.bootstrap).start()
-        assert second.terminate() == 0
-        for r in (registry, third):
-            st, b, _ = call(r, "POST", f"/subjects/{s}/versions", {"schema": avro(8 + (r is third))})
-            assert st == 200, b
-        wait_for(lambda: call(third, "GET", f"/subjects/{s}/versions")[1] == list(range(1, 10)),
-                 what="versions 1..9 after fail-over")
-        assert third.terminate() == 0
-        third.__exit__(None, None, None)
+        try:
+            assert second.terminate() == 0
+            for r in (registry, third):
+                st, b, _ = call(r, "POST", f"/subjects/{s}/versions", {"schema": avro(8 + (r is third))})
+                assert st == 200, b
+            wait_for(lambda: call(third, "GET", f"/subjects/{s}/versions")[1] == list(range(1, 10)),
+                     what="versions 1..9 after fail-over")
+            assert third.terminate() == 0
+        finally:
+            third.terminate()
+            third.__exit__(None, None, None)
     finally:
         second.terminate()
         second.__exit__(None, None, None)
