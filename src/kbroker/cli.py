@@ -38,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     for name, (_, like) in TOOLS.items():
         sub.add_parser(name, help=f"like {like}", add_help=False)
+    sr = sub.add_parser("schema-registry", help="serve a Confluent-compatible Schema Registry "
+                                                "stored in a kbroker topic")
+    from kbroker.schema_registry.server import add_arguments as _sr_arguments
+    _sr_arguments(sr)
     return p
 
 
@@ -100,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "schema-registry":
+        from kbroker.schema_registry.server import run as run_schema_registry
+
+        return run_schema_registry(args)
     if args.command == "kernels":
         from kbroker import kernels
 
