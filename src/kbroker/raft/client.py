@@ -98,7 +98,8 @@ class KafkaRaftClient:
         self._corr = 0
         self._inflight: dict[int, tuple[int, type, int]] = {}   # dest -> (correlation id, request type, deadline)
         self._backoff: dict[int, int] = {}                      # dest -> no request before this time
-        self._parked: list = []          # (deadline, source, correlation id, FetchRequest) at the leader
+        self._parked: list = []
+        self._sent_hw: dict[int, int] = {}  # the high watermark last sent to each fetcher          # (deadline, source, correlation id, FetchRequest) at the leader
         self._pending: list[bytes] = []  # records scheduled by the leader's user, not yet appended
         self._linger_deadline: Optional[int] = None
         self._next_commit_offset = 0     # first offset not yet given to the listener
@@ -292,9 +293,8 @@ class KafkaRaftClient:
         st = self.quorum.state
         if self._linger_deadline is not None and now >= self._linger_deadline:
             self._drain_pending(now)
-        if len(self.voters) > 1 and now >= st.check_quorum_deadline:
-            heard = len(self._cq_fetched | {self.node_id})
-            if heard < len(self.voters) // 2 + 1:
+        if now >= st.check_quorum_deadline:
+            if len(self.voters) > 1:
                 log.info("node %d: leader of epoch %d has not heard from a majority in %d ms; resigning",
                          self.node_id, st.epoch, self._check_quorum_ms())
                 self._resign(now, out)
@@ -370,6 +370,7 @@ class KafkaRaftClient:
         if isinstance(st, Candidate) and st.is_vote_granted():
             self._transition(lambda: self.quorum.to_leader(self.log.end_offset, now, self._check_quorum_ms()), now)
             leader = self.quorum.state
+            self._sent_hw = {}
             if "commit_without_current_epoch" in self.bugs:
                 leader.commit_requires_current_epoch = False
             self._cq_fetched = set()
@@ -576,9 +577,22 @@ class KafkaRaftClient:
         if (req.max_wait_ms < 0 or p.fetch_offset < 0 or p.last_fetched_epoch < 0
                 or p.last_fetched_epoch > p.current_leader_epoch):
             return self._fetch_error(E.INVALID_REQUEST)
+        sent_hw = self._sent_hw.get(inb.source)
         resp = self._complete_fetch(inb.source, req, now)
         rp = resp.responses[0].partitions[0] if resp.responses else None
+        replica = M.fetch_replica_id(req)
+        st = self.quorum.state
+        if rp is not None and rp.error_code == 0 and replica in self.voters and replica != self.node_id:
+            # check quorum (Kafka's LeaderState): the timer restarts each time a majority
+            # (the leader and the voters fetching from it) has been heard from
+            self._cq_fetched.add(replica)
+            if len(self._cq_fetched) + 1 >= len(self.voters) // 2 + 1:
+                self._cq_fetched = set()
+                st.check_quorum_deadline = now + self._check_quorum_ms()
+        # answer at once, not after max wait, when: an error, records, no wait wanted, a high
+        # watermark this fetcher has not been sent yet, divergence, a snapshot to fetch
         if (rp is None or rp.error_code != 0 or rp.records or req.max_wait_ms == 0
+                or rp.high_watermark != sent_hw
                 or rp.diverging_epoch.epoch >= 0 or rp.snapshot_id.epoch >= 0):
             return resp
         self._parked.append((now + req.max_wait_ms, inb.source, inb.correlation_id, req))
@@ -610,8 +624,6 @@ class KafkaRaftClient:
         diverging = None
         if v.kind == "valid":
             if replica >= 0 and replica != self.node_id:
-                if replica in self.voters:
-                    self._cq_fetched.add(replica)
                 if st.update_end_offset(replica, p.fetch_offset, now):
                     self._on_high_watermark(st.high_watermark)
                     # followers learn the new high watermark without waiting for max_wait
@@ -625,6 +637,7 @@ class KafkaRaftClient:
         elif v.kind == "diverging":
             diverging = v.offset_and_epoch
         hw = st.high_watermark if st.high_watermark is not None else -1
+        self._sent_hw[src] = hw
         return M.fetch_response(leader_id=q.leader_id, epoch=q.epoch, high_watermark=hw,
                                 records=records, diverging=diverging)
 

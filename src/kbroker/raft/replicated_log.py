@@ -234,10 +234,7 @@ class MemoryLog(ReplicatedLog):
     def truncate_to(self, offset):
         if offset >= self._end:
             return
-        i = bisect.bisect_left(self._bases, offset)
-        if i < len(self._bases) and self._bases[i] != offset and i > 0:
-            pass
-        # truncation is always at a batch boundary in Raft (epoch boundaries are batch boundaries)
+        # always at a batch boundary in Raft: a diverging epoch ends where a batch does
         while self.batches and self.batches[-1].base_offset >= offset:
             self.batches.pop()
             self._bases.pop()

@@ -101,6 +101,7 @@ class SimNode:
     up: bool = False
     incarnation: int = 0
     last_hw: int = 0
+    deadline: int = 1 << 62         # the client's next_deadline(), cached after each call into it
 
 
 class Simulation:
@@ -155,11 +156,13 @@ class Simulation:
         n.client.bugs = self.cfg.bugs
         self.log_event("start node %d (#%d)" % (n.id, n.incarnation))
         self.send(n, n.client.start(self.now))
+        n.deadline = n.client.next_deadline()
 
     def crash_node(self, n: SimNode, graceful: bool) -> None:
         if graceful:
             self.send(n, n.client.shutdown(self.now))
         n.up = False
+        n.deadline = 1 << 62
         n.log = n.log.crash()
         n.client = None
         self.stats["crashes"] += 1
@@ -193,6 +196,7 @@ class Simulation:
         msg = M.decode(api_key, is_req, data)
         outs = dst.client.handle(self.now, M.Inbound(src, corr, msg))
         self.send(dst, outs)
+        dst.deadline = dst.client.next_deadline()
         self.check(dst)
 
     # -- invariants -------------------------------------------------------------------------------
@@ -264,6 +268,7 @@ class Simulation:
                     off = n.client.schedule_append(n.client.quorum.epoch, [rec], self.now)
                 except NotLeaderError:
                     return None
+                n.deadline = n.client.next_deadline()
                 self.stats["appends"] += 1
                 return off
         return None
@@ -279,8 +284,8 @@ class Simulation:
         while True:
             if stop is not None and stop():
                 return True
-            up = [n for n in self.nodes.values() if n.up]
-            t_nodes = min((n.client.next_deadline() for n in up), default=1 << 62)
+            nodes = self.nodes.values()
+            t_nodes = min(n.deadline for n in nodes)
             t_msg = self.heap[0][0] if self.heap else 1 << 62
             t_rst = min((r[0] for r in self.restarts), default=1 << 62)
             t_heal = min((p[0] for p in self.partitions), default=1 << 62)
@@ -300,9 +305,10 @@ class Simulation:
                 _, _, env = heapq.heappop(self.heap)
                 self.deliver(env)
             elif t_nodes <= now:
-                for n in up:
-                    if n.up and n.client.next_deadline() <= now:
+                for n in nodes:
+                    if n.up and n.deadline <= now:
                         self.send(n, n.client.poll(now))
+                        n.deadline = n.client.next_deadline()
                         self.check(n)
             elif t_rst <= now:
                 due = [r for r in self.restarts if r[0] <= now]
