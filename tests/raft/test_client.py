@@ -335,3 +335,76 @@ def test_fetch_long_poll_parks_until_data_or_max_wait(settled):
         assert lead.next_deadline() <= c.now + 540
         outs = [o for o in lead.poll(c.now + 540) if o.correlation_id == 78]
     assert outs and not fpart(outs[0].message).records
+
+
+# -- the current-epoch commit rule (Raft's "Figure 8"), scripted --------------------------------------
+
+def agree(listeners):
+    """The committed prefixes of all replicas agree (what the simulation's oracle checks)."""
+    seen = {}
+    for lst in listeners:
+        for off, epoch, v in lst.committed:
+            if seen.setdefault(off, (epoch, v)) != (epoch, v):
+                return False
+    return True
+
+
+def figure_8(bugs=frozenset()):
+    """Node 1 holds an old-epoch record X no one else has; it wins an election and copies X
+    to node 3 (one batch per fetch), then crashes before node 3 gets its new epoch's first
+    record. Node 2, whose log ends in a newer epoch than X's, then wins and overwrites X.
+    X was safe to overwrite only if it was never committed: a leader must not count X
+    as committed before an entry of its own epoch is on a majority."""
+    lc = bytes(LeaderChangeMessage(version=0, leader_id=1).encode(0))
+
+    def setup(i, log, store):
+        log.append_as_leader([lc], 1, LEADER_CHANGE)           # committed everywhere
+        if i == 1:
+            log.append_as_leader([b"X"], 1)                     # never replicated
+        if i == 2:
+            log.append_as_leader([lc], 2, LEADER_CHANGE)       # node 2 led epoch 2, alone
+        log.flush()
+        store.write(ElectionState(2, 2 if i == 2 else -1, 2 if i in (2, 3) else -1, frozenset({1, 2, 3})))
+
+    c = Cluster(setup=setup, seed=3)
+    for cl in c.clients.values():
+        cl.bugs = frozenset(bugs)
+        cl.config.fetch_max_bytes = 1
+    c.down.add(2)
+    one = c.clients[1]
+    # elect node 1 (node 3's log is behind its own, so only node 1 can win), step by step so
+    # that node 1 crashes the moment its high watermark covers X
+    crashed = False
+    for _ in range(2000):
+        c.now += 5
+        for i, cl in c.clients.items():
+            if i not in c.down and cl.next_deadline() <= c.now:
+                c.queue.extend((i, o) for o in cl.poll(c.now))
+        while c.queue and not crashed:
+            c.deliver(limit=1)
+            if one.high_watermark >= 2 and c.clients[3].log.end_offset <= 2:
+                c.down.add(1)          # crash: its answer to node 3 is lost with it
+                crashed = True
+        if crashed or one.high_watermark >= 3:
+            break
+    c.queue.clear()
+    # node 2 comes back (from what it fsynced) and is elected with node 3's vote
+    c.down.add(1)
+    c.down.discard(2)
+    c.clients[2] = KafkaRaftClient(2, (1, 2, 3), CID, c.clients[2].log.crash(), c.clients[2].quorum.store,
+                                   c.listeners[2], random.Random(7))
+    c.clients[2].start(c.now)
+    c.advance(6000)
+    assert c.clients[2].is_leader or c.clients[3].is_leader
+    return crashed, agree(c.listeners.values()), c
+
+
+def test_leader_commits_only_after_an_entry_of_its_own_epoch():
+    crashed, ok, c = figure_8()
+    assert not crashed and ok           # node 1 never counted X as committed too early
+    assert (1, 1, b"X") in c.listeners[3].committed    # X commits once node 1's epoch record did
+
+
+def test_figure_8_bug_is_caught():
+    crashed, ok, _ = figure_8({"commit_without_current_epoch"})
+    assert crashed and not ok           # X was committed by node 1, then overwritten by node 2
