@@ -4,7 +4,7 @@ Each test runs a range of seeds; a failure names its seed. Reproduce one seed wi
 ``python -m kbroker.raft.simulation SEED -v`` (prints the trace), or run just that seed
 here with ``KBROKER_RAFT_SEED=SEED pytest tests/raft/test_simulation.py`` (every
 parametrized range then runs only that seed, with its own configuration).
-The default suite runs about 1,600 seeds; ``-m slow`` adds a 20,000-seed sweep.
+The default suite runs about 1,500 seeds; ``-m slow`` adds a 20,000-seed sweep.
 """
 import logging
 import os
@@ -40,7 +40,7 @@ def run_range(start, count, **kw):
 CHUNK = 100
 
 
-@pytest.mark.parametrize("start", range(1, 1 + 11 * CHUNK, CHUNK))
+@pytest.mark.parametrize("start", range(1, 1 + 10 * CHUNK, CHUNK))
 def test_three_voters_and_an_observer(start):
     stats = run_range(start, CHUNK)
     # the runs really did exercise faults and progress
@@ -58,7 +58,8 @@ def test_one_voter():
 
 
 def test_small_fetches_and_a_lossy_network():
-    run_range(300_001, CHUNK, fetch_max_bytes=1, drop=0.2, duplicate=0.1, max_delay_ms=80)
+    # one batch per fetch: a follower back from a long partition needs a while to catch up
+    run_range(300_001, CHUNK, fetch_max_bytes=1, drop=0.2, duplicate=0.1, max_delay_ms=80, liveness_ms=60000)
 
 
 def test_a_seed_is_reproducible():

@@ -20,8 +20,9 @@ naming the seed):
 * liveness: once the faults heal, a leader is elected and a new append commits on every
   node within ``liveness_ms`` simulated milliseconds.
 
-Reproduce a failing seed: ``python -m kbroker.raft.simulation SEED`` (prints the trace
-with ``-v``), or ``KBROKER_RAFT_SEED=SEED pytest tests/raft/test_simulation.py``.
+Reproduce a failing seed with the command its failure prints, e.g.
+``python -m kbroker.raft.simulation SEED --set voters=5 -v`` (``-v`` prints the event trace
+and the clients' log), or ``KBROKER_RAFT_SEED=SEED pytest tests/raft/test_simulation.py``.
 """
 from __future__ import annotations
 
@@ -137,9 +138,16 @@ class Simulation:
         self._append_counter = 0
 
     # -- failures --------------------------------------------------------------------------
+    def repro(self) -> str:
+        """The command that replays this run."""
+        default = SimConfig()
+        opts = "".join(" --set %s=%r" % (k, v) for k, v in vars(self.cfg).items()
+                       if k != "bugs" and v != getattr(default, k))
+        opts += "".join(" --bug %s" % b for b in sorted(self.cfg.bugs))
+        return "python -m kbroker.raft.simulation %d%s -v" % (self.seed, opts)
+
     def fail(self, what: str):
-        raise InvariantViolation("seed %d at %d ms: %s\n  reproduce: python -m kbroker.raft.simulation %d"
-                                 % (self.seed, self.now, what, self.seed))
+        raise InvariantViolation("seed %d at %d ms: %s\n  reproduce: %s" % (self.seed, self.now, what, self.repro()))
 
     def log_event(self, text: str) -> None:
         self.trace.append("%7d %s" % (self.now, text))
@@ -283,7 +291,8 @@ class Simulation:
         cfg = self.cfg
         next_crash = self._exp(cfg.crash_every_ms) if self.faults else 1 << 62
         next_part = self._exp(cfg.partition_every_ms) if self.faults else 1 << 62
-        next_append = self._exp(cfg.append_every_ms)
+        # after the heal only the liveness probe appends
+        next_append = self._exp(cfg.append_every_ms) if self.faults else 1 << 62
         same, last_t = 0, -1
         while True:
             if stop is not None and stop():
@@ -335,7 +344,7 @@ class Simulation:
                 next_part = self._exp(cfg.partition_every_ms)
             else:
                 self.workload()
-                next_append = self._exp(cfg.append_every_ms)
+                next_append = self._exp(cfg.append_every_ms) if self.faults else 1 << 62
 
     def run(self) -> dict:
         try:
@@ -343,8 +352,8 @@ class Simulation:
         except InvariantViolation:
             raise
         except Exception as e:   # a client's own assertion is a failed run too
-            raise InvariantViolation("seed %d at %d ms: %s: %s\n  reproduce: python -m kbroker.raft.simulation %d"
-                                     % (self.seed, self.now, type(e).__name__, e, self.seed)) from e
+            raise InvariantViolation("seed %d at %d ms: %s: %s\n  reproduce: %s"
+                                     % (self.seed, self.now, type(e).__name__, e, self.repro())) from e
 
     def _run(self) -> dict:
         for n in self.nodes.values():
@@ -400,12 +409,19 @@ def main(argv=None) -> int:
     ap.add_argument("seed", type=int)
     ap.add_argument("--count", type=int, default=1, help="run seeds seed .. seed+count-1")
     ap.add_argument("--bug", action="append", default=[], help="inject a test-only bug")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a SimConfig field, e.g. --set voters=5 --set drop=0.2")
     ap.add_argument("-v", action="store_true", help="print the event trace and the raft log")
     a = ap.parse_args(argv)
+    import ast
+    kw = {}
+    for item in a.set:
+        k, _, v = item.partition("=")
+        kw[k] = ast.literal_eval(v)
     logging.basicConfig(level=logging.INFO if a.v else logging.ERROR, format="%(message)s")
     bad = 0
     for s in range(a.seed, a.seed + a.count):
-        sim = Simulation(s, SimConfig(bugs=frozenset(a.bug)))
+        sim = Simulation(s, SimConfig(bugs=frozenset(a.bug), **kw))
         try:
             st = sim.run()
             print("seed %d ok %s" % (s, st))
