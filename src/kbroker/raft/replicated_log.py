@@ -75,11 +75,19 @@ def encode_batches(batches: Sequence[Batch]) -> bytes:
 
 
 def decode_batches(buf) -> list[Batch]:
-    """Batches from record-set bytes (as a Fetch response carries them); CRCs are checked."""
+    """Whole batches from record-set bytes (as a Fetch response carries them); CRCs checked."""
     out = []
     if not buf:
         return out
     buf = bytes(buf)
+    # a record set may end inside a batch (a log read cut at max bytes): drop that tail
+    whole = 0
+    while whole + 12 <= len(buf):
+        size = 12 + int.from_bytes(buf[whole + 8:whole + 12], "big")
+        if whole + size > len(buf):
+            break
+        whole += size
+    buf = buf[:whole]
     pos = 0
     for rb in _records.decode_batches(buf, check_crc=True):
         size = rb.size_in_bytes
