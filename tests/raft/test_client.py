@@ -408,3 +408,33 @@ def test_leader_commits_only_after_an_entry_of_its_own_epoch():
 def test_figure_8_bug_is_caught():
     crashed, ok, _ = figure_8({"commit_without_current_epoch"})
     assert crashed and not ok           # X was committed by node 1, then overwritten by node 2
+
+
+def test_describe_quorum(settled):
+    c, lead, f = settled
+    lead.schedule_append(1, [b"x"], c.now)
+    c.advance(100)
+    r = ask(c, lead, 50, M.describe_quorum_request())
+    p = r.topics[0].partitions[0]
+    assert (p.error_code, p.leader_id, p.leader_epoch, p.high_watermark) == (0, lead.node_id, 1, 2)
+    assert [v.replica_id for v in p.current_voters] == [1, 2, 3]
+    assert all(v.log_end_offset == 2 and v.last_caught_up_timestamp > 0 for v in p.current_voters)
+    assert p.observers == []
+    r = ask(c, f, 50, M.describe_quorum_request())
+    assert r.topics[0].partitions[0].error_code == E.NOT_LEADER_OR_FOLLOWER
+    bad = M.describe_quorum_request()
+    bad.topics[0].topic_name = "other"
+    assert ask(c, lead, 50, bad).topics[0].partitions[0].error_code == E.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_observers_replicate_but_do_not_count():
+    c = Cluster(observers=(100,))
+    lead = elect(c)
+    others = [i for i in (1, 2, 3) if i != lead.node_id]
+    c.down.update(others)                      # only the leader and the observer are up
+    lead.schedule_append(lead.quorum.epoch, [b"x"], c.now)
+    c.advance(300)
+    assert c.clients[100].log.end_offset == lead.log.end_offset == 2
+    assert lead.high_watermark == 1            # the observer's copy does not commit it
+    p = ask(c, lead, 50, M.describe_quorum_request()).topics[0].partitions[0]
+    assert [o.replica_id for o in p.observers] == [100]

@@ -39,6 +39,7 @@ from typing import Optional, Sequence
 
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import begin_quorum_epoch as bqe
+from kbroker.protocol.messages import describe_quorum as dq
 from kbroker.protocol.messages import end_quorum_epoch as eqe
 from kbroker.protocol.messages import fetch as fm
 from kbroker.protocol.messages import vote as vm
@@ -453,7 +454,27 @@ class KafkaRaftClient:
             return self._handle_end_epoch(now, msg)
         if isinstance(msg, fm.FetchRequest):
             return self._handle_fetch(now, inb, msg)
+        if isinstance(msg, dq.DescribeQuorumRequest):
+            return self.describe_quorum(now, msg)
         return None
+
+    def describe_quorum(self, now, req=None):
+        """DescribeQuorum (KIP-595): the leader's view of every voter and observer."""
+        if req is not None and M.single_partition(req, "topics") is None:
+            return M.describe_quorum_response(E.UNKNOWN_TOPIC_OR_PARTITION)
+        st = self.quorum.state
+        if not isinstance(st, Leader):
+            return M.describe_quorum_response(E.NOT_LEADER_OR_FOLLOWER, self.quorum.leader_id, self.quorum.epoch)
+
+        def row(p):
+            if p.replica_id == self.node_id:
+                return (p.replica_id, self.log.end_offset, now, now)
+            return (p.replica_id, p.end_offset if p.end_offset is not None else -1, p.last_fetch_ms,
+                    p.last_caught_up_ms)
+        hw = st.high_watermark if st.high_watermark is not None else -1
+        return M.describe_quorum_response(E.NONE, self.node_id, st.epoch, hw,
+                                          [row(st.progress[v]) for v in sorted(st.progress)],
+                                          [row(st.observers[o]) for o in sorted(st.observers)])
 
     def _valid_cluster_id(self, cid) -> bool:
         return cid is None or cid == self.cluster_id
@@ -624,7 +645,7 @@ class KafkaRaftClient:
         diverging = None
         if v.kind == "valid":
             if replica >= 0 and replica != self.node_id:
-                if st.update_end_offset(replica, p.fetch_offset, now):
+                if st.update_end_offset(replica, p.fetch_offset, now, self.log.end_offset):
                     self._on_high_watermark(st.high_watermark)
                     # followers learn the new high watermark without waiting for max_wait
                     parked, self._parked = self._parked, []

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import begin_quorum_epoch as bqe
+from kbroker.protocol.messages import describe_quorum as dq
 from kbroker.protocol.messages import end_quorum_epoch as eqe
 from kbroker.protocol.messages import fetch as fm
 from kbroker.protocol.messages import vote as vm
@@ -23,11 +24,14 @@ METADATA_PARTITION = 0
 VERSIONS = {vm.VoteRequest: 1, vm.VoteResponse: 1,
             bqe.BeginQuorumEpochRequest: 1, bqe.BeginQuorumEpochResponse: 1,
             eqe.EndQuorumEpochRequest: 1, eqe.EndQuorumEpochResponse: 1,
-            fm.FetchRequest: 17, fm.FetchResponse: 17}
+            fm.FetchRequest: 17, fm.FetchResponse: 17,
+            dq.DescribeQuorumRequest: 1, dq.DescribeQuorumResponse: 1}
 
-REQUEST_TYPES = (vm.VoteRequest, bqe.BeginQuorumEpochRequest, eqe.EndQuorumEpochRequest, fm.FetchRequest)
+REQUEST_TYPES = (vm.VoteRequest, bqe.BeginQuorumEpochRequest, eqe.EndQuorumEpochRequest, fm.FetchRequest,
+                 dq.DescribeQuorumRequest)
 RESPONSE_OF = {vm.VoteRequest: vm.VoteResponse, bqe.BeginQuorumEpochRequest: bqe.BeginQuorumEpochResponse,
-               eqe.EndQuorumEpochRequest: eqe.EndQuorumEpochResponse, fm.FetchRequest: fm.FetchResponse}
+               eqe.EndQuorumEpochRequest: eqe.EndQuorumEpochResponse, fm.FetchRequest: fm.FetchResponse,
+               dq.DescribeQuorumRequest: dq.DescribeQuorumResponse}
 BY_API_KEY = {(c.API_KEY, c in REQUEST_TYPES): c for c in VERSIONS}
 
 
@@ -154,3 +158,24 @@ def single_partition(msg, topic_attr, parts_attr="partitions", name_attr="topic_
     p = parts[0]
     idx = p.partition if hasattr(p, "partition") and not hasattr(p, "partition_index") else p.partition_index
     return p if idx == METADATA_PARTITION else None
+
+
+# -- DescribeQuorum ------------------------------------------------------------------------------
+
+def describe_quorum_request():
+    return dq.DescribeQuorumRequest(topics=[dq.DescribeQuorumRequestTopicData(
+        topic_name=METADATA_TOPIC, partitions=[dq.DescribeQuorumRequestPartitionData(
+            partition_index=METADATA_PARTITION)])])
+
+
+def describe_quorum_response(partition_error=ErrorCode.NONE, leader_id=-1, epoch=-1, high_watermark=-1,
+                             voters=(), observers=()):
+    """voters / observers: (replica id, log end offset, last fetch ms, last caught up ms)."""
+    def rs(t):
+        return dq.ReplicaState(replica_id=t[0], log_end_offset=t[1], last_fetch_timestamp=t[2],
+                               last_caught_up_timestamp=t[3])
+    return dq.DescribeQuorumResponse(topics=[dq.DescribeQuorumResponseTopicData(
+        topic_name=METADATA_TOPIC, partitions=[dq.DescribeQuorumResponsePartitionData(
+            partition_index=METADATA_PARTITION, error_code=partition_error, leader_id=leader_id,
+            leader_epoch=epoch, high_watermark=high_watermark, current_voters=[rs(v) for v in voters],
+            observers=[rs(o) for o in observers])])])

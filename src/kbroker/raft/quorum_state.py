@@ -182,6 +182,7 @@ class ReplicaProgress:
     replica_id: int
     end_offset: Optional[int] = None
     last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
     acknowledged: bool = False
 
 
@@ -213,8 +214,9 @@ class Leader:
     def non_acknowledging(self):
         return sorted(v for v, p in self.progress.items() if not p.acknowledged)
 
-    def update_end_offset(self, replica_id: int, end_offset: int, now_ms: int) -> bool:
-        """Record a replica's end offset; True if the high watermark moved."""
+    def update_end_offset(self, replica_id: int, end_offset: int, now_ms: int, leader_end: int = -1) -> bool:
+        """Record a replica's end offset; True if the high watermark moved. ``leader_end``:
+        the leader's log end offset now (a replica at it is caught up)."""
         if replica_id in self.progress:
             p = self.progress[replica_id]
             p.acknowledged = True
@@ -222,6 +224,8 @@ class Leader:
             p = self.observers.setdefault(replica_id, ReplicaProgress(replica_id))
         p.end_offset = end_offset
         p.last_fetch_ms = now_ms
+        if end_offset >= leader_end:
+            p.last_caught_up_ms = now_ms
         return replica_id in self.progress and self.maybe_update_high_watermark()
 
     #: test hook: False is the classic Raft bug (commit an old epoch's entry by counting replicas)
