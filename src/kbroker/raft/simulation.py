@@ -11,7 +11,7 @@ down gracefully. A workload appends records at whichever node leads.
 Invariants, checked after every step (a violation raises :class:`InvariantViolation`
 naming the seed):
 
-* at most one leader per epoch;
+* at most one leader per epoch, and at most one vote per voter per epoch (across restarts);
 * a committed entry is never lost or changed: every record a node delivers as committed
   equals the record the first node to commit that offset delivered; at the end every
   committed entry is in the (fsynced) logs of a majority of voters;
@@ -122,6 +122,7 @@ class Simulation:
             self.nodes[100 + j] = SimNode(100 + j, False)
         self.committed: list = []
         self.leaders: dict[int, int] = {}      # epoch -> leader id
+        self.votes: dict = {}                  # (node id, epoch) -> the candidate it voted for
         self.blocked: set = set()              # (src, dst) links that drop everything
         self.partitions: list = []             # (heal time, links)
         self.restarts: list = []               # (time, node id)
@@ -216,6 +217,11 @@ class Simulation:
             prev = self.leaders.setdefault(epoch, n.id)
             if prev != n.id:
                 self.fail("two leaders in epoch %d: %d and %d" % (epoch, prev, n.id))
+        e = n.store.state
+        if e is not None and e.voted_id >= 0:
+            prev = self.votes.setdefault((n.id, e.epoch), e.voted_id)
+            if prev != e.voted_id:
+                self.fail("node %d voted twice in epoch %d: for %d and %d" % (n.id, e.epoch, prev, e.voted_id))
         hw = c.high_watermark
         if hw < n.last_hw:
             self.fail("node %d high watermark went back from %d to %d" % (n.id, n.last_hw, hw))
