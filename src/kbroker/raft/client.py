@@ -99,8 +99,8 @@ class KafkaRaftClient:
         self._corr = 0
         self._inflight: dict[int, tuple[int, type, int]] = {}   # dest -> (correlation id, request type, deadline)
         self._backoff: dict[int, int] = {}                      # dest -> no request before this time
-        self._parked: list = []
-        self._sent_hw: dict[int, int] = {}  # the high watermark last sent to each fetcher          # (deadline, source, correlation id, FetchRequest) at the leader
+        self._parked: list = []          # (deadline, source, correlation id, FetchRequest) at the leader
+        self._sent_hw: dict[int, int] = {}  # the high watermark last sent to each fetcher
         self._pending: list[bytes] = []  # records scheduled by the leader's user, not yet appended
         self._linger_deadline: Optional[int] = None
         self._next_commit_offset = 0     # first offset not yet given to the listener
@@ -144,7 +144,9 @@ class KafkaRaftClient:
         return self.quorum.leader_id, self.quorum.epoch
 
     def schedule_append(self, epoch: int, records: Sequence[bytes], now: int) -> int:
-        """Queue ``records`` for the leader of ``epoch``; the offset of the last one.
+        """Queue ``records`` for the leader of ``epoch``; the offset of the last one. They are
+        appended after ``append_linger_ms`` and count once ``handle_commit`` delivers them;
+        if leadership is lost first they are gone (``handle_leader_change`` says so).
         NotLeaderError if this replica is not that leader (anymore)."""
         st = self.quorum.state
         if not isinstance(st, Leader) or st.epoch != epoch or self._shutting_down:
