@@ -146,3 +146,12 @@ def test_the_checkers_themselves():
     n2.store.state = ElectionState(3, voted_id=3)
     with pytest.raises(InvariantViolation, match="voted twice"):
         sim.check(n2)
+
+
+def test_on_disk_logs(tmp_path):
+    """The same runs on KafkaMetadataLog (our Log: segments, epoch checkpoint, recovery after
+    a process crash) instead of MemoryLog."""
+    for s in seeds(400_001, 15):
+        d = tmp_path / str(s)
+        st = Simulation(s, SimConfig(disk_dir=str(d))).run()
+        assert st["committed"] > 0

@@ -78,5 +78,5 @@ class KafkaMetadataLog(ReplicatedLog):
         self.high_watermark = offset
         self.log.update_high_watermark(offset)
 
-    def close(self) -> None:
-        self.log.close()
+    def close(self, sync: bool = True) -> None:
+        self.log.close(sync)

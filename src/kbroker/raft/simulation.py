@@ -59,6 +59,9 @@ class SimConfig:
     append_every_ms: int = 40       # mean time between workload appends
     fetch_max_bytes: Optional[int] = None   # None: pick per seed (small values split fetches)
     bugs: frozenset = frozenset()   # test-only protocol bugs to inject (see KafkaRaftClient.bugs)
+    #: run the nodes on KafkaMetadataLog (our on-disk Log) under this directory instead of
+    #: MemoryLog; a crash is then a process crash (written data survives, recovery runs)
+    disk_dir: Optional[str] = None
 
 
 class AppliedState(Listener):
@@ -120,6 +123,9 @@ class Simulation:
             self.nodes[i] = SimNode(i, True)
         for j in range(self.cfg.observers):
             self.nodes[100 + j] = SimNode(100 + j, False)
+        if self.cfg.disk_dir:
+            for n in self.nodes.values():
+                n.log = self._open_disk_log(n)
         self.committed: list = []
         self.leaders: dict[int, int] = {}      # epoch -> leader id
         self.votes: dict = {}                  # (node id, epoch) -> the candidate it voted for
@@ -167,12 +173,29 @@ class Simulation:
         self.send(n, n.client.start(self.now))
         n.deadline = n.client.next_deadline()
 
+    def _open_disk_log(self, n: SimNode):
+        import os
+        from kbroker.raft.kafka_log import KafkaMetadataLog
+        d = os.path.join(self.cfg.disk_dir, "node%d" % n.id)
+        os.makedirs(d, exist_ok=True)
+        return KafkaMetadataLog.open(d, sync_parent_dir=False)
+
+    def close(self) -> None:
+        """Close the nodes' disk logs (disk_dir runs)."""
+        if self.cfg.disk_dir:
+            for n in self.nodes.values():
+                n.log.close(sync=False)
+
     def crash_node(self, n: SimNode, graceful: bool) -> None:
         if graceful:
             self.send(n, n.client.shutdown(self.now))
         n.up = False
         n.deadline = 1 << 62
-        n.log = n.log.crash()
+        if self.cfg.disk_dir:
+            n.log.close(sync=graceful)
+            n.log = self._open_disk_log(n)
+        else:
+            n.log = n.log.crash()
         n.client = None
         self.stats["crashes"] += 1
         self.log_event("%s node %d" % ("shutdown" if graceful else "crash", n.id))
@@ -235,7 +258,8 @@ class Simulation:
         flat = {}
         for n in self.nodes.values():
             if n.voter:
-                flat[n.id] = [(b.epoch, b.control_type, v) for b in n.log.batches for v in b.records]
+                flat[n.id] = [(b.epoch, b.control_type, v) for b in n.log.read(n.log.start_offset, 1 << 40)
+                              for v in b.records]
         need = len(self.voter_ids) // 2 + 1
         for off, entry in enumerate(self.committed):
             have = sum(1 for entries in flat.values() if off < len(entries) and entries[off] == entry)
@@ -360,6 +384,8 @@ class Simulation:
         except Exception as e:   # a client's own assertion is a failed run too
             raise InvariantViolation("seed %d at %d ms: %s: %s\n  reproduce: %s"
                                      % (self.seed, self.now, type(e).__name__, e, self.repro())) from e
+        finally:
+            self.close()
 
     def _run(self) -> dict:
         for n in self.nodes.values():
