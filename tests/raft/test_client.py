@@ -438,3 +438,51 @@ def test_observers_replicate_but_do_not_count():
     assert lead.high_watermark == 1            # the observer's copy does not commit it
     p = ask(c, lead, 50, M.describe_quorum_request()).topics[0].partitions[0]
     assert [o.replica_id for o in p.observers] == [100]
+
+
+def test_fetch_snapshot_and_its_errors(settled):
+    from kbroker.raft.replicated_log import OffsetAndEpoch
+    c, lead, f = settled
+    for k in range(5):
+        lead.schedule_append(1, [b"r%d" % k], c.now)
+        c.advance(30)
+    c.advance(200)
+    snap = lead.create_snapshot(lead.high_watermark, b"S" * 2500)
+    assert snap == OffsetAndEpoch(6, 1) and lead.log.start_offset == 6
+    # a fetch from below the snapshot is told to fetch the snapshot
+    r = fpart(ask(c, lead, 100, fetch(offset=0, last_epoch=0)))
+    assert (r.snapshot_id.end_offset, r.snapshot_id.epoch) == (6, 1) and not r.records
+
+    def fsreq(epoch=1, sid=snap, pos=0, cid=CID):
+        return M.fetch_snapshot_request(cid, 100, epoch, sid, pos, 1000)
+    rp = ask(c, lead, 100, fsreq()).topics[0].partitions[0]
+    assert (rp.error_code, rp.size, rp.position, len(rp.unaligned_records)) == (0, 2500, 0, 1000)
+    rp = ask(c, lead, 100, fsreq(pos=2000)).topics[0].partitions[0]
+    assert len(rp.unaligned_records) == 500
+    assert ask(c, lead, 100, fsreq(pos=2501)).topics[0].partitions[0].error_code == E.POSITION_OUT_OF_RANGE
+    assert ask(c, lead, 100, fsreq(sid=OffsetAndEpoch(5, 1))).topics[0].partitions[0].error_code == \
+        E.SNAPSHOT_NOT_FOUND
+    assert ask(c, lead, 100, fsreq(epoch=0)).topics[0].partitions[0].error_code == E.FENCED_LEADER_EPOCH
+    assert ask(c, lead, 100, fsreq(epoch=2)).topics[0].partitions[0].error_code == E.UNKNOWN_LEADER_EPOCH
+    assert ask(c, f, 100, fsreq()).topics[0].partitions[0].error_code == E.NOT_LEADER_OR_FOLLOWER
+    assert ask(c, lead, 100, fsreq(cid="x")).error_code == E.INCONSISTENT_CLUSTER_ID
+
+
+def test_a_new_observer_catches_up_from_the_snapshot():
+    c = Cluster(observers=(100,))
+    c.down.add(100)
+    lead = elect(c)
+    for k in range(5):
+        lead.schedule_append(lead.quorum.epoch, [b"r%d" % k], c.now)
+        c.advance(30)
+    c.advance(200)
+    loaded = []
+    c.listeners[100].handle_load_snapshot = lambda sid, data: loaded.append((sid, data))
+    lead.create_snapshot(lead.high_watermark, b"state-at-6")
+    lead.schedule_append(lead.quorum.epoch, [b"after"], c.now)
+    c.down.discard(100)
+    c.advance(500)
+    o = c.clients[100]
+    assert loaded == [((6, 1), b"state-at-6")]
+    assert o.log.start_offset == 6 and o.high_watermark == 7
+    assert [v for _, _, v in c.listeners[100].committed] == [b"after"]

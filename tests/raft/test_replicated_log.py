@@ -101,3 +101,30 @@ def test_append_rules():
     assert [b.base_offset for b in log.read(0, 1)] == [0]
     assert [b.base_offset for b in log.read(0, 1 << 20)] == [0, 1]
     assert log.read(2, 100) == []
+
+
+def test_snapshot_moves_the_start_and_fetches_below_it_get_the_snapshot():
+    log = make_log([(1, 2), (2, 3), (4, 1)])        # epoch 1: 0-1, epoch 2: 2-4, epoch 4: 5
+    log.flush()
+    with pytest.raises(ValueError):
+        log.create_snapshot(OffsetAndEpoch(3, 2), b"s")     # inside a batch
+    log.create_snapshot(OffsetAndEpoch(5, 2), b"state")
+    assert log.start_offset == 5 and log.latest_snapshot_id() == (5, 2)
+    assert log.read_snapshot(OffsetAndEpoch(5, 2)) == b"state"
+    assert log.epoch_entries() == [(5, 4)]
+    assert log.validate_offset_and_epoch(0, 0) == ("snapshot", OffsetAndEpoch(5, 2))
+    assert log.validate_offset_and_epoch(3, 2) == ("snapshot", OffsetAndEpoch(5, 2))
+    assert log.validate_offset_and_epoch(5, 1) == ("snapshot", OffsetAndEpoch(5, 2))
+    assert log.validate_offset_and_epoch(5, 2).kind == "valid"
+    assert log.validate_offset_and_epoch(6, 4).kind == "valid"
+    assert log.end_offset_for_epoch(3) == OffsetAndEpoch(5, 2)
+    after = log.crash()
+    assert after.start_offset == 5 and after.end_offset == 6 and after.latest_snapshot_id() == (5, 2)
+
+
+def test_install_snapshot_replaces_the_follower_log():
+    log = make_log([(1, 3)])
+    log.install_snapshot(OffsetAndEpoch(10, 3), b"s")
+    assert (log.start_offset, log.end_offset, log.last_fetched_epoch) == (10, 10, 3)
+    log.append_as_follower([build_batch(10, 4, [b"x"])])
+    assert log.end_offset == 11 and log.crash().end_offset == 10

@@ -21,6 +21,9 @@ Protocol, as Kafka's:
 * Commit: the high watermark is the largest offset a majority of voters hold (the leader
   counting what it has flushed), and only once it is past the epoch start offset.
   Committed batches go to the :class:`Listener` in order; the HW never goes back.
+* Snapshots (KIP-630): ``create_snapshot`` drops the log before a committed offset; a
+  fetch from below the log start gets the snapshot id, and the follower pulls the snapshot
+  with FetchSnapshot, installs it and hands it to ``Listener.handle_load_snapshot``.
 * A leader that has not heard from a majority within 1.5 x fetch timeout resigns (check
   quorum); on graceful shutdown it resigns and sends EndQuorumEpoch with its preferred
   successors (most caught up first).
@@ -42,6 +45,7 @@ from kbroker.protocol.messages import begin_quorum_epoch as bqe
 from kbroker.protocol.messages import describe_quorum as dq
 from kbroker.protocol.messages import end_quorum_epoch as eqe
 from kbroker.protocol.messages import fetch as fm
+from kbroker.protocol.messages import fetch_snapshot as fs
 from kbroker.protocol.messages import vote as vm
 from kbroker.protocol.messages.leader_change_message import LeaderChangeMessage, Voter
 from kbroker.raft import messages as M
@@ -67,6 +71,7 @@ class RaftConfig:
     append_linger_ms: int = 25
     fetch_max_wait_ms: int = 500
     fetch_max_bytes: int = 8 * 1024 * 1024
+    fetch_snapshot_max_bytes: int = 8 * 1024 * 1024
     max_batch_records: int = 1000
 
 
@@ -78,6 +83,10 @@ class Listener:
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         """The known leader (-1 unknown) changed, or the epoch did."""
+
+    def handle_load_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        """Replace the state with this snapshot (at start-up, or fetched from the leader);
+        commits continue from ``snapshot_id.offset``."""
 
 
 class NotLeaderError(RuntimeError):
@@ -109,6 +118,7 @@ class KafkaRaftClient:
         self.high_watermark = 0          # this replica's view (mirrors leader/follower state)
         self._cq_fetched: set = set()    # voters heard from since the last check-quorum
         self._out: list[Outbound] = []   # messages produced while handling, returned by poll
+        self._fetching_snapshot = None   # follower: [snapshot id, bytearray so far] while fetching one
         #: test-only hooks that break the protocol on purpose (the simulation must catch them)
         self.bugs: frozenset = frozenset()
 
@@ -122,8 +132,34 @@ class KafkaRaftClient:
             q.state = Follower(s.epoch, s.leader_id, now + self.config.fetch_timeout_ms, voted_id=s.voted_id)
         if "vote_twice" in self.bugs:
             q.allow_double_vote = True
+        snap = self.log.latest_snapshot_id()
+        if snap is not None:
+            self._load_snapshot(snap, self.log.read_snapshot(snap))
         self._notify_leader()
         return []
+
+    def _load_snapshot(self, snap, data):
+        self.listener.handle_load_snapshot(snap, data)
+        self._next_commit_offset = snap.offset
+        if snap.offset > self.high_watermark:
+            self.high_watermark = snap.offset
+            self.log.update_high_watermark(snap.offset)
+
+    def create_snapshot(self, offset: int, data: bytes) -> Optional[OffsetAndEpoch]:
+        """Keep ``data``, the state after every committed record below ``offset``, as a
+        snapshot and drop the log before it (KIP-630). None if there is nothing new to cover."""
+        if offset > self.high_watermark or offset > self.log.durable_end_offset:
+            raise ValueError("snapshot at %d beyond the high watermark %d or the durable end %d"
+                             % (offset, self.high_watermark, self.log.durable_end_offset))
+        if offset <= self.log.start_offset:
+            return None
+        epoch = 0
+        for e in self.log.epoch_entries():
+            if e.offset <= offset - 1:
+                epoch = e.epoch
+        snap = OffsetAndEpoch(offset, epoch)
+        self.log.create_snapshot(snap, data)
+        return snap
 
     def shutdown(self, now: int) -> list[Outbound]:
         """Graceful shutdown: a leader resigns and tells the voters (EndQuorumEpoch)."""
@@ -271,7 +307,12 @@ class KafkaRaftClient:
                 self._observer_discover(now, out)
             return
         if self._can_send(st.leader_id, now):
-            self._send(out, st.leader_id, self._fetch_request(st.epoch), now)
+            if self._fetching_snapshot is not None:
+                snap, buf = self._fetching_snapshot
+                self._send(out, st.leader_id, M.fetch_snapshot_request(
+                    self.cluster_id, self.node_id, st.epoch, snap, len(buf), self.config.fetch_snapshot_max_bytes), now)
+            else:
+                self._send(out, st.leader_id, self._fetch_request(st.epoch), now)
 
     def _fetch_request(self, epoch):
         return M.fetch_request(self.cluster_id, self.node_id, epoch, self.log.end_offset,
@@ -352,6 +393,7 @@ class KafkaRaftClient:
             self._wake_parked(now)
         if isinstance(self.quorum.state, Follower):
             self.quorum.state.high_watermark = None
+        self._fetching_snapshot = None
         self._notify_leader()
 
     def _notify_leader(self):
@@ -458,7 +500,38 @@ class KafkaRaftClient:
             return self._handle_fetch(now, inb, msg)
         if isinstance(msg, dq.DescribeQuorumRequest):
             return self.describe_quorum(now, msg)
+        if isinstance(msg, fs.FetchSnapshotRequest):
+            return self._handle_fetch_snapshot(now, inb.source, msg)
         return None
+
+    def _handle_fetch_snapshot(self, now, src, req):
+        """FetchSnapshot (KIP-630): a chunk of the leader's snapshot from ``position``."""
+        q = self.quorum
+        if not self._valid_cluster_id(req.cluster_id):
+            self._reject("FetchSnapshot", src, E.INCONSISTENT_CLUSTER_ID)
+            return M.fetch_snapshot_response(E.INCONSISTENT_CLUSTER_ID)
+        p = M.single_partition(req, "topics", name_attr="name")
+        if p is None:
+            return M.fetch_snapshot_response(partition_error=E.UNKNOWN_TOPIC_OR_PARTITION)
+
+        def reply(err, **kw):
+            if err != E.NONE:
+                self._reject("FetchSnapshot", src, err)
+            return M.fetch_snapshot_response(partition_error=err, leader_id=q.leader_id, epoch=q.epoch, **kw)
+        if p.current_leader_epoch < q.epoch:
+            return reply(E.FENCED_LEADER_EPOCH)
+        if p.current_leader_epoch > q.epoch:
+            return reply(E.UNKNOWN_LEADER_EPOCH)
+        if not isinstance(q.state, Leader):
+            return reply(E.NOT_LEADER_OR_FOLLOWER)
+        snap = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+        data = self.log.read_snapshot(snap)
+        if data is None:
+            return reply(E.SNAPSHOT_NOT_FOUND)
+        if p.position < 0 or p.position > len(data):
+            return reply(E.POSITION_OUT_OF_RANGE)
+        chunk = data[p.position:p.position + max(1, req.max_bytes)]
+        return reply(E.NONE, snapshot_id=snap, size=len(data), position=p.position, data=chunk)
 
     def describe_quorum(self, now, req=None):
         """DescribeQuorum (KIP-595): the leader's view of every voter and observer."""
@@ -644,7 +717,7 @@ class KafkaRaftClient:
         replica = M.fetch_replica_id(req)
         v = self.log.validate_offset_and_epoch(p.fetch_offset, p.last_fetched_epoch)
         records = None
-        diverging = None
+        diverging = snapshot_id = None
         if v.kind == "valid":
             if replica >= 0 and replica != self.node_id:
                 if st.update_end_offset(replica, p.fetch_offset, now, self.log.end_offset):
@@ -659,10 +732,12 @@ class KafkaRaftClient:
                 records = b"".join(b.data for b in batches)
         elif v.kind == "diverging":
             diverging = v.offset_and_epoch
+        else:
+            snapshot_id = v.offset_and_epoch
         hw = st.high_watermark if st.high_watermark is not None else -1
         self._sent_hw[src] = hw
         return M.fetch_response(leader_id=q.leader_id, epoch=q.epoch, high_watermark=hw,
-                                records=records, diverging=diverging)
+                                records=records, diverging=diverging, snapshot_id=snapshot_id)
 
     # -- responses ----------------------------------------------------------------------------------------------
     def _handle_response(self, now, inb) -> bool:
@@ -673,6 +748,11 @@ class KafkaRaftClient:
             return False
         if isinstance(msg, fm.FetchResponse):
             p = M.single_partition(msg, "responses", name_attr="topic_id")
+            if p is None:
+                return False
+            leader, epoch = p.current_leader.leader_id, p.current_leader.leader_epoch
+        elif isinstance(msg, fs.FetchSnapshotResponse):
+            p = M.single_partition(msg, "topics", name_attr="name")
             if p is None:
                 return False
             leader, epoch = p.current_leader.leader_id, p.current_leader.leader_epoch
@@ -692,6 +772,8 @@ class KafkaRaftClient:
             if err == E.NONE and isinstance(st, Leader) and inb.source in st.progress:
                 st.progress[inb.source].acknowledged = True
             return err == E.NONE
+        if isinstance(msg, fs.FetchSnapshotResponse):
+            return self._handle_fetch_snapshot_response(now, inb.source, err, p)
         if isinstance(msg, eqe.EndQuorumEpochResponse):
             st = self.quorum.state
             if err == E.NONE and isinstance(st, Resigned):
@@ -750,8 +832,13 @@ class KafkaRaftClient:
                 off = self.log.truncate_to_end_offset(div)
                 log.info("node %d: truncated to %d (diverging epoch %s)", self.node_id, off, tuple(div))
         elif p.snapshot_id.epoch >= 0 or p.snapshot_id.end_offset >= 0:
-            log.error("node %d: leader sent snapshot id %d-%d; FetchSnapshot is not implemented yet",
-                      self.node_id, p.snapshot_id.end_offset, p.snapshot_id.epoch)
+            if p.snapshot_id.epoch < 0 or p.snapshot_id.end_offset < 0:
+                log.error("node %d: leader sent an invalid snapshot id %d-%d", self.node_id,
+                          p.snapshot_id.end_offset, p.snapshot_id.epoch)
+                return False
+            snap = OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch)
+            log.info("node %d: fetching snapshot %s from leader %d", self.node_id, tuple(snap), st.leader_id)
+            self._fetching_snapshot = [snap, bytearray()]
         else:
             if p.records:
                 batches = decode_batches(p.records)
@@ -765,5 +852,30 @@ class KafkaRaftClient:
                 if new_hw > self.high_watermark:
                     st.high_watermark = new_hw
                     self._on_high_watermark(new_hw)
+        st.fetch_deadline = now + self.config.fetch_timeout_ms
+        return True
+
+    def _handle_fetch_snapshot_response(self, now, src, err, p):
+        st = self.quorum.state
+        if not isinstance(st, Follower) or src != st.leader_id or self._fetching_snapshot is None:
+            return True
+        snap, buf = self._fetching_snapshot
+        if err in (E.SNAPSHOT_NOT_FOUND, E.POSITION_OUT_OF_RANGE):
+            self._fetching_snapshot = None          # the leader moved on: Fetch again
+            return True
+        if err != E.NONE:
+            return False
+        if (p.snapshot_id.end_offset, p.snapshot_id.epoch) != tuple(snap) or p.position != len(buf):
+            return True
+        buf += bytes(p.unaligned_records or b"")
+        if len(buf) >= p.size:
+            data = bytes(buf)
+            self._fetching_snapshot = None
+            if snap.offset < self.high_watermark:
+                raise AssertionError("node %d: snapshot %s below the high watermark %d"
+                                     % (self.node_id, tuple(snap), self.high_watermark))
+            self.log.install_snapshot(snap, data)
+            self._load_snapshot(snap, data)
+            log.info("node %d: installed snapshot %s", self.node_id, tuple(snap))
         st.fetch_deadline = now + self.config.fetch_timeout_ms
         return True

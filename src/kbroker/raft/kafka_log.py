@@ -6,7 +6,8 @@ Mapping: ``end_offset`` is the log end offset; ``durable_end_offset`` the recove
 (everything below it fsynced); the epoch cache is the log's leader-epoch cache, fed by
 stamping each appended batch's epoch (``leader_epoch=``), leader and follower alike.
 Batches are built by the Raft client with their final base offsets, so nothing is
-reassigned (``assign_offsets=False``). Snapshots (KIP-630) are not handled yet.
+reassigned (``assign_offsets=False``). Snapshot files (KIP-630) are not written yet: the
+snapshot methods raise NotImplementedError (MemoryLog has them).
 """
 from __future__ import annotations
 

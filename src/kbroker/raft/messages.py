@@ -14,6 +14,7 @@ from kbroker.protocol.messages import begin_quorum_epoch as bqe
 from kbroker.protocol.messages import describe_quorum as dq
 from kbroker.protocol.messages import end_quorum_epoch as eqe
 from kbroker.protocol.messages import fetch as fm
+from kbroker.protocol.messages import fetch_snapshot as fs
 from kbroker.protocol.messages import vote as vm
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -25,13 +26,15 @@ VERSIONS = {vm.VoteRequest: 1, vm.VoteResponse: 1,
             bqe.BeginQuorumEpochRequest: 1, bqe.BeginQuorumEpochResponse: 1,
             eqe.EndQuorumEpochRequest: 1, eqe.EndQuorumEpochResponse: 1,
             fm.FetchRequest: 17, fm.FetchResponse: 17,
-            dq.DescribeQuorumRequest: 1, dq.DescribeQuorumResponse: 1}
+            dq.DescribeQuorumRequest: 1, dq.DescribeQuorumResponse: 1,
+            fs.FetchSnapshotRequest: 1, fs.FetchSnapshotResponse: 1}
 
 REQUEST_TYPES = (vm.VoteRequest, bqe.BeginQuorumEpochRequest, eqe.EndQuorumEpochRequest, fm.FetchRequest,
-                 dq.DescribeQuorumRequest)
+                 dq.DescribeQuorumRequest, fs.FetchSnapshotRequest)
 RESPONSE_OF = {vm.VoteRequest: vm.VoteResponse, bqe.BeginQuorumEpochRequest: bqe.BeginQuorumEpochResponse,
                eqe.EndQuorumEpochRequest: eqe.EndQuorumEpochResponse, fm.FetchRequest: fm.FetchResponse,
-               dq.DescribeQuorumRequest: dq.DescribeQuorumResponse}
+               dq.DescribeQuorumRequest: dq.DescribeQuorumResponse,
+               fs.FetchSnapshotRequest: fs.FetchSnapshotResponse}
 BY_API_KEY = {(c.API_KEY, c in REQUEST_TYPES): c for c in VERSIONS}
 
 
@@ -156,7 +159,12 @@ def single_partition(msg, topic_attr, parts_attr="partitions", name_attr="topic_
     if len(parts) != 1:
         return None
     p = parts[0]
-    idx = p.partition if hasattr(p, "partition") and not hasattr(p, "partition_index") else p.partition_index
+    if hasattr(p, "partition_index"):
+        idx = p.partition_index
+    elif hasattr(p, "partition"):
+        idx = p.partition
+    else:
+        idx = p.index
     return p if idx == METADATA_PARTITION else None
 
 
@@ -179,3 +187,28 @@ def describe_quorum_response(partition_error=ErrorCode.NONE, leader_id=-1, epoch
             partition_index=METADATA_PARTITION, error_code=partition_error, leader_id=leader_id,
             leader_epoch=epoch, high_watermark=high_watermark, current_voters=[rs(v) for v in voters],
             observers=[rs(o) for o in observers])])])
+
+
+# -- FetchSnapshot (KIP-630) ------------------------------------------------------------------------
+
+def fetch_snapshot_request(cluster_id, replica_id, epoch, snapshot_id, position, max_bytes):
+    return fs.FetchSnapshotRequest(cluster_id=cluster_id, replica_id=replica_id, max_bytes=max_bytes, topics=[
+        fs.FetchSnapshotRequestTopicSnapshot(name=METADATA_TOPIC, partitions=[
+            fs.FetchSnapshotRequestPartitionSnapshot(
+                partition=METADATA_PARTITION, current_leader_epoch=epoch, position=position,
+                snapshot_id=fs.FetchSnapshotRequestSnapshotId(end_offset=snapshot_id.offset,
+                                                              epoch=snapshot_id.epoch))])])
+
+
+def fetch_snapshot_response(error=ErrorCode.NONE, partition_error=ErrorCode.NONE, leader_id=-1, epoch=-1,
+                            snapshot_id=None, size=0, position=0, data=None):
+    if error != ErrorCode.NONE:
+        return fs.FetchSnapshotResponse(error_code=error)
+    p = fs.FetchSnapshotResponsePartitionSnapshot(
+        index=METADATA_PARTITION, error_code=partition_error, size=size, position=position,
+        current_leader=fs.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=epoch),
+        snapshot_id=fs.FetchSnapshotResponseSnapshotId(end_offset=snapshot_id.offset if snapshot_id else -1,
+                                                       epoch=snapshot_id.epoch if snapshot_id else -1),
+        unaligned_records=data if data is not None else b"")
+    return fs.FetchSnapshotResponse(topics=[fs.FetchSnapshotResponseTopicSnapshot(name=METADATA_TOPIC,
+                                                                                  partitions=[p])])

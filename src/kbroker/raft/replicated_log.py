@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from kbroker.kernels import load as _load_kernel
 
@@ -148,6 +148,21 @@ class ReplicatedLog:
         """The epoch cache: (start offset, epoch) for each epoch present, ascending."""
         raise NotImplementedError
 
+    # snapshots (KIP-630): id = (end offset, epoch of the last record it covers)
+    def latest_snapshot_id(self) -> Optional[OffsetAndEpoch]:
+        return None
+
+    def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> Optional[bytes]:
+        return None
+
+    def create_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        """Store a snapshot (durably) and delete the log before it (log start offset moves)."""
+        raise NotImplementedError("this log does not keep snapshots yet")
+
+    def install_snapshot(self, snapshot_id: OffsetAndEpoch, data: bytes) -> None:
+        """A follower's log becomes just this snapshot (fetched from the leader)."""
+        raise NotImplementedError("this log does not keep snapshots yet")
+
     # -- derived ---------------------------------------------------------------------------
     high_watermark: int = 0
 
@@ -156,9 +171,12 @@ class ReplicatedLog:
 
     @property
     def last_fetched_epoch(self) -> int:
-        """Epoch of the last batch in the log, 0 when empty."""
+        """Epoch of the last batch in the log; the snapshot's when only it is left; 0 when empty."""
         e = self.epoch_entries()
-        return e[-1].epoch if e else 0
+        if e:
+            return e[-1].epoch
+        snap = self.latest_snapshot_id()
+        return snap.epoch if snap is not None else 0
 
     def end_offset_and_epoch(self) -> OffsetAndEpoch:
         return OffsetAndEpoch(self.end_offset, self.last_fetched_epoch)
@@ -169,6 +187,9 @@ class ReplicatedLog:
         entries = self.epoch_entries()
         i = bisect.bisect_right([e.epoch for e in entries], epoch) - 1
         if i < 0:
+            snap = self.latest_snapshot_id()
+            if snap is not None and snap.epoch <= epoch:
+                return OffsetAndEpoch(self.start_offset, snap.epoch)
             return OffsetAndEpoch(self.start_offset, 0)
         end = entries[i + 1].offset if i + 1 < len(entries) else self.end_offset
         return OffsetAndEpoch(end, entries[i].epoch)
@@ -177,6 +198,12 @@ class ReplicatedLog:
         """The leader's check of a follower's (fetch offset, last fetched epoch)."""
         if offset == 0 and self.start_offset == 0:
             return ValidOffsetAndEpoch("valid", OffsetAndEpoch(0, 0))
+        snap = self.latest_snapshot_id()
+        if snap is not None and self.start_offset > 0 and (
+                offset < self.start_offset or (offset == self.start_offset and epoch != snap.epoch)
+                or epoch < snap.epoch):
+            # what the fetcher needs is only in the snapshot: it must fetch that first
+            return ValidOffsetAndEpoch("snapshot", snap)
         end = self.end_offset_for_epoch(epoch)
         if end.epoch != epoch or end.offset < offset:
             return ValidOffsetAndEpoch("diverging", end)
@@ -200,14 +227,45 @@ class MemoryLog(ReplicatedLog):
     def __init__(self) -> None:
         self.batches: list[Batch] = []
         self._bases: list[int] = []
+        self._start = 0
         self._end = 0
         self._durable = 0
         self._epochs: list[OffsetAndEpoch] = []
+        self.snapshot: Optional[tuple[OffsetAndEpoch, bytes]] = None    # written durably at once
         self.high_watermark = 0
 
     @property
     def start_offset(self) -> int:
-        return 0
+        return self._start
+
+    def latest_snapshot_id(self):
+        return self.snapshot[0] if self.snapshot else None
+
+    def read_snapshot(self, snapshot_id):
+        return self.snapshot[1] if self.snapshot and self.snapshot[0] == snapshot_id else None
+
+    def create_snapshot(self, snapshot_id, data):
+        off = snapshot_id.offset
+        if off > self._durable or off < self._start:
+            raise ValueError("snapshot at %d outside the durable log [%d, %d)" % (off, self._start, self._durable))
+        i = bisect.bisect_left(self._bases, off)
+        if i < len(self._bases) and self._bases[i] != off or (i == len(self._bases) and off != self._end):
+            raise ValueError("snapshot at %d is not at a batch boundary" % off)
+        self.snapshot = (snapshot_id, bytes(data))
+        del self.batches[:i]
+        del self._bases[:i]
+        self._start = off
+        # the epoch cache keeps the epochs of what is left, the first one starting at the start
+        keep = [e for e in self._epochs if e.offset >= off]
+        before = [e for e in self._epochs if e.offset < off]
+        if before and (not keep or keep[0].offset > off) and off < self._end:
+            keep.insert(0, OffsetAndEpoch(off, before[-1].epoch))
+        self._epochs = keep
+
+    def install_snapshot(self, snapshot_id, data):
+        self.snapshot = (snapshot_id, bytes(data))
+        self.batches, self._bases, self._epochs = [], [], []
+        self._start = self._end = self._durable = snapshot_id.offset
 
     @property
     def end_offset(self) -> int:
@@ -279,6 +337,8 @@ class MemoryLog(ReplicatedLog):
     def crash(self) -> "MemoryLog":
         """The log as a restart finds it: the durable prefix only."""
         fresh = MemoryLog()
+        fresh.snapshot = self.snapshot
+        fresh._start = fresh._end = self._start
         for b in self.batches:
             if b.next_offset > self._durable:
                 break
