@@ -160,15 +160,6 @@ def test_the_checkers_themselves():
     with pytest.raises(InvariantViolation, match="voted twice"):
         sim.check(n2)
 
-
-def test_on_disk_logs(tmp_path):
-    """The same runs on KafkaMetadataLog (our Log: segments, epoch checkpoint, recovery after
-    a process crash) instead of MemoryLog."""
-    for s in seeds(400_001, 15):
-        d = tmp_path / str(s)
-        st = Simulation(s, SimConfig(disk_dir=str(d))).run()
-        assert st["committed"] > 0
-
     import pickle
 
     from kbroker.raft.replicated_log import OffsetAndEpoch
@@ -178,3 +169,12 @@ def test_on_disk_logs(tmp_path):
     st.handle_load_snapshot(OffsetAndEpoch(2, 1), pickle.dumps(sim.committed[:2]))
     with pytest.raises(InvariantViolation, match="not the committed prefix"):
         st.handle_load_snapshot(OffsetAndEpoch(2, 1), pickle.dumps([(1, 2, b"lc"), (1, -1, b"b")]))
+
+
+def test_on_disk_logs(tmp_path):
+    """The same runs on KafkaMetadataLog (our Log: segments, epoch checkpoint, recovery after
+    a process crash) instead of MemoryLog."""
+    for s in seeds(400_001, 15):
+        d = tmp_path / str(s)
+        st = Simulation(s, SimConfig(disk_dir=str(d))).run()
+        assert st["committed"] > 0
