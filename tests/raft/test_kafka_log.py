@@ -81,3 +81,34 @@ def test_a_three_node_quorum_on_disk_logs(tmp_path):
     assert len(c.listeners[f].committed) == 22
     for cl in c.clients.values():
         cl.log.close()
+
+
+def test_snapshot_files(tmp_path):
+    log = KafkaMetadataLog.open(str(tmp_path))
+    log.append_as_leader([b"lc"], 1, LEADER_CHANGE)
+    log.append_as_leader([b"a", b"b"], 1)
+    log.append_as_leader([b"c"], 2)
+    log.flush()
+    log.create_snapshot(OffsetAndEpoch(3, 1), b"state@3")
+    d = tmp_path / "__cluster_metadata-0"
+    assert (d / "00000000000000000003-0000000001.checkpoint").read_bytes() == b"state@3"
+    assert log.start_offset == 3 and log.latest_snapshot_id() == (3, 1)
+    assert log.validate_offset_and_epoch(1, 1) == ("snapshot", OffsetAndEpoch(3, 1))
+    assert [b.records for b in log.read(3, 1 << 20)] == [(b"c",)]
+    log.create_snapshot(OffsetAndEpoch(4, 2), b"state@4")
+    assert not (d / "00000000000000000003-0000000001.checkpoint").exists()
+    log.close()
+    (d / "00000000000000000009-0000000002.checkpoint.part").write_bytes(b"torn")
+    again = KafkaMetadataLog.open(str(tmp_path))
+    assert again.latest_snapshot_id() == (4, 2) and again.read_snapshot(OffsetAndEpoch(4, 2)) == b"state@4"
+    assert again.start_offset == 4 and again.end_offset == 4 and again.last_fetched_epoch == 2
+    assert not (d / "00000000000000000009-0000000002.checkpoint.part").exists()
+    # a follower installs a snapshot from the leader: its log restarts there
+    again.install_snapshot(OffsetAndEpoch(10, 3), b"state@10")
+    assert (again.start_offset, again.end_offset, again.last_fetched_epoch) == (10, 10, 3)
+    again.append_as_follower([build_batch(10, 3, [b"x"])])
+    again.flush()
+    again.close()
+    third = KafkaMetadataLog.open(str(tmp_path))
+    assert (third.start_offset, third.end_offset, third.latest_snapshot_id()) == (10, 11, (10, 3))
+    third.close()

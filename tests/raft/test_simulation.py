@@ -173,8 +173,11 @@ def test_the_checkers_themselves():
 
 def test_on_disk_logs(tmp_path):
     """The same runs on KafkaMetadataLog (our Log: segments, epoch checkpoint, recovery after
-    a process crash) instead of MemoryLog."""
+    a process crash; snapshot files) instead of MemoryLog."""
     for s in seeds(400_001, 15):
-        d = tmp_path / str(s)
-        st = Simulation(s, SimConfig(disk_dir=str(d))).run()
+        st = Simulation(s, SimConfig(disk_dir=str(tmp_path / str(s)))).run()
         assert st["committed"] > 0
+    snaps = 0
+    for s in seeds(400_101, 15):
+        snaps += Simulation(s, SimConfig(disk_dir=str(tmp_path / str(s)), snapshot_every=10)).run().get("snapshots", 0)
+    assert snaps > 0 or ONE_SEED

@@ -136,8 +136,6 @@ class Simulation:
         for j in range(self.cfg.observers):
             self.nodes[100 + j] = SimNode(100 + j, False)
         if self.cfg.disk_dir:
-            if self.cfg.snapshot_every:
-                raise ValueError("KafkaMetadataLog keeps no snapshots yet: disk_dir and snapshot_every exclude")
             for n in self.nodes.values():
                 n.log = self._open_disk_log(n)
         self.committed: list = []
