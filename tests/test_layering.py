@@ -17,6 +17,8 @@ RULES = {
                  "socket", "selectors", "threading", "time"),
     "controller": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "kbroker.raft",
                    "socket", "selectors", "threading", "time"),
+    "raft": ("kbroker.server", "kbroker.network", "kbroker.client", "kbroker.controller", "kbroker.cluster",
+             "socket", "selectors", "threading"),
     "cluster": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "kbroker.raft",
                 "kbroker.controller", "socket", "selectors", "threading", "time"),
 }

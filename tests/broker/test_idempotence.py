@@ -351,9 +351,9 @@ class FaultProxy:
             return None
 
     def _pump(self, src, dst, pair, replies):
-        src.settimeout(0.2)
         n = 0
         try:
+            src.settimeout(0.2)   # inside the try: the other direction may have closed src already
             while not self.stopped.is_set():
                 try:
                     data = src.recv(65536)
