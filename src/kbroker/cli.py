@@ -63,10 +63,14 @@ def serve(args) -> int:
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
     try:
         from kbroker.server.broker import BrokerStartupError, KafkaBroker
+        from kbroker.server.kraft_node import KRaftNode, KRaftNodeError
     except ImportError as e:  # a broken install: name the module, no traceback
         return _fail(f"cannot start: {e.name or 'kbroker.server.broker'} failed to import: {e}".replace("\n", " "))
 
-    broker = KafkaBroker(config)
+    # a controller-only node of a KRaft cluster; every other mode is the broker (which
+    # refuses the cluster roles it cannot run yet with a one-line message)
+    controller_only = config.cluster_mode and set(config["process.roles"]) == {"controller"}
+    broker = KRaftNode(config) if controller_only else KafkaBroker(config)
     stop = threading.Event()
 
     def on_signal(signum, frame):
@@ -79,7 +83,7 @@ def serve(args) -> int:
     except (LogConfigError, ConfigError) as e:
         broker.shutdown()
         return _fail(str(e).replace("\n", " "))
-    except (KafkaStorageError, OSError, BrokerStartupError) as e:
+    except (KafkaStorageError, OSError, BrokerStartupError, KRaftNodeError) as e:
         broker.shutdown()
         return _fail(f"cannot start: {e}".replace("\n", " "))
     try:

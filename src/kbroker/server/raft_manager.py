@@ -1,0 +1,213 @@
+"""RaftManager: a KafkaRaftClient hosted on its own thread, over real sockets and disk.
+
+Kafka: ``core/.../raft/RaftManager.scala`` (KafkaRaftManager) and ``KafkaNetworkChannel``.
+The pure client (``kbroker.raft.client``) decides; this module does its I/O:
+
+- the metadata log is ``<metadata.log.dir>/__cluster_metadata-0`` on our own Log
+  (KafkaMetadataLog) and the vote/epoch state is ``<metadata.log.dir>/quorum-state``;
+- inbound quorum RPCs arrive on the controller listener (ControllerServer handler
+  threads call ``handle_request``) and are answered when the client says so — a parked
+  Fetch (long poll) later, from this thread;
+- outbound requests go through an InterNodeSendThread to the voters'
+  ``controller.quorum.voters`` endpoints; their answers come back to this thread;
+- every call into the client and its Listener runs on this one thread ("raft-io"), so
+  the client and whatever the listener drives (the quorum controller) need no locks.
+  Other threads hand work over with ``submit(fn)``.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import random
+import threading
+import time
+
+from kbroker.protocol import ApiKey
+from kbroker.raft import messages as M
+from kbroker.raft.client import KafkaRaftClient, Listener, RaftConfig
+from kbroker.raft.kafka_log import KafkaMetadataLog
+from kbroker.raft.messages import Inbound
+from kbroker.raft.quorum_state import FileQuorumStateStore
+from kbroker.server.apis import ApiHandler
+from kbroker.server.inter_node import InterNodeSendThread, StaticNodes
+
+log = logging.getLogger(__name__)
+
+#: the quorum RPCs, with the versions our client speaks (kbroker.raft.messages.VERSIONS)
+RAFT_APIS = {
+    ApiKey.VOTE: 1, ApiKey.BEGIN_QUORUM_EPOCH: 1, ApiKey.END_QUORUM_EPOCH: 1,
+    ApiKey.FETCH: 17, ApiKey.FETCH_SNAPSHOT: 1, ApiKey.DESCRIBE_QUORUM: 1,
+}
+_API_OF = {req: key for key, req in (
+    (ApiKey.VOTE, M.vm.VoteRequest), (ApiKey.BEGIN_QUORUM_EPOCH, M.bqe.BeginQuorumEpochRequest),
+    (ApiKey.END_QUORUM_EPOCH, M.eqe.EndQuorumEpochRequest), (ApiKey.FETCH, M.fm.FetchRequest),
+    (ApiKey.FETCH_SNAPSHOT, M.fs.FetchSnapshotRequest), (ApiKey.DESCRIBE_QUORUM, M.dq.DescribeQuorumRequest))}
+
+
+def _source_of(req) -> int:
+    """The node a quorum request comes from, as its fields say (-1 when none does)."""
+    if isinstance(req, M.fm.FetchRequest):
+        return M.fetch_replica_id(req)
+    if isinstance(req, M.fs.FetchSnapshotRequest):
+        return req.replica_id
+    if isinstance(req, M.vm.VoteRequest):
+        for t in req.topics:
+            for p in t.partitions:
+                return p.candidate_id
+    if isinstance(req, M.bqe.BeginQuorumEpochRequest):
+        for t in req.topics:
+            for p in t.partitions:
+                return p.leader_id
+    if isinstance(req, M.eqe.EndQuorumEpochRequest):
+        for t in req.topics:
+            for p in t.partitions:
+                return p.leader_id
+    return -1
+
+
+def raft_config(c) -> RaftConfig:
+    """RaftConfig from a KafkaConfig's ``controller.quorum.*`` keys."""
+    return RaftConfig(election_timeout_ms=c["controller.quorum.election.timeout.ms"],
+                      fetch_timeout_ms=c["controller.quorum.fetch.timeout.ms"],
+                      election_backoff_max_ms=c["controller.quorum.election.backoff.max.ms"],
+                      request_timeout_ms=c["controller.quorum.request.timeout.ms"],
+                      retry_backoff_ms=c["controller.quorum.retry.backoff.ms"],
+                      append_linger_ms=c["controller.quorum.append.linger.ms"])
+
+
+class RaftManager:
+    def __init__(self, *, node_id: int, voters: dict[int, tuple[str, int]], cluster_id: str,
+                 metadata_log_dir: str, listener: Listener, config: RaftConfig | None = None,
+                 seed: int | None = None):
+        self.node_id = node_id
+        self.voters = dict(voters)
+        os.makedirs(metadata_log_dir, exist_ok=True)
+        self.metadata_log = KafkaMetadataLog.open(metadata_log_dir)
+        store = FileQuorumStateStore(os.path.join(metadata_log_dir, FileQuorumStateStore.FILE_NAME))
+        self.client = KafkaRaftClient(node_id, tuple(sorted(voters)), cluster_id, self.metadata_log, store,
+                                      listener, random.Random(seed), config)
+        self.sender = InterNodeSendThread(f"raft-{node_id}-send", StaticNodes(self.voters),
+                                          {"request.timeout.ms": (config or RaftConfig()).request_timeout_ms})
+        self._cond = threading.Condition()
+        self._inbox: list = []                 # callables to run on the raft thread
+        self._timers: list = []                # heap of (due ms, seq, callable), raft thread only
+        self._answer_to: dict[int, object] = {}  # our correlation id -> RequestContext (raft thread only)
+        self._corr = itertools.count(1)
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name=f"raft-{node_id}-io", daemon=True)
+        self.started = threading.Event()
+
+    # -- other threads ----------------------------------------------------------------------
+    @staticmethod
+    def now_ms() -> int:
+        return time.monotonic_ns() // 1_000_000
+
+    def start(self) -> None:
+        self.submit(lambda: self._dispatch(self.client.start(self.now_ms())))
+        self._thread.start()
+
+    def submit(self, fn) -> None:
+        """Run ``fn()`` on the raft thread (it may call into the client)."""
+        with self._cond:
+            self._inbox.append(fn)
+            self._cond.notify()
+
+    def submit_later(self, delay_ms: int, fn) -> None:
+        """Run ``fn()`` on the raft thread ``delay_ms`` from now (call from the raft thread)."""
+        heapq.heappush(self._timers, (self.now_ms() + delay_ms, next(self._corr), fn))
+
+    def handle_request(self, ctx, body) -> None:
+        """A quorum RPC from a ControllerServer handler thread; answered from the raft thread."""
+        self.submit(lambda: self._on_request(ctx, body))
+
+    @property
+    def handlers(self) -> dict[int, ApiHandler]:
+        """ControllerServer handlers for the quorum RPCs (exactly the versions we speak)."""
+        def handle(_target, ctx, body):
+            self.handle_request(ctx, body)
+        return {key: ApiHandler(v, v, handle) for key, v in RAFT_APIS.items()}
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Graceful: a leader resigns (EndQuorumEpoch) before the thread stops."""
+        done = threading.Event()
+
+        def resign():
+            try:
+                self._dispatch(self.client.shutdown(self.now_ms()))
+            finally:
+                done.set()
+
+        if self._thread.is_alive():
+            self.submit(resign)
+            done.wait(timeout_s)
+            time.sleep(0.05)          # let the EndQuorumEpoch requests leave
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        self.sender.close()
+        try:
+            self.metadata_log.log.close()
+        except Exception:
+            log.exception("closing the metadata log failed")
+
+    # -- the raft thread --------------------------------------------------------------------
+    def _on_request(self, ctx, body) -> None:
+        corr = next(self._corr)
+        self._answer_to[corr] = ctx
+        self._dispatch(self.client.handle(self.now_ms(), Inbound(_source_of(body), corr, body)))
+
+    def _on_response(self, dest: int, corr: int, resp, exc) -> None:
+        if exc is not None:
+            log.debug("raft request to node %d failed: %s", dest, exc)
+            return   # the client times the request out itself
+        self._dispatch(self.client.handle(self.now_ms(), Inbound(dest, corr, resp)))
+
+    def _dispatch(self, outs) -> None:
+        for o in outs:
+            if o.is_request:
+                key = _API_OF[type(o.message)]
+
+                def done(resp, exc, dest=o.destination, corr=o.correlation_id):
+                    self.submit(lambda: self._on_response(dest, corr, resp, exc))
+
+                self.sender.send(o.destination, key, o.message, done, version=RAFT_APIS[key])
+            else:
+                ctx = self._answer_to.pop(o.correlation_id, None)
+                if ctx is not None:
+                    ctx.respond(o.message)
+
+    def _run(self) -> None:
+        self.started.set()
+        try:
+            while True:
+                with self._cond:
+                    if self._closing:
+                        break
+                    work, self._inbox = self._inbox, []
+                now = self.now_ms()
+                while self._timers and self._timers[0][0] <= now:
+                    work.append(heapq.heappop(self._timers)[2])
+                for fn in work:
+                    try:
+                        fn()
+                    except Exception:
+                        log.exception("raft thread task failed")
+                self._dispatch(self.client.poll(self.now_ms()))
+                due = self.client.next_deadline()
+                if self._timers:
+                    due = min(due, self._timers[0][0])
+                wait = (due - self.now_ms()) / 1000.0
+                with self._cond:
+                    if not self._inbox and not self._closing:
+                        self._cond.wait(max(0.0, min(wait, 0.5)))
+        except Exception:
+            log.exception("raft thread stopped on an unexpected error")
+        finally:
+            for ctx in self._answer_to.values():
+                ctx.close_connection()
+            self._answer_to.clear()
+
