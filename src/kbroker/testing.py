@@ -169,3 +169,105 @@ class TansuProcess(_Process):
     def __exit__(self, *exc):
         self.terminate()
         self._tmp.cleanup()
+
+
+class KRaftControllerQuorum:
+    """``n`` controller-only KRaft nodes (``kbroker serve`` with process.roles=controller) on
+    127.0.0.1, each formatted with ``kbroker storage format`` into ``base_dir/c<i>``.
+
+    ``overrides`` apply to every node (e.g. shorter ``controller.quorum.*`` timeouts).
+    ``to_controller`` sends one request to whichever node is the active controller (the
+    others answer NOT_CONTROLLER); ``leader`` asks DescribeQuorum until a node says it
+    leads. Stopped by PID (``stop``), SIGCONT first in case a test paused one."""
+
+    def __init__(self, base_dir: str, n: int = 3, cluster_id: str = "MkU3OEVBNTcwNTJENDM2Qg",
+                 overrides: dict | None = None):
+        from kbroker.tools import storage
+
+        self.cluster_id = cluster_id
+        self.ports = {i: free_port() for i in range(1, n + 1)}
+        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
+        self.procs: dict[int, KBrokerProcess] = {}
+        for i, port in self.ports.items():
+            d = os.path.join(base_dir, f"c{i}")
+            os.makedirs(d, exist_ok=True)
+            props = {"process.roles": "controller", "node.id": i, "controller.quorum.voters": voters,
+                     "listeners": f"CONTROLLER://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
+                     "log.dirs": os.path.join(d, "logs"), **(overrides or {})}
+            conf = os.path.join(d, "controller.properties")
+            with open(conf, "w", encoding="utf-8") as f:
+                f.write("".join(f"{k}={v}\n" for k, v in props.items()))
+            import contextlib
+            import io
+            with contextlib.redirect_stdout(io.StringIO()):
+                if storage.main(["format", "-c", conf, "-t", cluster_id]) != 0:
+                    raise RuntimeError(f"kbroker storage format failed for controller {i}")
+            self.procs[i] = KBrokerProcess(data_dir=d, overrides=props, port=port)
+
+    def start(self, i: int | None = None) -> "KRaftControllerQuorum":
+        for j in ([i] if i is not None else list(self.procs)):
+            self.procs[j].start()
+        return self
+
+    def _call(self, i: int, api_key: int, version: int, req, timeout_s: float = 3.0):
+        from kbroker.protocol.frames import decode_response, encode_request
+
+        with socket.create_connection(("127.0.0.1", self.ports[i]), timeout=timeout_s) as s:
+            s.sendall(encode_request(api_key, version, 1, "kbroker-testing", req))
+            buf = b""
+            while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise ConnectionError("closed")
+                buf += chunk
+        return decode_response(buf[4:4 + int.from_bytes(buf[:4], "big")], api_key, version)[1]
+
+    def describe(self, i: int):
+        from kbroker.protocol import ApiKey
+        from kbroker.raft.messages import describe_quorum_request
+
+        return self._call(i, ApiKey.DESCRIBE_QUORUM, 1, describe_quorum_request()).topics[0].partitions[0]
+
+    def leader(self, timeout_s: float = 20.0, exclude=()) -> tuple[int, int]:
+        """(leader id, epoch), as the leader itself describes it."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for i in self.ports:
+                if i in exclude or self.procs[i].proc is None:
+                    continue
+                try:
+                    p = self.describe(i)
+                except OSError:
+                    continue
+                if p.error_code == 0 and p.leader_id == i:
+                    return i, p.leader_epoch
+            time.sleep(0.02)
+        raise TimeoutError(f"no quorum leader within {timeout_s}s")
+
+    def to_controller(self, api_key: int, version: int, req, timeout_s: float = 20.0, exclude=()):
+        """(node id, response) from the active controller."""
+        from kbroker.protocol import ErrorCode
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for i in self.ports:
+                if i in exclude or self.procs[i].proc is None:
+                    continue
+                try:
+                    r = self._call(i, api_key, version, req)
+                except OSError:
+                    continue
+                codes = {getattr(r, "error_code", 0)} | {t.error_code for t in getattr(r, "topics", None) or ()}
+                if ErrorCode.NOT_CONTROLLER not in codes:
+                    return i, r
+            time.sleep(0.01)
+        raise TimeoutError(f"no active controller answered within {timeout_s}s")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.proc is not None:
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                except OSError:
+                    pass
+            p.kill()

@@ -18,89 +18,19 @@ from kbroker.protocol.messages import create_topics as CT
 from kbroker.raft.messages import describe_quorum_request
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager, BrokerState
 from kbroker.server.inter_node import ControllerChannel, InterNodeSendThread, StaticNodes
-from kbroker.testing import KBrokerProcess, free_port
-from kbroker.tools import storage
-from tests.broker.raw_client import ConnectionClosed, RawClient
+from kbroker.testing import KRaftControllerQuorum
+from tests.broker.raw_client import RawClient
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 FAST = {"controller.quorum.election.timeout.ms": 300, "controller.quorum.fetch.timeout.ms": 600,
         "controller.quorum.election.backoff.max.ms": 300, "controller.quorum.request.timeout.ms": 600}
 
 
-class Quorum:
-    def __init__(self, tmp_path, n=3):
-        self.ports = {i: free_port() for i in range(1, n + 1)}
-        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
-        self.procs = {}
-        for i, port in self.ports.items():
-            d = tmp_path / f"c{i}"
-            d.mkdir()
-            props = {"process.roles": "controller", "node.id": i, "controller.quorum.voters": voters,
-                     "listeners": f"CONTROLLER://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
-                     "log.dirs": str(d / "logs"), **FAST}
-            conf = d / "controller.properties"
-            conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            assert storage.main(["format", "-c", str(conf), "-t", CLUSTER]) == 0
-            self.procs[i] = KBrokerProcess(data_dir=str(d), overrides=props, port=port)
-
-    def start(self, i):
-        self.procs[i].start()
-
-    def describe(self, i):
-        with RawClient(self.ports[i], timeout_s=5) as c:
-            r = c.call(ApiKey.DESCRIBE_QUORUM, 1, describe_quorum_request())
-        return r.topics[0].partitions[0]
-
-    def leader(self, timeout_s=20.0, exclude=()):
-        """(leader id, epoch) as the leader itself describes it."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for i in self.ports:
-                if i in exclude or self.procs[i].proc is None:
-                    continue
-                try:
-                    p = self.describe(i)
-                except (OSError, ConnectionClosed):
-                    continue
-                if p.error_code == ErrorCode.NONE and p.leader_id == i:
-                    return i, p.leader_epoch
-            time.sleep(0.05)
-        raise AssertionError("no leader within %.0fs" % timeout_s)
-
-    def to_controller(self, key, version, req, timeout_s=20.0, exclude=()):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for i, port in self.ports.items():
-                if i in exclude or self.procs[i].proc is None:
-                    continue
-                try:
-                    with RawClient(port, timeout_s=3) as c:
-                        r = c.call(key, version, req)
-                except (OSError, ConnectionClosed):
-                    continue
-                codes = {getattr(r, "error_code", 0)} | {t.error_code for t in getattr(r, "topics", None) or ()}
-                if ErrorCode.NOT_CONTROLLER not in codes:
-                    return i, r
-            time.sleep(0.02)
-        raise AssertionError("no active controller answered")
-
-    def stop(self):
-        for p in self.procs.values():
-            if p.proc is not None:
-                try:
-                    os.kill(p.pid, signal.SIGCONT)
-                except OSError:
-                    pass
-            p.kill()
-
-
 @pytest.fixture
 def quorum(tmp_path):
-    q = Quorum(tmp_path)
+    q = KRaftControllerQuorum(str(tmp_path), cluster_id=CLUSTER, overrides=FAST)
     try:
-        for i in q.ports:
-            q.start(i)
-        yield q
+        yield q.start()
     finally:
         q.stop()
 

@@ -1,0 +1,168 @@
+"""KRaft controller quorum: failover time and metadata scale (issue 15).
+
+    python -m bench.controller_failover --kills 20
+    python -m bench.controller_failover --kills 20 --kafka-defaults     # Kafka's default timeouts
+    python -m bench.controller_failover --kills 0 --topics 1000         # scale only
+
+Starts three controller-only nodes (``kbroker.testing.KRaftControllerQuorum``) and brokers
+that only register and heartbeat (our BrokerLifecycleManager, in this process), then:
+
+1. ``failover``: ``--kills`` times: SIGKILL the active controller, time until a CreateTopics
+   succeeds on another node (the "next successful CreateTopics"), restart the killed node
+   and wait until it has caught up (DescribeQuorum) before the next kill. Median, p95, p99.
+2. ``scale``: with ``--brokers`` registered brokers, CreateTopics for ``--topics`` topics of
+   ``--partitions`` partitions and replication factor ``--rf`` (50 topics per request):
+   time, records in the metadata log, each controller's RSS; then a SIGTERM of all three
+   and a restart, timed until the active controller answers CreateTopics again (the whole
+   log is replayed: no snapshots yet).
+
+Timeouts: ``controller.quorum.election.timeout.ms`` / ``fetch.timeout.ms`` default here to
+300 / 600 ms (``--election-timeout-ms``, ``--fetch-timeout-ms``): on one host a follower
+that hears nothing for 600 ms is sure the leader is gone, and a 300-600 ms randomized
+election timeout keeps split votes rare. Kafka's defaults are 1000 / 2000 ms.
+Every wait has a deadline; processes are stopped by PID at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+import uuid
+
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages import create_topics as CT
+from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager
+from kbroker.server.inter_node import ControllerChannel, InterNodeSendThread, StaticNodes
+from kbroker.testing import KRaftControllerQuorum
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def _brokers(q, ids):
+    sender = InterNodeSendThread("bench-brokers", StaticNodes({i: ("127.0.0.1", p) for i, p in q.ports.items()}),
+                                 {"reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200})
+    mgrs = []
+    for b in ids:
+        lc = BrokerLifecycle(node_id=b, cluster_id=q.cluster_id, listeners=[("PLAINTEXT", "127.0.0.1", 9000 + b, 0)],
+                             features={"metadata.version": (7, 21)}, log_dirs=[uuid.uuid4()], rack=None,
+                             heartbeat_interval_ms=500, metadata_offset=lambda: 1 << 40)
+        m = BrokerLifecycleManager(lc, ControllerChannel(sender, retry_backoff_s=0.05), request_timeout_s=2.0)
+        m.start()
+        m.set_ready_to_unfence()
+        mgrs.append(m)
+    for m in mgrs:
+        if not m.lifecycle.unfenced.wait(60):
+            raise TimeoutError(f"broker {m.lifecycle.node_id} was not unfenced")
+    return sender, mgrs
+
+
+def _create(q, names, partitions, rf, exclude=(), timeout_s=60.0):
+    req = CT.CreateTopicsRequest(topics=[CT.CreatableTopic(name=n, num_partitions=partitions, replication_factor=rf)
+                                         for n in names], timeout_ms=30000)
+    node, r = q.to_controller(ApiKey.CREATE_TOPICS, 7, req, timeout_s=timeout_s, exclude=exclude)
+    bad = [(t.name, t.error_code, t.error_message) for t in r.topics if t.error_code != ErrorCode.NONE]
+    if bad:
+        raise RuntimeError(f"CreateTopics failed: {bad[:3]}")
+    return node
+
+
+def failover(q, kills: int) -> dict:
+    times = []
+    for k in range(kills):
+        leader, _ = q.leader()
+        _create(q, [f"before-{k}-{uuid.uuid4().hex[:6]}"], 1, 1)
+        t0 = time.monotonic()
+        q.procs[leader].kill()
+        node = _create(q, [f"after-{k}-{uuid.uuid4().hex[:6]}"], 1, 1, exclude=(leader,))
+        times.append(time.monotonic() - t0)
+        assert node != leader
+        q.start(leader)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            nl, _ = q.leader()
+            ends = {v.replica_id: v.log_end_offset for v in q.describe(nl).current_voters}
+            if ends.get(leader) == ends.get(nl):
+                break
+            time.sleep(0.05)
+        print(f"  kill {k + 1}/{kills}: leader {leader} -> {node} in {times[-1] * 1000:.0f} ms", flush=True)
+    return {"kills": kills, "median_ms": statistics.median(times) * 1000, "p95_ms": _pct(times, 0.95) * 1000,
+            "p99_ms": _pct(times, 0.99) * 1000, "max_ms": max(times) * 1000,
+            "all_ms": [round(t * 1000, 1) for t in times]} if times else {}
+
+
+def scale(q, topics: int, partitions: int, rf: int) -> dict:
+    names = [f"scale-{i:05d}" for i in range(topics)]
+    t0 = time.monotonic()
+    for i in range(0, topics, 50):
+        _create(q, names[i:i + 50], partitions, rf)
+    create_s = time.monotonic() - t0
+    leader, _ = q.leader()
+    end = q.describe(leader).high_watermark
+    rss = {i: round(_rss_mb(p.pid), 1) for i, p in q.procs.items() if p.proc is not None}
+    for p in q.procs.values():
+        p.terminate()
+    t0 = time.monotonic()
+    q.start()
+    _create(q, [f"after-restart-{uuid.uuid4().hex[:6]}"], 1, 1, timeout_s=300)
+    restart_s = time.monotonic() - t0
+    return {"topics": topics, "partitions": partitions, "rf": rf, "create_s": round(create_s, 3),
+            "metadata_log_end_offset": end, "controller_rss_mb": rss, "restart_to_create_s": round(restart_s, 3)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--topics", type=int, default=0, help="scale run: topics to create (0: skip)")
+    ap.add_argument("--partitions", type=int, default=10)
+    ap.add_argument("--rf", type=int, default=3)
+    ap.add_argument("--brokers", type=int, default=3)
+    ap.add_argument("--election-timeout-ms", type=int, default=300)
+    ap.add_argument("--fetch-timeout-ms", type=int, default=600)
+    ap.add_argument("--kafka-defaults", action="store_true", help="election 1000 ms, fetch 2000 ms")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    el, fe = (1000, 2000) if args.kafka_defaults else (args.election_timeout_ms, args.fetch_timeout_ms)
+    overrides = {"controller.quorum.election.timeout.ms": el, "controller.quorum.fetch.timeout.ms": fe,
+                 "controller.quorum.election.backoff.max.ms": el, "controller.quorum.request.timeout.ms": fe}
+    out = {"election_timeout_ms": el, "fetch_timeout_ms": fe}
+    with tempfile.TemporaryDirectory(prefix="kbroker-quorum-") as d:
+        q = KRaftControllerQuorum(d, overrides=overrides)
+        sender = mgrs = None
+        try:
+            q.start()
+            q.leader()
+            sender, mgrs = _brokers(q, range(101, 101 + max(1, args.brokers)))
+            if args.kills:
+                out["failover"] = failover(q, args.kills)
+            if args.topics:
+                out["scale"] = scale(q, args.topics, args.partitions, args.rf)
+        finally:
+            for m in mgrs or ():
+                m.close()
+            if sender is not None:
+                sender.close()
+            q.stop()
+    print(json.dumps(out, indent=1))
+    path = args.json or os.path.join("bench", "results", f"controller-failover-{int(time.time())}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
