@@ -15,7 +15,6 @@ import pytest
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages import broker_registration as BR
 from kbroker.protocol.messages import create_topics as CT
-from kbroker.raft.messages import describe_quorum_request
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager, BrokerState
 from kbroker.server.inter_node import ControllerChannel, InterNodeSendThread, StaticNodes
 from kbroker.testing import KRaftControllerQuorum
