@@ -74,7 +74,10 @@ def _create(q, names, partitions, rf, exclude=(), timeout_s=60.0):
     req = CT.CreateTopicsRequest(topics=[CT.CreatableTopic(name=n, num_partitions=partitions, replication_factor=rf)
                                          for n in names], timeout_ms=30000)
     node, r = q.to_controller(ApiKey.CREATE_TOPICS, 7, req, timeout_s=timeout_s, exclude=exclude)
-    bad = [(t.name, t.error_code, t.error_message) for t in r.topics if t.error_code != ErrorCode.NONE]
+    # a retry of a CreateTopics whose first attempt committed although its answer was lost
+    # (the leader changed in between) finds the topic there: that is success too
+    bad = [(t.name, t.error_code, t.error_message) for t in r.topics
+           if t.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)]
     if bad:
         raise RuntimeError(f"CreateTopics failed: {bad[:3]}")
     return node
