@@ -17,12 +17,13 @@ that only register and heartbeat (our BrokerLifecycleManager, in this process), 
    log is replayed: no snapshots yet).
 
 Timeouts: ``controller.quorum.election.timeout.ms`` / ``fetch.timeout.ms`` default here to
-200 / 500 ms (``--election-timeout-ms``, ``--fetch-timeout-ms``): a follower's long-poll
-Fetch is answered at least every 500 ms (fetch max wait), so hearing nothing for 500 ms
-means the leader is gone; a 200-400 ms randomized election timeout and backoff settle a
-split vote (both followers time out together) within one more round. Measured on this
-host (20 kills): 200/500 -> median 0.83 s, p95 0.91 s; 300/600 -> median 0.99 s, p95
-1.15 s. Kafka's defaults are 1000 / 2000 ms (``--kafka-defaults``).
+300 / 600 ms (``--election-timeout-ms``, ``--fetch-timeout-ms``). The fetch timeout must
+stay above the 500 ms max wait of the followers' long-poll Fetch, or an idle but healthy
+leader looks dead; a 300-600 ms randomized election timeout and backoff settle a split vote
+(both followers time out together) within one more round. Measured on this host, 20 kills
+each: 300/600 -> median 0.99 s, p95 1.15 s; 200/500 -> median 0.83 s, p95 0.91 s, but one of
+those 20 kills found leadership already moved (a spurious election at 500 ms). Kafka's
+defaults are 1000 / 2000 ms (``--kafka-defaults``).
 Every wait has a deadline; processes are stopped by PID at the end.
 """
 from __future__ import annotations
@@ -136,8 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=10)
     ap.add_argument("--rf", type=int, default=3)
     ap.add_argument("--brokers", type=int, default=3)
-    ap.add_argument("--election-timeout-ms", type=int, default=200)
-    ap.add_argument("--fetch-timeout-ms", type=int, default=500)
+    ap.add_argument("--election-timeout-ms", type=int, default=300)
+    ap.add_argument("--fetch-timeout-ms", type=int, default=600)
     ap.add_argument("--kafka-defaults", action="store_true", help="election 1000 ms, fetch 2000 ms")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
