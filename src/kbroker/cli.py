@@ -67,10 +67,8 @@ def serve(args) -> int:
     except ImportError as e:  # a broken install: name the module, no traceback
         return _fail(f"cannot start: {e.name or 'kbroker.server.broker'} failed to import: {e}".replace("\n", " "))
 
-    # a controller-only node of a KRaft cluster; every other mode is the broker (which
-    # refuses the cluster roles it cannot run yet with a one-line message)
-    controller_only = config.cluster_mode and set(config["process.roles"]) == {"controller"}
-    broker = KRaftNode(config) if controller_only else KafkaBroker(config)
+    # a node of a KRaft cluster (process.roles set), or the zero-config single node
+    broker = KRaftNode(config) if config.cluster_mode else KafkaBroker(config)
     stop = threading.Event()
 
     def on_signal(signum, frame):

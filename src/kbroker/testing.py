@@ -172,37 +172,57 @@ class TansuProcess(_Process):
 
 
 class KRaftControllerQuorum:
-    """``n`` controller-only KRaft nodes (``kbroker serve`` with process.roles=controller) on
-    127.0.0.1, each formatted with ``kbroker storage format`` into ``base_dir/c<i>``.
+    """A KRaft cluster on 127.0.0.1: ``n`` controller nodes (``kbroker serve`` with
+    process.roles=controller, ids 1..n), or ``n`` combined nodes (``combined=True``:
+    broker,controller), plus ``brokers`` broker-only nodes (ids n+1..), each formatted with
+    ``kbroker storage format`` into ``base_dir/c<i>``.
 
     ``overrides`` apply to every node (e.g. shorter ``controller.quorum.*`` timeouts).
+    ``ports[i]`` is node i's controller listener, ``broker_ports[i]`` its broker listener.
     ``to_controller`` sends one request to whichever node is the active controller (the
     others answer NOT_CONTROLLER); ``leader`` asks DescribeQuorum until a node says it
     leads. Stopped by PID (``stop``), SIGCONT first in case a test paused one."""
 
     def __init__(self, base_dir: str, n: int = 3, cluster_id: str = "MkU3OEVBNTcwNTJENDM2Qg",
-                 overrides: dict | None = None):
+                 overrides: dict | None = None, brokers: int = 0, combined: bool = False):
         from kbroker.tools import storage
 
         self.cluster_id = cluster_id
         self.ports = {i: free_port() for i in range(1, n + 1)}
+        self.broker_ports = {i: free_port() for i in (range(1, n + 1) if combined else ())}
+        self.broker_ports.update({i: free_port() for i in range(n + 1, n + 1 + brokers)})
         voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
         self.procs: dict[int, KBrokerProcess] = {}
-        for i, port in self.ports.items():
+        for i in sorted(set(self.ports) | set(self.broker_ports)):
             d = os.path.join(base_dir, f"c{i}")
             os.makedirs(d, exist_ok=True)
-            props = {"process.roles": "controller", "node.id": i, "controller.quorum.voters": voters,
-                     "listeners": f"CONTROLLER://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
+            roles, listeners = [], []
+            if i in self.broker_ports:
+                roles.append("broker")
+                listeners.append(f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]}")
+            if i in self.ports:
+                roles.append("controller")
+                listeners.append(f"CONTROLLER://127.0.0.1:{self.ports[i]}")
+            props = {"process.roles": ",".join(roles), "node.id": i, "controller.quorum.voters": voters,
+                     "listeners": ",".join(listeners), "controller.listener.names": "CONTROLLER",
                      "log.dirs": os.path.join(d, "logs"), **(overrides or {})}
-            conf = os.path.join(d, "controller.properties")
+            if i in self.broker_ports:
+                props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]}"
+            conf = os.path.join(d, "node.properties")
             with open(conf, "w", encoding="utf-8") as f:
                 f.write("".join(f"{k}={v}\n" for k, v in props.items()))
             import contextlib
             import io
             with contextlib.redirect_stdout(io.StringIO()):
                 if storage.main(["format", "-c", conf, "-t", cluster_id]) != 0:
-                    raise RuntimeError(f"kbroker storage format failed for controller {i}")
-            self.procs[i] = KBrokerProcess(data_dir=d, overrides=props, port=port)
+                    raise RuntimeError(f"kbroker storage format failed for node {i}")
+            self.procs[i] = KBrokerProcess(data_dir=d, overrides=props,
+                                           port=self.ports.get(i) or self.broker_ports[i])
+
+    @property
+    def bootstrap(self) -> str:
+        """The broker listeners, as a client's bootstrap.servers."""
+        return ",".join(f"127.0.0.1:{p}" for p in self.broker_ports.values())
 
     def start(self, i: int | None = None) -> "KRaftControllerQuorum":
         for j in ([i] if i is not None else list(self.procs)):

@@ -90,26 +90,12 @@ class KafkaBroker:
                     return stored
         return configured or new_cluster_id()
 
-    def _check_kraft_storage(self) -> None:
-        """Cluster mode (process.roles set): the directories must have been formatted for this
-        node (Kafka's KafkaRaftServer.initializeLogDirs). Then stop: a KRaft node cannot run
-        until the controller quorum is wired (issue 15) -- the one placeholder of cluster mode."""
-        from kbroker.server.kraft_storage import EnsembleError, verify_kraft_storage
-
-        c = self.config
-        try:
-            self.cluster_id, _ = verify_kraft_storage(c)
-        except EnsembleError as e:
-            raise BrokerStartupError(str(e).replace("\n", " ")) from None
-        raise BrokerStartupError(
-            f"process.roles={','.join(c['process.roles'])}: KRaft cluster mode is not yet supported (storage of "
-            f"node {self.node_id} in cluster {self.cluster_id} checks out, but the controller quorum is not "
-            "wired yet); unset process.roles to run a zero-config single node")
-
     def startup(self) -> None:
         c = self.config
         if c.cluster_mode:
-            self._check_kraft_storage()
+            # a KRaft node (process.roles set) is kbroker.server.kraft_node.KRaftNode
+            raise BrokerStartupError("process.roles is set: this is a node of a KRaft cluster, which runs as "
+                                     "KRaftNode (kbroker serve picks it), not as the zero-config broker")
         for d in c.log_dirs:
             os.makedirs(d, exist_ok=True)
         self.cluster_id = self._load_cluster_id()

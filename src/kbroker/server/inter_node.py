@@ -193,6 +193,18 @@ class InterNodeSendThread:
             log.exception("callback of a request to node %d failed", p.node_id)
 
 
+def _not_controller(resp) -> bool:
+    """NOT_CONTROLLER at the top level, or in every item of a response that has no
+    top-level error code (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs...)."""
+    if getattr(resp, "error_code", ErrorCode.NONE) == ErrorCode.NOT_CONTROLLER:
+        return True
+    for attr in ("topics", "responses", "results"):
+        items = getattr(resp, attr, None)
+        if items:
+            return all(getattr(i, "error_code", None) == ErrorCode.NOT_CONTROLLER for i in items)
+    return False
+
+
 class ControllerChannel:
     """A node's requests to the active controller (Kafka's NodeToControllerChannelManager).
 
@@ -235,7 +247,7 @@ class ControllerChannel:
                              timeout_s=max(0.001, min(per_try_timeout_s, left)), version=version)
 
         def done(node, resp, exc):
-            if exc is None and getattr(resp, "error_code", ErrorCode.NONE) != ErrorCode.NOT_CONTROLLER:
+            if exc is None and not _not_controller(resp):
                 callback(resp, None)
                 return
             if exc is None:

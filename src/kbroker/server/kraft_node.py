@@ -1,17 +1,18 @@
 """KRaftNode: a node of a KRaft cluster (Kafka's ``KafkaRaftServer``).
 
-Today it runs the ``controller`` role: the quorum that keeps ``__cluster_metadata``
-(RaftManager: the pure KafkaRaftClient on the metadata log in ``metadata.log.dir``) and
-the quorum controller on top of it (QuorumControllerHost), served on the listeners named
-by ``controller.listener.names`` (ControllerServer). The broker role joins it next
-(registration through BrokerLifecycleManager, the metadata image published to the
-ReplicaManager); until then a node whose roles include ``broker`` stops at start-up with
-a one-line message (KafkaBroker._check_kraft_storage).
+One RaftManager (the pure KafkaRaftClient on the metadata log in ``metadata.log.dir``:
+a voter on a controller, an observer on a broker-only node) feeds the roles:
+
+- ``controller``: the quorum controller on top of it (QuorumControllerHost), served on
+  the listeners named by ``controller.listener.names`` (ControllerServer);
+- ``broker``: the first step of the broker role (KRaftBroker: the metadata image,
+  registration and heartbeats, Metadata/DescribeCluster from the image, admin requests
+  forwarded to the active controller; no partitions hosted yet).
 
 Start-up: verify the formatted storage (meta.properties of this node and cluster), open
-the metadata log and the quorum-state file, start the raft thread, then bind the
-controller listeners. Shutdown: stop accepting, let a leader resign (EndQuorumEpoch),
-close the log.
+the metadata log and the quorum-state file, start the raft thread, bind the controller
+listeners, then the broker's. Shutdown in reverse: the broker's controlled shutdown, stop
+accepting, let a leader resign (EndQuorumEpoch), close the log.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ import threading
 from kbroker.controller.result import ControllerConfig
 from kbroker.server.config import parse_voters
 from kbroker.server.controller_server import ControllerServer
+from kbroker.metadata.bootstrap import uuid_from_str
+from kbroker.server.kraft_broker import BrokerMetadataListener, FanOutListener, KRaftBroker
 from kbroker.server.kraft_storage import EnsembleError, read_bootstrap_file, verify_kraft_storage
 from kbroker.server.quorum_controller_host import QuorumControllerHost
 from kbroker.server.raft_manager import RaftManager, raft_config
@@ -42,6 +45,8 @@ class KRaftNode:
         self.raft: RaftManager | None = None
         self.controller: QuorumControllerHost | None = None
         self.controller_server: ControllerServer | None = None
+        self.broker_metadata: BrokerMetadataListener | None = None
+        self.broker: KRaftBroker | None = None
         self._stopped = threading.Event()
 
     def _metadata_version(self) -> int | None:
@@ -55,41 +60,58 @@ class KRaftNode:
 
     def startup(self) -> None:
         c = self.config
-        if "broker" in self.roles:
-            raise KRaftNodeError("process.roles=%s: the broker role of a KRaft cluster is not yet supported "
-                                 "(controller-only nodes run)" % ",".join(c["process.roles"]))
         try:
-            self.cluster_id, _ = verify_kraft_storage(c)
+            self.cluster_id, ensemble = verify_kraft_storage(c)
         except EnsembleError as e:
             raise KRaftNodeError(str(e).replace("\n", " ")) from None
         voters = parse_voters(c["controller.quorum.voters"])
         if not voters:
-            raise KRaftNodeError("controller.quorum.voters: a controller needs the static voter set "
+            raise KRaftNodeError("controller.quorum.voters: the static voter set is needed "
                                  "(controller.quorum.bootstrap.servers alone is not supported yet)")
-        self.controller = QuorumControllerHost(
-            ControllerConfig(cluster_id=self.cluster_id, node_id=self.node_id,
-                             session_timeout_ms=c["broker.session.timeout.ms"],
-                             default_num_partitions=c["num.partitions"],
-                             default_replication_factor=c["default.replication.factor"]),
-            metadata_version=self._metadata_version())
+        if "controller" in self.roles:
+            self.controller = QuorumControllerHost(
+                ControllerConfig(cluster_id=self.cluster_id, node_id=self.node_id,
+                                 session_timeout_ms=c["broker.session.timeout.ms"],
+                                 default_num_partitions=c["num.partitions"],
+                                 default_replication_factor=c["default.replication.factor"]),
+                metadata_version=self._metadata_version())
+        if "broker" in self.roles:
+            self.broker_metadata = BrokerMetadataListener()
         self.raft = RaftManager(node_id=self.node_id, voters=voters, cluster_id=self.cluster_id,
-                                metadata_log_dir=c.metadata_log_dir, listener=self.controller,
+                                metadata_log_dir=c.metadata_log_dir,
+                                listener=FanOutListener(self.controller, self.broker_metadata),
                                 config=raft_config(c))
-        self.controller.attach(self.raft)
+        if self.controller is not None:
+            self.controller.attach(self.raft)
         self.raft.start()
-        listeners = [f"{l.name}://{l.host}:{l.port}" for l in c.controller_listeners]
-        self.controller_server = ControllerServer(c, listeners, {**self.raft.handlers, **self.controller.handlers},
-                                                  target=self)
-        self.controller_server.startup()
-        log.info("kbroker node %d (roles %s) of cluster %s: controller listening on %s, voters %s",
-                 self.node_id, ",".join(sorted(self.roles)), self.cluster_id,
-                 ", ".join(f"{l.name}://{l.host}:{self.controller_server.bound_port(l.name)}"
-                           for l in c.controller_listeners), sorted(voters))
+        if self.controller is not None:
+            listeners = [f"{l.name}://{l.host}:{l.port}" for l in c.controller_listeners]
+            self.controller_server = ControllerServer(c, listeners,
+                                                      {**self.raft.handlers, **self.controller.handlers},
+                                                      target=self)
+            self.controller_server.startup()
+            log.info("kbroker node %d of cluster %s: controller listening on %s, voters %s",
+                     self.node_id, self.cluster_id,
+                     ", ".join(f"{l.name}://{l.host}:{self.controller_server.bound_port(l.name)}"
+                               for l in c.controller_listeners), sorted(voters))
+        if self.broker_metadata is not None:
+            dirs = []
+            for d in c.log_dirs:
+                mp = ensemble.props.get(d)
+                if mp is not None and mp.directory_id:
+                    dirs.append(uuid_from_str(mp.directory_id))
+            self.broker = KRaftBroker(c, self.cluster_id, voters, dirs, self.broker_metadata)
+            self.broker.startup()
+            log.info("kbroker node %d of cluster %s: broker listening on %s", self.node_id, self.cluster_id,
+                     ", ".join(f"{l.name}://{l.host}:{self.broker.server.bound_port(l.name)}"
+                               for l in self.broker.listeners))
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
             return
         log.info("kbroker node %d shutting down", self.node_id)
+        if self.broker is not None:
+            self.broker.shutdown()
         if self.controller_server is not None:
             self.controller_server.shutdown()
         if self.raft is not None:
