@@ -18,6 +18,7 @@ TOOLS = {
     "console-producer": ("console_producer", "kafka-console-producer.sh"),
     "console-consumer": ("console_consumer", "kafka-console-consumer.sh"),
     "log-dirs": ("log_dirs", "kafka-log-dirs.sh"),
+    "dev-cluster": ("dev_cluster", "a local 3-node KRaft cluster: start / status / stop"),
 }
 
 
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("storage", help="format or inspect a KRaft node's log directories (like kafka-storage.sh)",
                    add_help=False)
     for name, (_, like) in TOOLS.items():
-        sub.add_parser(name, help=f"like {like}", add_help=False)
+        sub.add_parser(name, help=like if " " in like else f"like {like}", add_help=False)
     sr = sub.add_parser("schema-registry", help="serve a Confluent-compatible Schema Registry "
                                                 "stored in a kbroker topic")
     from kbroker.schema_registry.server import add_arguments as _sr_arguments
