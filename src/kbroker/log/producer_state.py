@@ -632,18 +632,40 @@ class ProducerStateManager:
             return None
         return path + _DELETED_SUFFIX
 
-    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], rescan: bool = True) -> None:
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], rescan: bool = True,
+                               defer: bool = False) -> list[tuple[int, str]]:
         """Delete snapshots without a segment of the same base offset, except the
         newest stray one when it is above every segment (the clean-shutdown snapshot).
-        ``rescan=False``: trust the listing taken when this manager was built."""
+        ``rescan=False``: trust the listing taken when this manager was built.
+        ``defer=True``: forget them but leave the files; returns their (offset, path)
+        for :meth:`delete_forgotten_snapshots` (a start-up hands them to a background
+        thread: one unlink per partition per restart is most of a 10,000-partition
+        restart on a busy disk). Returns [] otherwise."""
         bases = set(segment_base_offsets)
         if rescan:
             self._snapshots = self._scan_snapshots()
         strays = [o for o in sorted(self._snapshots) if o not in bases]
         keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
+        forgotten = []
         for off in strays:
             if off != keep:
-                self._remove_and_delete_snapshot(off)
+                if defer:
+                    forgotten.append((off, self._snapshots.pop(off)))
+                else:
+                    self._remove_and_delete_snapshot(off)
+        return forgotten
+
+    def delete_forgotten_snapshots(self, forgotten: Iterable[tuple[int, str]]) -> int:
+        """Unlink the files :meth:`remove_stray_snapshots` (``defer=True``) forgot, except
+        one whose offset holds a snapshot again (taken since, same name) or that is no
+        longer in this manager's directory. Lock held by the caller. Returns the count."""
+        n = 0
+        for off, path in forgotten:
+            if off in self._snapshots or os.path.dirname(path) != self.log_dir:
+                continue
+            _unlink(path)
+            n += 1
+        return n
 
     def update_parent_dir(self, new_dir: str) -> None:
         """The partition directory was renamed (e.g. for deletion)."""

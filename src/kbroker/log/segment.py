@@ -93,6 +93,25 @@ def _write_file(path: str, data: bytes) -> None:
         os.close(fd)
 
 
+def _write_file_unless_equal(path: str, data: bytes) -> bool:
+    """Make ``path`` hold exactly ``data``; a file that already does is left alone (a
+    recovery after a crash finds most index files right, and rewriting one costs an
+    O_TRUNC, a write and their metadata updates per file). Returns True if it wrote."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        pass
+    else:
+        try:
+            same = os.fstat(fd).st_size == len(data) and (not data or os.read(fd, len(data) + 1) == data)
+        finally:
+            os.close(fd)
+        if same:
+            return False
+    _write_file(path, data)
+    return True
+
+
 class BatchHeader(NamedTuple):
     """The producer-relevant fields of one batch header, at ``position`` in its buffer or file.
 
@@ -717,12 +736,12 @@ class LogSegment:
         if oi_bytes is not None:
             path = self.offset_index.path
             self.offset_index.close_handler()
-            _write_file(path, oi_bytes)
+            _write_file_unless_equal(path, oi_bytes)
             self.offset_index = _offset_index.OffsetIndex(path, self.base_offset, self.max_index_size)
         if ti_bytes is not None:
             path = self.time_index.path
             self.time_index.close_handler()
-            _write_file(path, ti_bytes)
+            _write_file_unless_equal(path, ti_bytes)
             self.time_index = _time_index.TimeIndex(path, self.base_offset, self.max_index_size)
         self._writable_indexes = False
 
