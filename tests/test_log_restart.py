@@ -8,7 +8,7 @@ import time
 
 from kbroker.log import LogConfig, LogManager
 from kbroker.log.segment import LogSegment
-from _log_util import batch
+from _log_util import batch, read_all
 
 PARTITIONS = 20
 
@@ -128,3 +128,37 @@ def test_recovery_keeps_right_index_files_and_truncates_a_torn_tail(tmp_path):
         lg.append(batch(1))
         assert lg.log_end_offset == 11
     lm.shutdown()
+
+
+def test_a_clean_restart_leaves_small_segments_indexes_unchecked(tmp_path):
+    """Kafka's lazy indexes: the log end of a small active segment is found by a header scan,
+    so a clean start-up neither checks nor opens its index; a damaged index is still found
+    and rebuilt on first use. A large segment is scanned from its last index entry."""
+    dirs = [str(tmp_path)]
+    cfg = LogConfig({"index.interval.bytes": 1})
+    lm = LogManager(dirs, cfg, background=False)
+    lm.startup()
+    small, big = lm.get_or_create_log(("s", 0)), lm.get_or_create_log(("b", 0))
+    for i in range(5):
+        small.append(batch(2, ts=1000 + i))
+    value = b"x" * 20_000
+    for i in range(20):                                  # ~400 KB: above the scan-from-start bound
+        big.append(batch(1, ts=1000 + i, value=value))
+    lm.shutdown()
+    index = os.path.join(str(tmp_path), "s-0", "00000000000000000000.index")
+    with open(index, "r+b") as f:                        # no longer a whole number of entries
+        f.truncate(os.path.getsize(index) - 3)
+
+    lm = LogManager(dirs, cfg, background=False)
+    lm.startup()
+    try:
+        small, big = lm.get_log(("s", 0)), lm.get_log(("b", 0))
+        assert (small.log_end_offset, big.log_end_offset) == (10, 20)
+        assert not small._segments[-1]._indexes_checked
+        assert big._segments[-1]._indexes_checked
+        assert [o for o, _ in read_all(small, 7)] == [7, 8, 9]   # first use: checked, rebuilt
+        assert small._segments[-1]._indexes_checked
+        small.append(batch(1))
+        assert small.log_end_offset == 11
+    finally:
+        lm.shutdown()

@@ -261,7 +261,8 @@ class Log:
             except Exception:  # a damaged partition.metadata is rewritten by the broker later
                 topic_id = None
         psm = ProducerStateManager(dir, topic_partition=f"{topic}-{partition}",
-                                   producer_id_expiration_ms=producer_id_expiration_ms)
+                                   producer_id_expiration_ms=producer_id_expiration_ms,
+                                   names=loaded.names)
         lg = cls(dir, topic, partition, config, loaded, time_ms=time_ms, leader_epoch_cache=cache,
                  fsync_every_append=fsync_every_append, topic_id=topic_id, scheduler=scheduler,
                  producer_state=psm)

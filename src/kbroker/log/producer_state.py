@@ -84,6 +84,7 @@ from collections import deque
 from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from kbroker.kernels import crc32c as _crc32c
+from kbroker.log.checkpoints import read_file_bytes
 from kbroker.log.errors import LogError
 
 __all__ = [
@@ -110,6 +111,7 @@ PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000
 SNAPSHOT_SUFFIX = ".snapshot"
 _TMP_SUFFIX = ".tmp"
 _DELETED_SUFFIX = ".deleted"
+_SNAPSHOT_TAILS = (SNAPSHOT_SUFFIX, SNAPSHOT_SUFFIX + _TMP_SUFFIX)
 PRODUCER_SNAPSHOT_VERSION = 1
 _HEADER = struct.Struct(">hI")            # version, crc
 _COUNT = struct.Struct(">i")
@@ -532,8 +534,7 @@ def write_snapshot(path: str, entries: Iterable[ProducerStateEntry], *, sync: bo
 
 
 def read_snapshot(path: str) -> list[ProducerStateEntry]:
-    with open(path, "rb") as f:
-        return decode_snapshot(f.read())
+    return decode_snapshot(read_file_bytes(path))
 
 
 def _snapshot_offset(name: str) -> int | None:
@@ -561,7 +562,8 @@ class ProducerStateManager:
     """
 
     def __init__(self, log_dir: str, *, topic_partition: str = "",
-                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT):
+                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+                 names: Iterable[str] | None = None):
         self.log_dir = log_dir
         self.topic_partition = topic_partition
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -569,18 +571,22 @@ class ProducerStateManager:
         self.producer_id_count = 0
         self._map_end_offset = 0
         self._last_snap_offset = 0
-        self._snapshots: dict[int, str] = self._scan_snapshots()
+        #: ``names``: the directory's listing, when the caller just took one (start-up)
+        self._snapshots: dict[int, str] = self._scan_snapshots(names)
 
     # -- snapshot files ------------------------------------------------------------------
-    def _scan_snapshots(self) -> dict[int, str]:
+    def _scan_snapshots(self, names: Iterable[str] | None = None) -> dict[int, str]:
         found: dict[int, str] = {}
-        try:
-            names = os.listdir(self.log_dir)
-        except FileNotFoundError:
-            return found
+        if names is None:
+            try:
+                names = os.listdir(self.log_dir)
+            except FileNotFoundError:
+                return found
         for name in names:
+            if not name.endswith(_SNAPSHOT_TAILS):
+                continue
             path = os.path.join(self.log_dir, name)
-            if name.endswith(SNAPSHOT_SUFFIX + _TMP_SUFFIX):  # a write cut short by a crash
+            if name.endswith(_TMP_SUFFIX):  # a write cut short by a crash
                 _unlink(path)
                 continue
             off = _snapshot_offset(name)

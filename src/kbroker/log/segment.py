@@ -93,6 +93,10 @@ def _write_file(path: str, data: bytes) -> None:
         os.close(fd)
 
 
+#: read_next_offset scans a segment this small from its start (a few window reads)
+_SCAN_WITHOUT_INDEX = 256 * 1024
+
+
 def _write_file_unless_equal(path: str, data: bytes) -> bool:
     """Make ``path`` hold exactly ``data``; a file that already does is left alone (a
     recovery after a crash finds most index files right, and rewriting one costs an
@@ -518,11 +522,16 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """Offset after the last batch (base_offset if empty): scans headers
-        from the last offset-index entry."""
-        self._check_indexes()
-        oi = self.offset_index
-        n = oi.entries
-        pos = oi.entry(n - 1)[1] if n else 0
+        from the last offset-index entry, or from the start of a segment of at most
+        ``_SCAN_WITHOUT_INDEX`` bytes (its index then stays unchecked and unopened until
+        first used, as Kafka's lazy indexes at start-up)."""
+        if self.size <= _SCAN_WITHOUT_INDEX:
+            pos = 0
+        else:
+            self._check_indexes()
+            oi = self.offset_index
+            n = oi.entries
+            pos = oi.entry(n - 1)[1] if n else 0
         if pos > self.size:
             pos = 0
         nxt = _scan.scan_headers(self.fd, pos, self.size)[0]
