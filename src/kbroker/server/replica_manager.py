@@ -227,7 +227,7 @@ class ReplicaManager:
     def _acks_all_reached(self, appended, results) -> bool:
         """True when the high watermark already passed every appended batch, so acks=all
         is answered at once, without a DelayedProduce (same answer: its first
-        try_complete would succeed). Single replica: always, once ``_after_append`` has
+        try_complete would succeed). Single replica: always, once ``_after_appends`` has
         moved the high watermark; with followers, the purgatory waits for them."""
         partitions = self._partitions
         for tp in appended:
@@ -235,9 +235,6 @@ class ReplicaManager:
             if part is None or part.log.high_watermark <= results[tp].last_offset:
                 return False
         return True
-
-    def _after_append(self, tp: TopicPartition) -> None:
-        self._after_appends((tp,))
 
     def _after_appends(self, tps) -> None:
         """After appends to ``tps``: move each high watermark, complete what waits on it."""
