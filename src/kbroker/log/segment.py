@@ -102,18 +102,25 @@ def _write_file_unless_equal(path: str, data: bytes) -> bool:
     recovery after a crash finds most index files right, and rewriting one costs an
     O_TRUNC, a write and their metadata updates per file). Returns True if it wrote."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
-        pass
-    else:
-        try:
-            same = os.fstat(fd).st_size == len(data) and (not data or os.read(fd, len(data) + 1) == data)
-        finally:
-            os.close(fd)
-        if same:
+        _write_file(path, data)
+        return True
+    try:
+        size = os.fstat(fd).st_size
+        if size == len(data) and (not data or os.pread(fd, size + 1, 0) == data):
             return False
-    _write_file(path, data)
-    return True
+        # in place: no O_TRUNC (freeing and reallocating the first block of a file that an
+        # active segment extended to segment.index.bytes costs ~1 ms on a busy ext4)
+        view = memoryview(data)
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, view[done:], done)
+        if size != len(data):
+            os.ftruncate(fd, len(data))
+        return True
+    finally:
+        os.close(fd)
 
 
 class BatchHeader(NamedTuple):
