@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from kbroker._core import compression
 from kbroker._core.errors import (CorruptRecordError, InvalidRecordError,
-                                  UnsupportedCompressionError)
+                                  ProduceRecordsError, UnsupportedCompressionError)
 from kbroker._core.compression import UnsupportedMagicError
 from kbroker._core.ref import records as ref_records
 
@@ -624,3 +624,84 @@ def test_compression_level_twins_agree(codec, levels):
         assert raws[0][61:] == compression.compress(codec, compression.decompress(codec, raws[0][61:]), level)
         outs[level] = raws[0]
     assert outs[levels[0]] != outs[levels[1]]
+
+
+# -- Produce's request checks in the batch walk (validate_batches(produce_version=...)) -------
+
+def _produce_outcome(impl, data, **kw):
+    """validate_batches in produce mode: ("ok", n infos), ("refused", code, base_offset,
+    size) or the batch error class."""
+    try:
+        return ("ok", len(impl.validate_batches(data, **kw)))
+    except ProduceRecordsError as e:
+        return ("refused", e.error_code, e.base_offset, e.size)
+    except CorruptRecordError as e:
+        return type(e)
+
+
+def _with_base_offset(raw, base_offset):
+    b = bytearray(raw)
+    b[0:8] = struct.pack(">q", base_offset)
+    return bytes(b)
+
+
+_MAGIC = lambda b, m: b[:16] + bytes([m & 0xFF]) + b[17:]  # noqa: E731
+# ProduceRequest.validateRecords' cases (Kafka's MemoryRecords.batches() walk) -> error code
+_REQUEST_CASES = [
+    (b"", 87), (BASE, 0), (BASE + BASE, 87),
+    (BASE + b"\0" * 11, 0),                                   # less than a size field after the batch
+    (BASE + struct.pack(">qi", 0, 1000) + b"\0\0\0\0\2", 0),  # a second batch cut short
+    (BASE + struct.pack(">qi", 0, 3), 2),                     # size below the legacy minimum
+    (_MAGIC(BASE, 1), 87), (_MAGIC(BASE, 0), 87), (_MAGIC(BASE, 3), 2), (_MAGIC(BASE, -1), 2),
+    (BASE + _MAGIC(BASE, 3), 2), (BASE[:-1], 87), (BASE[:11], 87),
+]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_produce_records_error_walks_headers_as_kafka(impl):
+    for data, want in _REQUEST_CASES:
+        for wrap in (bytes, bytearray, memoryview):
+            assert impl.produce_records_error(wrap(data), 11) == want, (data.hex(), want)
+    assert impl.produce_records_error(None, 3) == 87
+    zstd = impl.encode_batch([(1, b"k", b"v", [])], compression=impl.ZSTD)
+    assert [impl.produce_records_error(zstd, v) for v in (3, 6, 7, 11)] == [76, 76, 0, 0]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_produce_mode_answers_in_kafkas_order(impl):
+    """Request checks, then the first batch's base offset, then its size, then the batch
+    checks: each refusal comes from the first rule broken."""
+    big = len(BASE) - 1
+    for data, want in _REQUEST_CASES:
+        if want:
+            assert _produce_outcome(impl, data, produce_version=11, max_message_bytes=big) == \
+                ("refused", want, None, None)
+    # a second batch outranks a bad base offset; a bad base offset outranks the size
+    moved = _with_base_offset(BASE, 5)
+    assert _produce_outcome(impl, moved + BASE, produce_version=11) == ("refused", 87, None, None)
+    assert _produce_outcome(impl, moved, produce_version=11, max_message_bytes=big) == ("refused", 87, 5, None)
+    assert _produce_outcome(impl, BASE, produce_version=11, max_message_bytes=big) == \
+        ("refused", 10, None, len(BASE))
+    assert _produce_outcome(impl, BASE, produce_version=11, max_message_bytes=len(BASE)) == ("ok", 1)
+    # the size outranks a bad CRC; the batch checks run once the request's pass
+    bad_crc = BASE[:-1] + bytes([BASE[-1] ^ 1])
+    assert _produce_outcome(impl, bad_crc, produce_version=11, max_message_bytes=big) == \
+        ("refused", 10, None, len(BASE))
+    assert _produce_outcome(impl, bad_crc, produce_version=11) is CorruptRecordError
+    assert _produce_outcome(impl, BASE + b"\0" * 11, produce_version=11) is CorruptRecordError
+    assert _produce_outcome(impl, None, produce_version=3) == ("refused", 87, None, None)
+    # without produce_version nothing of this is checked
+    assert _produce_outcome(impl, moved, max_message_bytes=big) == ("ok", 1)
+
+
+def test_produce_mode_twins_agree_on_cuts_and_bit_flips():
+    raw = BASE + BASE[:20]
+    datas = [raw[:n] for n in range(len(raw) + 1)]
+    for i in range(0, len(BASE) * 8, 3):
+        b = bytearray(BASE)
+        b[i // 8] ^= 1 << (i % 8)
+        datas.append(bytes(b))
+    for data in datas:
+        for kw in ({"produce_version": 11}, {"produce_version": 5, "max_message_bytes": 80}):
+            outs = [_produce_outcome(impl, data, **kw) for impl in (c_records, ref_records) if impl is not None]
+            assert all(o == outs[0] for o in outs), (data.hex(), kw, outs)

@@ -324,7 +324,7 @@ def _replica_manager(follows_leader: bool):
     part = _StubPartition(follows_leader)
     rm._partitions = {("t", 0): part}
 
-    def append(tp, buf, internal, version):
+    def append(tp, buf, internal, version, now=None):
         part.log.log_end_offset += 3
         return ProducePartitionResult(ErrorCode.NONE, part.log.log_end_offset - 3, -1, 0,
                                       last_offset=part.log.log_end_offset - 1)

@@ -38,7 +38,7 @@ from collections import namedtuple
 from kbroker._core import compression as _compression
 from kbroker._core.errors import UnsupportedMagicError
 from kbroker._core.errors import (CorruptRecordError, InvalidRecordError,
-                                  UnsupportedCompressionError)
+                                  ProduceRecordsError, UnsupportedCompressionError)
 
 cdef extern from "Python.h":
     # steals a reference to the item; the slot must be empty (NULL)
@@ -51,10 +51,10 @@ __all__ = [
     "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH",
     "RECORD_ERROR_NO_KEY", "RECORD_ERROR_TIMESTAMP", "RECORD_ERROR_LOG_APPEND_TIME",
     "CorruptRecordError", "InvalidRecordError", "UnsupportedCompressionError",
-    "UnsupportedMagicError",
+    "UnsupportedMagicError", "ProduceRecordsError",
     "Record", "RecordBatch", "LegacyBatch", "BatchInfo", "BatchBuilder",
     "encode_batch", "decode_batch", "decode_batches", "iter_batches",
-    "validate_batches", "set_base_offset", "set_partition_leader_epoch",
+    "validate_batches", "produce_records_error", "set_base_offset", "set_partition_leader_epoch",
     "set_log_append_time", "set_max_timestamp", "assign_offsets",
 ]
 
@@ -1148,14 +1148,81 @@ def encode_batch(records, *, int64_t base_offset=0, int compression=NO_COMPRESSI
 
 # -- broker fast path -------------------------------------------------------------
 
+# Kafka error codes of the Produce checks (ProduceRecordsError's)
+cdef enum:
+    E_NONE = 0
+    E_CORRUPT_MESSAGE = 2
+    E_MESSAGE_TOO_LARGE = 10
+    E_UNSUPPORTED_COMPRESSION_TYPE = 76
+    E_INVALID_RECORD = 87
+    C_ZSTD = 4
+
+
+cdef inline Py_ssize_t _next_batch_end(const unsigned char* b, Py_ssize_t pos, Py_ssize_t n) noexcept nogil:
+    """Kafka's ByteBufferLogInputStream.nextBatch at ``pos``: the end of the batch there,
+    -2 when no complete batch is left, -1 when its size or magic is corrupt."""
+    cdef Py_ssize_t left = n - pos
+    cdef int32_t size
+    cdef int8_t magic
+    if left < LOG_OVERHEAD:
+        return -2
+    size = load_i32(b + pos + LENGTH_OFFSET)
+    if size < LEGACY_HEADER_V0:
+        return -1
+    if left < MAGIC_OFFSET + 1:
+        return -2
+    magic = <int8_t>b[pos + MAGIC_OFFSET]
+    if magic < 0 or magic > 2:
+        return -1
+    if left < LOG_OVERHEAD + <Py_ssize_t>size:
+        return -2
+    return pos + LOG_OVERHEAD + size
+
+
+cdef int _produce_records_error(const unsigned char* b, Py_ssize_t n, int version) noexcept nogil:
+    """Kafka's ProduceRequest.validateRecords (v3+) over ``n`` bytes: E_NONE or the error
+    code (see the twin's produce_records_error)."""
+    cdef Py_ssize_t first = _next_batch_end(b, 0, n), second
+    if first == -2:
+        return E_INVALID_RECORD          # "must have at least one record batch per partition"
+    if first == -1:
+        return E_CORRUPT_MESSAGE
+    if b[MAGIC_OFFSET] != 2:
+        return E_INVALID_RECORD          # "only ... record batches with magic version 2"
+    if version < 7 and (load_i16(b + ATTRIBUTES_OFFSET) & COMPRESSION_MASK) == C_ZSTD:
+        return E_UNSUPPORTED_COMPRESSION_TYPE
+    if first == n:
+        return E_NONE
+    second = _next_batch_end(b, first, n)
+    if second == -2:
+        return E_NONE
+    if second == -1:
+        return E_CORRUPT_MESSAGE
+    return E_INVALID_RECORD              # "only ... exactly one record batch per partition"
+
+
+def produce_records_error(buf, int version):
+    """Kafka's ProduceRequest.validateRecords for one partition's records (None is no
+    records): 0, or the Kafka error code (see the twin)."""
+    cdef _Buf b
+    if buf is None:
+        return E_INVALID_RECORD
+    b = _get_buf(buf)
+    return _produce_records_error(b.ptr, b.size, version)
+
+
 def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
                      int64_t now_ms=0, int64_t timestamp_before_max_ms=INT64_MAX,
-                     int64_t timestamp_after_max_ms=INT64_MAX, bint compacted=False):
+                     int64_t timestamp_after_max_ms=INT64_MAX, bint compacted=False,
+                     int produce_version=-1, int64_t max_message_bytes=INT64_MAX):
     """Validate a ProduceRequest partition's records without building Record
     objects; return one BatchInfo per batch. See the twin's docstring for the
-    full list of checks, the record checks ``timestamp_type`` >= 0 turns on
-    and the error class each failure raises."""
-    cdef _Buf b = _get_buf(buf)
+    full list of checks, the record checks ``timestamp_type`` >= 0 turns on,
+    the request checks ``produce_version`` >= 0 turns on and the error class
+    each failure raises."""
+    cdef _Buf b = _get_buf(b"" if buf is None else buf)
+    cdef int code
+    cdef int64_t first_size
     cdef const unsigned char* base = b.ptr
     cdef const unsigned char* p
     cdef const unsigned char* rbuf
@@ -1180,6 +1247,16 @@ def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
     ck.now = now_ms
     ck.before_max = timestamp_before_max_ms
     ck.after_max = timestamp_after_max_ms
+    if produce_version >= 0:
+        # one walk: the request's checks, the first batch's base offset and size, then the batches
+        code = _produce_records_error(b.ptr, b.size, produce_version)
+        if code != E_NONE:
+            raise ProduceRecordsError(code)
+        if load_i64(b.ptr) != 0:
+            raise ProduceRecordsError(E_INVALID_RECORD, base_offset=load_i64(b.ptr))
+        first_size = LOG_OVERHEAD + <int64_t>load_i32(b.ptr + LENGTH_OFFSET)
+        if first_size > max_message_bytes:
+            raise ProduceRecordsError(E_MESSAGE_TOO_LARGE, size=first_size)
     if end == 0:
         raise CorruptRecordError("empty records")
     while pos < end:

@@ -45,6 +45,7 @@ directory. A crash leaves either the old or the new file, never a mix.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import time
@@ -141,9 +142,24 @@ def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
+def read_file_bytes(path: str) -> bytes:
+    """The whole file, with os.open / os.read (no buffered or text file object: this runs
+    for a few small files per partition at start-up). Raises what os.open raises."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 16)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def _lines(path: str) -> list[str]:
-    with open(path, "r", encoding="utf-8") as f:
-        return f.read().split("\n")
+    return read_file_bytes(path).decode("utf-8").split("\n")
 
 
 def _read_versioned(path: str, parse_entry) -> list:
@@ -234,7 +250,9 @@ def topic_id_to_str(topic_id: uuid.UUID | bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+@functools.lru_cache(maxsize=4096)
 def topic_id_from_str(s: str) -> uuid.UUID:
+    """Kafka's ``Uuid.fromString`` (cached: every partition of a topic reads the same)."""
     raw = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
     if len(raw) != 16:
         raise ValueError(f"invalid topic id {s!r}")

@@ -250,6 +250,10 @@ def parse_value(cdef: ConfigDef, value: Any) -> Any:
     raise AssertionError(t)
 
 
+_DERIVED_PREFIX = "_derived_"
+_MISSING = object()
+
+
 class LogConfig:
     """Effective configuration of one log (broker defaults + topic overrides).
 
@@ -334,6 +338,17 @@ class LogConfig:
     # -- access -------------------------------------------------------------------
     def get(self, name: str) -> Any:
         return self._values[name]
+
+    def derived(self, key: str, fn: Callable[["LogConfig"], Any]) -> Any:
+        """``fn(self)``, computed once per config and kept on it under ``key`` (the config
+        is immutable, so anything derived from it stays valid; e.g. what the produce path
+        reads per append). ``key`` must not be a config attribute name."""
+        d = self.__dict__
+        v = d.get(_DERIVED_PREFIX + key, _MISSING)
+        if v is _MISSING:
+            v = fn(self)
+            d[_DERIVED_PREFIX + key] = v   # a race computes it twice: same value
+        return v
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self._values)

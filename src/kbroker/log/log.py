@@ -261,7 +261,8 @@ class Log:
             except Exception:  # a damaged partition.metadata is rewritten by the broker later
                 topic_id = None
         psm = ProducerStateManager(dir, topic_partition=f"{topic}-{partition}",
-                                   producer_id_expiration_ms=producer_id_expiration_ms)
+                                   producer_id_expiration_ms=producer_id_expiration_ms,
+                                   names=loaded.names)
         lg = cls(dir, topic, partition, config, loaded, time_ms=time_ms, leader_epoch_cache=cache,
                  fsync_every_append=fsync_every_append, topic_id=topic_id, scheduler=scheduler,
                  producer_state=psm)
@@ -1039,7 +1040,10 @@ class Log:
         was kept) is not scanned: empty snapshots are written instead, at the last
         two segments' base offsets and the log end, as Kafka does on upgrade."""
         psm = self.producer_state
-        psm.remove_stray_snapshots(self._bases, rescan=False)   # its directory was just listed
+        # its directory was just listed; the strays' files go on the background thread
+        stale = psm.remove_stray_snapshots(self._bases, rescan=False, defer=self._scheduler is not None)
+        if stale and not self._scheduler(lambda: self._delete_forgotten_snapshots(stale)):
+            psm.delete_forgotten_snapshots(stale)
         leo = self._leo
         if had_clean_shutdown and psm.latest_snapshot_offset() is None:
             for offset in list(self._bases[-2:]) + [leo]:
@@ -1055,6 +1059,12 @@ class Log:
             if self._scheduler is None or not self._scheduler(
                     lambda: None if self._closed else self.take_producer_snapshot()):
                 psm.take_snapshot()
+
+    def _delete_forgotten_snapshots(self, forgotten) -> None:
+        """Background: unlink the stray snapshots start-up forgot (none of them is read)."""
+        with self._lock:
+            if not self._closed:
+                self.producer_state.delete_forgotten_snapshots(forgotten)
 
     def _reload_producer_state_locked(self) -> None:
         """After truncate_to: back to the newest snapshot at or below the new log end, then replay."""

@@ -84,6 +84,7 @@ from collections import deque
 from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from kbroker.kernels import crc32c as _crc32c
+from kbroker.log.checkpoints import read_file_bytes
 from kbroker.log.errors import LogError
 
 __all__ = [
@@ -110,6 +111,7 @@ PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000
 SNAPSHOT_SUFFIX = ".snapshot"
 _TMP_SUFFIX = ".tmp"
 _DELETED_SUFFIX = ".deleted"
+_SNAPSHOT_TAILS = (SNAPSHOT_SUFFIX, SNAPSHOT_SUFFIX + _TMP_SUFFIX)
 PRODUCER_SNAPSHOT_VERSION = 1
 _HEADER = struct.Struct(">hI")            # version, crc
 _COUNT = struct.Struct(">i")
@@ -532,8 +534,7 @@ def write_snapshot(path: str, entries: Iterable[ProducerStateEntry], *, sync: bo
 
 
 def read_snapshot(path: str) -> list[ProducerStateEntry]:
-    with open(path, "rb") as f:
-        return decode_snapshot(f.read())
+    return decode_snapshot(read_file_bytes(path))
 
 
 def _snapshot_offset(name: str) -> int | None:
@@ -561,7 +562,8 @@ class ProducerStateManager:
     """
 
     def __init__(self, log_dir: str, *, topic_partition: str = "",
-                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT):
+                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+                 names: Iterable[str] | None = None):
         self.log_dir = log_dir
         self.topic_partition = topic_partition
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -569,18 +571,22 @@ class ProducerStateManager:
         self.producer_id_count = 0
         self._map_end_offset = 0
         self._last_snap_offset = 0
-        self._snapshots: dict[int, str] = self._scan_snapshots()
+        #: ``names``: the directory's listing, when the caller just took one (start-up)
+        self._snapshots: dict[int, str] = self._scan_snapshots(names)
 
     # -- snapshot files ------------------------------------------------------------------
-    def _scan_snapshots(self) -> dict[int, str]:
+    def _scan_snapshots(self, names: Iterable[str] | None = None) -> dict[int, str]:
         found: dict[int, str] = {}
-        try:
-            names = os.listdir(self.log_dir)
-        except FileNotFoundError:
-            return found
+        if names is None:
+            try:
+                names = os.listdir(self.log_dir)
+            except FileNotFoundError:
+                return found
         for name in names:
+            if not name.endswith(_SNAPSHOT_TAILS):
+                continue
             path = os.path.join(self.log_dir, name)
-            if name.endswith(SNAPSHOT_SUFFIX + _TMP_SUFFIX):  # a write cut short by a crash
+            if name.endswith(_TMP_SUFFIX):  # a write cut short by a crash
                 _unlink(path)
                 continue
             off = _snapshot_offset(name)
@@ -632,18 +638,40 @@ class ProducerStateManager:
             return None
         return path + _DELETED_SUFFIX
 
-    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], rescan: bool = True) -> None:
+    def remove_stray_snapshots(self, segment_base_offsets: Iterable[int], rescan: bool = True,
+                               defer: bool = False) -> list[tuple[int, str]]:
         """Delete snapshots without a segment of the same base offset, except the
         newest stray one when it is above every segment (the clean-shutdown snapshot).
-        ``rescan=False``: trust the listing taken when this manager was built."""
+        ``rescan=False``: trust the listing taken when this manager was built.
+        ``defer=True``: forget them but leave the files; returns their (offset, path)
+        for :meth:`delete_forgotten_snapshots` (a start-up hands them to a background
+        thread: one unlink per partition per restart is most of a 10,000-partition
+        restart on a busy disk). Returns [] otherwise."""
         bases = set(segment_base_offsets)
         if rescan:
             self._snapshots = self._scan_snapshots()
         strays = [o for o in sorted(self._snapshots) if o not in bases]
         keep = strays[-1] if strays and (not bases or strays[-1] > max(bases)) else None
+        forgotten = []
         for off in strays:
             if off != keep:
-                self._remove_and_delete_snapshot(off)
+                if defer:
+                    forgotten.append((off, self._snapshots.pop(off)))
+                else:
+                    self._remove_and_delete_snapshot(off)
+        return forgotten
+
+    def delete_forgotten_snapshots(self, forgotten: Iterable[tuple[int, str]]) -> int:
+        """Unlink the files :meth:`remove_stray_snapshots` (``defer=True``) forgot, except
+        one whose offset holds a snapshot again (taken since, same name) or that is no
+        longer in this manager's directory. Lock held by the caller. Returns the count."""
+        n = 0
+        for off, path in forgotten:
+            if off in self._snapshots or os.path.dirname(path) != self.log_dir:
+                continue
+            _unlink(path)
+            n += 1
+        return n
 
     def update_parent_dir(self, new_dir: str) -> None:
         """The partition directory was renamed (e.g. for deletion)."""

@@ -49,6 +49,9 @@ class LoadedLog:
     recovery_point: int
     truncated_bytes: int
     recovered_segments: int
+    #: the directory's names as load_log listed them (its snapshot files are still
+    #: there); None when not listed
+    names: list | None = None
 
 
 def _is_index(name: str) -> bool:
@@ -62,13 +65,18 @@ def _remove(path: str) -> None:
         pass
 
 
-def _resolve_leftovers(dir: str, config: LogConfig, time_ms) -> list[str] | None:
-    """Step 1; returns the directory's names when it changed nothing (None if it did)."""
-    names = os.listdir(dir)
+_LEFTOVER_TAILS = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
+
+
+def _resolve_leftovers(dir: str, config: LogConfig, time_ms, names: list[str]) -> list[str] | None:
+    """Step 1 over the directory's ``names``; returns them when it changed nothing (None
+    if it did)."""
     changed = False
     swaps: list[str] = []
     min_cleaned = None
     for name in names:
+        if not name.endswith(_LEFTOVER_TAILS):
+            continue
         path = os.path.join(dir, name)
         if name.endswith(DELETED_SUFFIX):
             _remove(path)
@@ -130,13 +138,18 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
              had_clean_shutdown: bool, time_ms: Callable[[], int], leader_epoch_cache=None,
              fsync_every_append: bool = False, segment_factory=None) -> LoadedLog:
     """Load (and if needed recover) the segments of ``dir``; see the module docstring."""
-    os.makedirs(dir, exist_ok=True)
-    listed = _resolve_leftovers(dir, config, time_ms)
+    try:
+        names = os.listdir(dir)
+    except FileNotFoundError:
+        os.makedirs(dir, exist_ok=True)
+        names = []
+    listed = _resolve_leftovers(dir, config, time_ms, names)
     make = segment_factory or (lambda base, create=False: LogSegment(
         dir, base, config, time_ms, create=create, fsync_every_append=fsync_every_append,
         preallocate_bytes=config.segment_bytes if create and config.preallocate else 0))
 
-    names = set(listed if listed is not None else os.listdir(dir))
+    listing = listed if listed is not None else os.listdir(dir)
+    names = set(listing)
     logs = set()
     for name in names:
         if name.endswith(LOG_SUFFIX):
@@ -229,4 +242,7 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
     if leader_epoch_cache is not None:
         leader_epoch_cache.truncate_from_end(next_offset)
         leader_epoch_cache.truncate_from_start(log_start)
-    return LoadedLog(segments, log_start, next_offset, new_recovery_point, truncated_total, recovered)
+    # the listing, for the producer state's snapshot scan, unless files came or went
+    # besides the indexes and segments (snapshots are only removed by their manager)
+    return LoadedLog(segments, log_start, next_offset, new_recovery_point, truncated_total, recovered,
+                     listing)

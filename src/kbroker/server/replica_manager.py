@@ -21,11 +21,10 @@ Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 from kbroker.kernels import records as _records
 from kbroker.log.errors import (
@@ -42,17 +41,36 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple  # (topic: str, partition: int)
 
 
-@dataclass
 class ProducePartitionResult:
-    """Kafka's ProduceResponse.PartitionResponse for one partition."""
+    """Kafka's ProduceResponse.PartitionResponse for one partition (a slotted class: one
+    is made per partition of every Produce). ``error`` is set again by DelayedProduce."""
 
-    error: int = ErrorCode.NONE
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    log_start_offset: int = -1
-    error_message: str | None = None
-    record_errors: list = field(default_factory=list)  # (batch_index, message)
-    last_offset: int = -1  # for the acks=all wait (not on the wire)
+    __slots__ = ("error", "base_offset", "log_append_time_ms", "log_start_offset", "error_message",
+                 "record_errors", "last_offset")
+
+    def __init__(self, error: int = ErrorCode.NONE, base_offset: int = -1, log_append_time_ms: int = -1,
+                 log_start_offset: int = -1, error_message: str | None = None, record_errors=(),
+                 last_offset: int = -1):
+        self.error = error
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.log_start_offset = log_start_offset
+        self.error_message = error_message
+        self.record_errors = record_errors  # [(batch_index, message)]
+        self.last_offset = last_offset      # for the acks=all wait (not on the wire)
+
+    def __repr__(self) -> str:
+        return (f"ProducePartitionResult(error={self.error}, base_offset={self.base_offset}, "
+                f"log_append_time_ms={self.log_append_time_ms}, log_start_offset={self.log_start_offset}, "
+                f"error_message={self.error_message!r}, record_errors={self.record_errors!r}, "
+                f"last_offset={self.last_offset})")
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, ProducePartitionResult):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    __hash__ = None
 
 
 @dataclass
@@ -169,30 +187,39 @@ class ReplicaManager:
         as AppendOrigin.CLIENT), None for the broker's own appends."""
         results: dict[TopicPartition, ProducePartitionResult] = {}
         appended = []
+        now = self._time_ms()       # one clock read per request: LogAppendTime and the timestamp window
+        acks_all = required_acks == -1
+        append = self._append_to_local_log
         for tp, buf in entries.items():
-            r = self._check_min_isr(tp) if required_acks == -1 else None
+            r = self._check_min_isr(tp, buf, produce_version) if acks_all else None
             if r is None:
-                r = self._append_to_local_log(tp, buf, internal_topics_allowed, produce_version)
+                r = append(tp, buf, internal_topics_allowed, produce_version, now)
             results[tp] = r
             if r.error == ErrorCode.NONE and r.last_offset >= 0:
                 appended.append(tp)
-        for tp in appended:
-            self._after_append(tp)
-        if required_acks == -1 and appended and not self._acks_all_reached(appended, results):
+        if appended:
+            self._after_appends(appended)
+        if acks_all and appended and not self._acks_all_reached(appended, results):
             op = DelayedProduce(timeout_ms, self, results, respond)
             self.produce_purgatory.try_complete_else_watch(op, appended)
         else:
             respond(results)
 
-    def _check_min_isr(self, tp: TopicPartition) -> ProducePartitionResult | None:
+    def _check_min_isr(self, tp: TopicPartition, buf=None,
+                       produce_version: int | None = None) -> ProducePartitionResult | None:
         """Kafka's Partition.appendRecordsToLeader check for acks=all: with fewer in-sync
         replicas than the topic's ``min.insync.replicas``, nothing is appended and the
-        partition answers NOT_ENOUGH_REPLICAS. None when the append may go ahead."""
+        partition answers NOT_ENOUGH_REPLICAS — unless the client's records break
+        ProduceRequest.validateRecords, which Kafka answers first (KafkaApis). None when
+        the append may go ahead."""
         part = self._partitions.get(tp)
         if part is None:
             return None
         min_isr = part.log.config.min_insync_replicas
         if len(part.isr) < min_isr:
+            early = _request_records_error(buf, produce_version)
+            if early is not None:
+                return early
             return ProducePartitionResult(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
                 error_message=(f"The size of the current ISR {sorted(part.isr)} is insufficient to satisfy "
@@ -202,7 +229,7 @@ class ReplicaManager:
     def _acks_all_reached(self, appended, results) -> bool:
         """True when the high watermark already passed every appended batch, so acks=all
         is answered at once, without a DelayedProduce (same answer: its first
-        try_complete would succeed). Single replica: always, once ``_after_append`` has
+        try_complete would succeed). Single replica: always, once ``_after_appends`` has
         moved the high watermark; with followers, the purgatory waits for them."""
         partitions = self._partitions
         for tp in appended:
@@ -211,53 +238,56 @@ class ReplicaManager:
                 return False
         return True
 
-    def _after_append(self, tp: TopicPartition) -> None:
-        part = self._partitions.get(tp)
-        if part is not None and part.maybe_increment_high_watermark():
-            self.produce_purgatory.check_and_complete(tp)
-        self.fetch_purgatory.check_and_complete(tp)
-        for listener in self.append_listeners:
-            listener(tp)
+    def _after_appends(self, tps) -> None:
+        """After appends to ``tps``: move each high watermark, complete what waits on it."""
+        partitions = self._partitions
+        produce_check = self.produce_purgatory.check_and_complete
+        fetch_check = self.fetch_purgatory.check_and_complete
+        listeners = self.append_listeners
+        for tp in tps:
+            part = partitions.get(tp)
+            if part is not None and part.maybe_increment_high_watermark():
+                produce_check(tp)
+            fetch_check(tp)
+            for listener in listeners:
+                listener(tp)
 
     def _append_to_local_log(self, tp, buf, internal_topics_allowed: bool,
-                             produce_version: int | None) -> ProducePartitionResult:
+                             produce_version: int | None, now: int | None = None) -> ProducePartitionResult:
         """Kafka's ReplicaManager.appendToLocalLog for one partition, with the checks of
-        UnifiedLog.analyzeAndValidateRecords and LogValidator on the way to ``Log.append``.
-        ``produce_version`` is set for a client's ProduceRequest (AppendOrigin.CLIENT,
-        whose records ProduceRequest.validateRecords already checked: one v2 batch);
-        None for the broker's own appends (the group coordinator)."""
+        ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords and
+        LogValidator on the way to ``Log.append``. ``produce_version`` is set for a
+        client's ProduceRequest (AppendOrigin.CLIENT: the records kernel walks the
+        request's checks, the base offset and size checks and the batch checks in one
+        pass, ``validate_batches(produce_version=...)``); None for the broker's own
+        appends (the group coordinator). ``now``: the request's clock reading."""
         topic = tp[0]
         if topic.startswith("__") and topic in ("__consumer_offsets", "__transaction_state") \
                 and not internal_topics_allowed:
-            return ProducePartitionResult(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                          error_message=f"Cannot append to internal topic {topic}")
+            # Kafka answers ProduceRequest.validateRecords (KafkaApis) before this check
+            early = _request_records_error(buf, produce_version)
+            return early if early is not None else ProducePartitionResult(
+                ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=f"Cannot append to internal topic {topic}")
         part = self._partitions.get(tp)
         if part is None:
             return ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         lg = part.log
-        if buf is None or len(buf) == 0:
+        client = produce_version is not None
+        if not client and (buf is None or len(buf) == 0):
             return ProducePartitionResult(ErrorCode.NONE, -1, -1, lg.log_start_offset)
         cfg = lg.config
-        client = produce_version is not None
-        if client:
-            # analyzeAndValidateRecords, before the CRC: base offset 0, then the batch size
-            base_offset, length = _BASE_OFFSET_AND_LENGTH(buf, 0)
-            if base_offset != 0:
-                return ProducePartitionResult(
-                    ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
-                    error_message=(f"The baseOffset of the record batch in the append to {topic}-{tp[1]} "
-                                   f"should be 0, but it is {base_offset}"))
-            size = 12 + length
-            if size > cfg.max_message_bytes:
-                return _too_large(tp, size, cfg)
-        now = self._time_ms()
-        log_append_time = cfg.message_timestamp_type == "LogAppendTime"
+        plan = cfg.derived("produce_plan", _produce_plan)
+        if now is None:
+            now = self._time_ms()
+        log_append_time = plan.log_append_time
         try:
             infos = _records.validate_batches(
-                buf, timestamp_type=log_validator.LOG_APPEND_TIME if log_append_time else log_validator.CREATE_TIME,
-                now_ms=now,
-                timestamp_before_max_ms=cfg.timestamp_before_max_ms,
-                timestamp_after_max_ms=cfg.timestamp_after_max_ms, compacted=cfg.compact)
+                buf, timestamp_type=plan.timestamp_type, now_ms=now,
+                timestamp_before_max_ms=plan.before_max_ms, timestamp_after_max_ms=plan.after_max_ms,
+                compacted=plan.compacted, produce_version=produce_version if client else -1,
+                max_message_bytes=plan.max_message_bytes)
+        except _records.ProduceRecordsError as e:
+            return _produce_records_result(tp, e, lg, cfg)
         except _records.UnsupportedCompressionError as e:
             return ProducePartitionResult(ErrorCode.CORRUPT_MESSAGE, error_message=str(e))
         except _records.InvalidRecordError as e:
@@ -278,7 +308,7 @@ class ReplicaManager:
                 return ProducePartitionResult(
                     ErrorCode.INVALID_TXN_STATE,
                     error_message="Transactional produce is not supported by this broker yet")
-        target = log_validator.target_compression(cfg)
+        target = plan.target_compression
         if target is not None and any(info.compression != target[0] for info in infos):
             buf = log_validator.recompress(buf, infos, target[0], target[1], log_append_time, now)
             infos = _records.validate_batches(buf)
@@ -378,7 +408,47 @@ def region_size(r) -> int:
     return size if isinstance(size, int) else len(r)
 
 
-_BASE_OFFSET_AND_LENGTH = struct.Struct(">qi").unpack_from
+class _ProducePlan(NamedTuple):
+    """What a client append needs from a LogConfig, read once per config (configs are
+    immutable; ``LogConfig.derived`` caches it on the config)."""
+
+    timestamp_type: int
+    log_append_time: bool
+    before_max_ms: int
+    after_max_ms: int
+    compacted: bool
+    max_message_bytes: int
+    target_compression: tuple | None
+
+
+def _produce_plan(cfg) -> _ProducePlan:
+    log_append_time = cfg.message_timestamp_type == "LogAppendTime"
+    return _ProducePlan(log_validator.LOG_APPEND_TIME if log_append_time else log_validator.CREATE_TIME,
+                        log_append_time, cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms,
+                        cfg.compact, cfg.max_message_bytes, log_validator.target_compression(cfg))
+
+
+def _request_records_error(buf, produce_version) -> ProducePartitionResult | None:
+    """The answer of Kafka's ProduceRequest.validateRecords to a client's records, None
+    when they pass (or are not a client's). For the error paths whose checks come after
+    it in Kafka but before the records kernel here."""
+    if produce_version is None:
+        return None
+    err = _records.produce_records_error(buf, produce_version)
+    return ProducePartitionResult(err) if err else None
+
+
+def _produce_records_result(tp, e, lg, cfg) -> ProducePartitionResult:
+    """The answer to a ProduceRecordsError of ``validate_batches(produce_version=...)``."""
+    if e.base_offset is not None:      # UnifiedLog.analyzeAndValidateRecords
+        return ProducePartitionResult(
+            ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+            error_message=(f"The baseOffset of the record batch in the append to {tp[0]}-{tp[1]} "
+                           f"should be 0, but it is {e.base_offset}"))
+    if e.size is not None:
+        return _too_large(tp, e.size, cfg)
+    return ProducePartitionResult(e.error_code)  # ProduceRequest.validateRecords: no message
+
 
 
 def _too_large(tp, size: int, cfg) -> ProducePartitionResult:

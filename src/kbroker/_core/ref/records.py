@@ -56,6 +56,7 @@ from kbroker._core.errors import UnsupportedMagicError
 from kbroker._core.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    ProduceRecordsError,
     UnsupportedCompressionError,
 )
 
@@ -71,10 +72,10 @@ __all__ = [
     "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH",
     "RECORD_ERROR_NO_KEY", "RECORD_ERROR_TIMESTAMP", "RECORD_ERROR_LOG_APPEND_TIME",
     "CorruptRecordError", "InvalidRecordError", "UnsupportedCompressionError",
-    "UnsupportedMagicError",
+    "UnsupportedMagicError", "ProduceRecordsError",
     "Record", "RecordBatch", "LegacyBatch", "BatchInfo", "BatchBuilder",
     "encode_batch", "decode_batch", "decode_batches", "iter_batches",
-    "validate_batches", "set_base_offset", "set_partition_leader_epoch",
+    "validate_batches", "produce_records_error", "set_base_offset", "set_partition_leader_epoch",
     "set_log_append_time", "set_max_timestamp", "assign_offsets",
 ]
 
@@ -780,11 +781,75 @@ def decode_batches(buf, *, check_crc=True):
 
 # -- broker fast path ---------------------------------------------------------
 
+def _next_batch_end(mv, pos, n):
+    """Kafka's ByteBufferLogInputStream.nextBatch at ``pos`` of ``mv`` (``n`` bytes): the
+    end of the batch there, -2 when no complete batch is left, -1 when its size or magic
+    is corrupt."""
+    left = n - pos
+    if left < _LOG_OVERHEAD:
+        return -2
+    size = _I.unpack_from(mv, pos + _LENGTH_OFFSET)[0]
+    if size < _LEGACY_HEADER_V0:
+        return -1
+    if left < _MAGIC_OFFSET + 1:
+        return -2
+    if not 0 <= _b(mv[pos + _MAGIC_OFFSET]) <= 2:
+        return -1
+    if left < _LOG_OVERHEAD + size:
+        return -2
+    return pos + _LOG_OVERHEAD + size
+
+
+def _b(v):
+    return v - 256 if v > 127 else v
+
+
+def produce_records_error(buf, version):
+    """Kafka's ProduceRequest.validateRecords (v3+) for one partition's records: 0 when
+    they may go on to the log, else Kafka's error code (ProduceRecordsError's constants).
+    Walks batch headers as MemoryRecords.batches() does (a batch cut short ends the
+    walk): no complete batch (None, empty), or a first batch not of magic 2, is
+    INVALID_RECORD; zstd before v7 is UNSUPPORTED_COMPRESSION_TYPE; a second batch is
+    INVALID_RECORD ("exactly one record batch per partition"). A batch size below the
+    legacy minimum or a magic outside 0..2 in a header read is CORRUPT_MESSAGE (the
+    iterator's CorruptRecordException)."""
+    E = ProduceRecordsError
+    if buf is None:
+        return E.INVALID_RECORD
+    mv = memoryview(buf).cast("B")
+    n = len(mv)
+    first = _next_batch_end(mv, 0, n)
+    if first == -2:
+        return E.INVALID_RECORD
+    if first == -1:
+        return E.CORRUPT_MESSAGE
+    if mv[_MAGIC_OFFSET] != 2:
+        return E.INVALID_RECORD
+    if version < 7 and mv[_ATTRIBUTES_OFFSET + 1] & COMPRESSION_MASK == ZSTD:
+        return E.UNSUPPORTED_COMPRESSION_TYPE
+    if first == n:
+        return 0
+    second = _next_batch_end(mv, first, n)
+    if second == -2:
+        return 0
+    if second == -1:
+        return E.CORRUPT_MESSAGE
+    return E.INVALID_RECORD
+
+
 def validate_batches(buf, *, allow_control=False, timestamp_type=-1, now_ms=0,
                      timestamp_before_max_ms=_INT64_MAX, timestamp_after_max_ms=_INT64_MAX,
-                     compacted=False):
+                     compacted=False, produce_version=-1, max_message_bytes=_INT64_MAX):
     """Validate a ProduceRequest partition's records without building Record
     objects; return one BatchInfo per batch.
+
+    With ``produce_version`` >= 0 (a client's Produce of that version), the
+    walk first does what comes before the batch checks, raising
+    ProduceRecordsError: :func:`produce_records_error` (None counts as no
+    records), then a first batch whose base offset is not 0
+    (``base_offset`` set) or whose size is above ``max_message_bytes``
+    (``size`` set). Kafka: ProduceRequest.validateRecords, then
+    UnifiedLog.analyzeAndValidateRecords.
 
     Checks, per batch (Kafka's DefaultRecordBatch.ensureValid and
     LogValidator.validateBatch for client-origin appends):
@@ -813,8 +878,17 @@ def validate_batches(buf, *, allow_control=False, timestamp_type=-1, now_ms=0,
     _check_i64(now_ms, "now_ms")
     _check_i64(timestamp_before_max_ms, "timestamp_before_max_ms")
     _check_i64(timestamp_after_max_ms, "timestamp_after_max_ms")
-    mv = memoryview(buf).cast("B")
+    mv = memoryview(b"" if buf is None else buf).cast("B")
     end = len(mv)
+    if produce_version >= 0:
+        code = produce_records_error(mv, produce_version)
+        if code:
+            raise ProduceRecordsError(code)
+        base_offset, length = _QI.unpack_from(mv, 0)
+        if base_offset != 0:
+            raise ProduceRecordsError(ProduceRecordsError.INVALID_RECORD, base_offset=base_offset)
+        if _LOG_OVERHEAD + length > max_message_bytes:
+            raise ProduceRecordsError(ProduceRecordsError.MESSAGE_TOO_LARGE, size=_LOG_OVERHEAD + length)
     if end == 0:
         raise CorruptRecordError("empty records")
     pos = 0

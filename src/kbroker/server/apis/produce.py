@@ -2,15 +2,20 @@
 
 Only record batch v2 is stored, so Produce v3+ is implemented (Kafka 4.0 also
 dropped v0-v2, KIP-896): each partition's records must be exactly one v2 batch
-(``validate_records``, Kafka's ProduceRequest.validateRecords); the replica
-manager then applies LogValidator's checks (replica_manager.py). With acks=0 there is no response; an error then closes
-the connection so the client notices (Kafka's behaviour).
+(Kafka's ProduceRequest.validateRecords); the replica manager then applies
+LogValidator's checks (replica_manager.py). Per partition, the records' headers are
+walked once, in the records kernel (``validate_batches(produce_version=...)``: the
+request's checks, then the base offset and size, then the batches); an unknown
+partition is answered here first, and the replica manager keeps Kafka's order of
+answers where its own checks (min.insync.replicas, internal topics) come between.
+With acks=0 there is no response; an error then closes the connection so the client
+notices (Kafka's behaviour).
 """
 from __future__ import annotations
 
 import logging
-import struct
 
+from kbroker.kernels import records as _records
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.produce import (
     BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
@@ -38,6 +43,7 @@ def handle_produce(broker, ctx, req) -> None:
     # KafkaApis.handleProduceRequest: an unknown partition, then records that break
     # ProduceRequest.validateRecords, are answered without reaching the replica manager
     rm = broker.replica_manager
+    partitions = rm.partitions
     entries = {}
     order = []
     early = {}
@@ -46,14 +52,10 @@ def handle_produce(broker, ctx, req) -> None:
         for p in t.partition_data:
             tp = (name, p.index)
             order.append(tp)
-            if rm.get_partition(tp) is None:
-                early[tp] = ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            err = validate_records(v, p.records)
-            if err != ErrorCode.NONE:
-                early[tp] = ProducePartitionResult(err)
+            if tp in partitions:
+                entries[tp] = p.records      # ProduceRequest.validateRecords: in the replica manager
             else:
-                entries[tp] = p.records
+                early[tp] = ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
     def respond(results) -> None:
         if early:
@@ -93,63 +95,10 @@ def handle_produce(broker, ctx, req) -> None:
 
 def validate_records(version: int, records) -> int:
     """Kafka's ProduceRequest.validateRecords (v3+): the error code for a partition's
-    records, NONE when they may go on to the log. Walks batch headers as Kafka's
-    MemoryRecords.batches() does (a batch cut short ends the walk): no complete batch,
-    or a first batch not of magic 2, is INVALID_RECORD; zstd before v7 is
-    UNSUPPORTED_COMPRESSION_TYPE; a second batch is INVALID_RECORD ("exactly one record
-    batch per partition"). A batch size below the legacy minimum or a magic outside 0..2
-    is CORRUPT_MESSAGE (the iterator's CorruptRecordException)."""
-    if records is None:
-        return ErrorCode.INVALID_RECORD
-    n = len(records)
-    first = _next_batch(records, 0, n)
-    if first is None:
-        return ErrorCode.INVALID_RECORD      # "must have at least one record batch per partition"
-    if first < 0:
-        return ErrorCode.CORRUPT_MESSAGE
-    if _i8(records, _MAGIC_OFFSET)[0] != 2:
-        return ErrorCode.INVALID_RECORD      # "only allowed to contain record batches with magic version 2"
-    if version < 7 and _i16(records, _ATTRIBUTES_OFFSET)[0] & _COMPRESSION_MASK == _ZSTD:
-        return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-    if first == n:
-        return ErrorCode.NONE
-    second = _next_batch(records, first, n)
-    if second is None:
-        return ErrorCode.NONE
-    if second < 0:
-        return ErrorCode.CORRUPT_MESSAGE
-    return ErrorCode.INVALID_RECORD          # "only allowed to contain exactly one record batch per partition"
-
-
-_LENGTH_OFFSET = 8
-_MAGIC_OFFSET = 16
-_ATTRIBUTES_OFFSET = 21
-_COMPRESSION_MASK = 0x07
-_ZSTD = 4
-_LOG_OVERHEAD = 12
-_LEGACY_RECORD_OVERHEAD_V0 = 14
-_i8 = struct.Struct(">b").unpack_from
-_i16 = struct.Struct(">h").unpack_from
-_i32 = struct.Struct(">i").unpack_from
-
-
-def _next_batch(buf, pos: int, n: int) -> int | None:
-    """Kafka's ByteBufferLogInputStream.nextBatch(Size) at ``pos`` of ``buf`` (``n`` bytes):
-    the end of the batch there, None when no complete batch is left, -1 when its size or
-    magic is corrupt."""
-    left = n - pos
-    if left < _LOG_OVERHEAD:
-        return None
-    size = _i32(buf, pos + _LENGTH_OFFSET)[0]
-    if size < _LEGACY_RECORD_OVERHEAD_V0:
-        return -1
-    if left < _MAGIC_OFFSET + 1:
-        return None
-    if not 0 <= _i8(buf, pos + _MAGIC_OFFSET)[0] <= 2:
-        return -1
-    if left < _LOG_OVERHEAD + size:
-        return None
-    return pos + _LOG_OVERHEAD + size
+    records, NONE when they may go on to the log (``kernels.records.produce_records_error``;
+    the replica manager runs the same walk inside ``validate_batches``, see the module
+    docstring)."""
+    return _records.produce_records_error(records, version)
 
 
 def _respond_errors(ctx, req, codes) -> None:
