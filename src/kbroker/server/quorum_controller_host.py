@@ -35,6 +35,11 @@ from kbroker.server.request_context import error_response
 
 log = logging.getLogger(__name__)
 
+
+def API_NAME(key: int) -> str:
+    from kbroker.protocol import API_INFO
+    return API_INFO[key].name if key in API_INFO else str(key)
+
 #: controller APIs and the QuorumController method that serves each (None: a read)
 WRITES = {
     ApiKey.BROKER_REGISTRATION: "register_broker",
@@ -102,6 +107,7 @@ class QuorumControllerHost(Listener):
         self.epoch = -1
         self.active = False
         self._waiting: list = []          # (last offset, ctx, response, request) until committed
+        self._last_scheduled_offset = -1  # the last offset schedule_append handed out
 
     def attach(self, raft_manager) -> None:
         self.raft = raft_manager
@@ -148,6 +154,10 @@ class QuorumControllerHost(Listener):
         start = getattr(st, "epoch_start_offset", None)
         if not client.is_leader or start is None or self.next_commit_offset <= start:
             return
+        # everything this node appended (also by a controller it renounced while leading)
+        # must be committed and replayed first: the new controller writes after it
+        if self.next_commit_offset <= max(self._last_scheduled_offset, client.log.end_offset - 1):
+            return
         c = self.controller
         c.last_applied_offset = max(c.last_applied_offset, client.log.end_offset - 1)
         now = self.raft.now_ms()
@@ -168,6 +178,7 @@ class QuorumControllerHost(Listener):
         self.controller = QuorumController.from_records(self.committed, self.config, self.seed)
         self.controller.last_applied_offset = max(self.controller.last_applied_offset, self.next_commit_offset - 1)
         self.controller.handle_commit(self.next_commit_offset - 1)
+        self._maybe_activate()   # still the raft leader: active again once its appends are committed
 
     # -- writes -------------------------------------------------------------------------------
     def _append(self, result, ctx, body=None) -> None:
@@ -184,6 +195,7 @@ class QuorumControllerHost(Listener):
             if ctx is not None:
                 self._answer_error(ctx, ErrorCode.NOT_CONTROLLER, body)
             return
+        self._last_scheduled_offset = max(self._last_scheduled_offset, last)
         if last != result.last_offset:
             log.error("metadata records landed at %d, the controller expected %d; renouncing",
                       last, result.last_offset)
@@ -239,12 +251,20 @@ class QuorumControllerHost(Listener):
             ctx.respond(getattr(c, READS[key])(body))
             return
         fn = getattr(c, name)
-        if name in _WITH_NOW:
-            result = fn(body, self.raft.now_ms())
-        elif name == "alter_partition":
-            result = fn(body, ctx.api_version)
-        else:
-            result = fn(body)
+        try:
+            if name in _WITH_NOW:
+                result = fn(body, self.raft.now_ms())
+            elif name == "alter_partition":
+                result = fn(body, ctx.api_version)
+            else:
+                result = fn(body)
+        except Exception:
+            # a controller bug: its in-memory state may be half changed, so drop it and
+            # rebuild from the committed records (Kafka renounces on an unexpected error)
+            log.exception("controller %d failed on %s; renouncing", self.config.node_id, API_NAME(key))
+            self._answer_error(ctx, ErrorCode.UNKNOWN_SERVER_ERROR, body)
+            self._renounce()
+            return
         self._append(result, ctx, body)
 
     @property

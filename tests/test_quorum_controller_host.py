@@ -1,0 +1,145 @@
+"""QuorumControllerHost against a scripted raft: activation after the epoch's
+LeaderChange commits, answers only on commit, NOT_CONTROLLER when not active, renounce on
+losing leadership and on a controller error (rebuilt from committed records, active again
+once everything it appended is committed)."""
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+
+from kbroker.controller.result import ControllerConfig
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages import broker_registration as BR
+from kbroker.protocol.messages import create_topics as CT
+from kbroker.raft.replicated_log import DATA, LEADER_CHANGE, Batch
+from kbroker.server.quorum_controller_host import QuorumControllerHost
+
+CID = "MkU3OEVBNTcwNTJENDM2Qg"
+
+
+class FakeRaft:
+    """The part of RaftManager the host uses; appends land in ``log`` uncommitted."""
+
+    def __init__(self):
+        self.log = []                     # (offset, value bytes) appended, in order
+        self.end = 0
+        self.client = SimpleNamespace(is_leader=False, quorum=SimpleNamespace(state=None),
+                                      log=SimpleNamespace(end_offset=0), schedule_append=self._append)
+        self.timers = []
+
+    def _append(self, epoch, records, now):
+        for r in records:
+            self.log.append((self.end, r))
+            self.end += 1
+        self.client.log.end_offset = self.end
+        return self.end - 1
+
+    def become_leader(self, epoch):
+        self.client.is_leader = True
+        self.client.quorum.state = SimpleNamespace(epoch_start_offset=self.end)
+        self.log.append((self.end, None))    # the LeaderChangeMessage
+        self.end += 1
+        self.client.log.end_offset = self.end
+
+    def now_ms(self):
+        return 1000
+
+    def submit(self, fn):
+        fn()
+
+    def submit_later(self, delay_ms, fn):
+        self.timers.append(fn)
+
+
+class Ctx:
+    def __init__(self, key, version):
+        self.api_key, self.api_version = key, version
+        self.answers = []
+
+    def respond(self, body):
+        self.answers.append(body)
+
+    def close_connection(self):
+        self.answers.append("closed")
+
+
+def _commit(host, raft, upto):
+    """Commit every appended record below ``upto`` as one batch per record."""
+    batches = []
+    for off, value in raft.log:
+        if host.next_commit_offset <= off < upto:
+            if value is None:
+                batches.append(Batch(off, 1, (b"",), LEADER_CHANGE, b""))
+            else:
+                batches.append(Batch(off, 1, (value,), DATA, b""))
+    host.handle_commit(batches)
+
+
+def _registration(broker_id):
+    return BR.BrokerRegistrationRequest(
+        broker_id=broker_id, cluster_id=CID, incarnation_id=uuid.uuid4(),
+        listeners=[BR.Listener(name="PLAINTEXT", host="h", port=9092, security_protocol=0)],
+        features=[BR.Feature(name="metadata.version", min_supported_version=1, max_supported_version=21)],
+        rack=None, log_dirs=[uuid.uuid4()], previous_broker_epoch=-1)
+
+
+def test_activation_commit_answers_and_renounce():
+    raft = FakeRaft()
+    host = QuorumControllerHost(ControllerConfig(cluster_id=CID, node_id=1), seed=1)
+    host.attach(raft)
+    ctx = Ctx(ApiKey.BROKER_REGISTRATION, 3)
+    host._on_request(ctx, _registration(4))
+    assert ctx.answers[0].error_code == ErrorCode.NOT_CONTROLLER        # nobody active yet
+
+    raft.become_leader(1)
+    host.handle_leader_change(1, 1)
+    assert not host.active                                              # LeaderChange not committed
+    _commit(host, raft, 1)
+    assert host.active and len(raft.log) == 2                           # + the bootstrap feature level
+    ctx = Ctx(ApiKey.BROKER_REGISTRATION, 3)
+    host._on_request(ctx, _registration(4))
+    assert ctx.answers == []                                            # appended, not committed
+    _commit(host, raft, raft.end)
+    assert ctx.answers[0].error_code == ErrorCode.NONE and ctx.answers[0].broker_epoch == 2
+
+    # a controller error: answered UNKNOWN_SERVER_ERROR, state rebuilt, active again at once
+    def boom(req):
+        raise RuntimeError("bug")
+    host.controller.create_topics = boom
+    ctx = Ctx(ApiKey.CREATE_TOPICS, 7)
+    host._on_request(ctx, CT.CreateTopicsRequest(topics=[CT.CreatableTopic(name="t", num_partitions=1,
+                                                                          replication_factor=1)]))
+    assert ctx.answers[0].topics[0].error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert host.active and host.controller.create_topics is not boom
+    assert 4 in host.controller.image().cluster.brokers
+
+    # a write in flight when leadership moves: NOT_CONTROLLER (per topic), state rebuilt
+    # from the committed records only
+    ctx = Ctx(ApiKey.BROKER_REGISTRATION, 3)
+    host._on_request(ctx, _registration(5))
+    assert ctx.answers == []
+    host.handle_leader_change(2, 2)
+    assert ctx.answers[0].error_code == ErrorCode.NOT_CONTROLLER and not host.active
+    assert 5 not in host.controller.image().cluster.brokers
+    ctx = Ctx(ApiKey.CREATE_TOPICS, 7)
+    host._on_request(ctx, CT.CreateTopicsRequest(topics=[CT.CreatableTopic(name="x", num_partitions=1,
+                                                                          replication_factor=1)]))
+    assert [t.error_code for t in ctx.answers[0].topics] == [ErrorCode.NOT_CONTROLLER]
+
+
+def test_renounced_leader_waits_for_its_own_appends_before_writing_again():
+    raft = FakeRaft()
+    host = QuorumControllerHost(ControllerConfig(cluster_id=CID, node_id=1), seed=1)
+    host.attach(raft)
+    raft.become_leader(1)
+    host.handle_leader_change(1, 1)
+    _commit(host, raft, raft.end)
+    _commit(host, raft, raft.end)
+    assert host.active
+    ctx = Ctx(ApiKey.BROKER_REGISTRATION, 3)
+    host._on_request(ctx, _registration(4))       # appended at offset 2, not committed
+    host._renounce()                              # e.g. an error; still the raft leader
+    assert not host.active                        # offset 2 is in the log but not committed
+    _commit(host, raft, raft.end)                 # it commits: replayed, then active again
+    assert host.active and 4 in host.controller.image().cluster.brokers
+    assert host.controller.next_write_offset == raft.end
