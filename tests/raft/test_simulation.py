@@ -124,13 +124,6 @@ def test_catches_a_follower_that_does_not_truncate_a_diverging_log():
     assert err is not None
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("start", range(1_000_001, 1_020_001, 2000))
-def test_sweep(start):
-    run_range(start, 2000)
-    run_range(start + 500_000, 200, voters=5, observers=2)
-
-
 def test_the_checkers_themselves():
     from types import SimpleNamespace as NS
 
