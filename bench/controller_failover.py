@@ -22,8 +22,10 @@ stay above the 500 ms max wait of the followers' long-poll Fetch, or an idle but
 leader looks dead; a 300-600 ms randomized election timeout and backoff settle a split vote
 (both followers time out together) within one more round. Measured on this host, 20 kills
 each: 300/600 -> median 0.99 s, p95 1.15 s; 200/500 -> median 0.83 s, p95 0.91 s, but one of
-those 20 kills found leadership already moved (a spurious election at 500 ms). Kafka's
-defaults are 1000 / 2000 ms (``--kafka-defaults``).
+those 20 kills found leadership already moved (a spurious election: the bench sets
+``controller.quorum.request.timeout.ms`` to the fetch timeout, and at 500 ms that equals
+the Fetch max wait, so a parked Fetch can time out). Kafka's defaults are 1000 / 2000 ms
+(``--kafka-defaults``).
 Every wait has a deadline; processes are stopped by PID at the end.
 """
 from __future__ import annotations
