@@ -143,3 +143,21 @@ def test_renounced_leader_waits_for_its_own_appends_before_writing_again():
     _commit(host, raft, raft.end)                 # it commits: replayed, then active again
     assert host.active and 4 in host.controller.image().cluster.brokers
     assert host.controller.next_write_offset == raft.end
+
+
+def test_a_new_cluster_starts_with_the_formatted_bootstrap_records():
+    """The first active controller writes what `kbroker storage format` put in
+    bootstrap.checkpoint (here metadata.version 3.7-IV4 = level 19), not a default."""
+    from kbroker.metadata.records import FeatureLevelRecord
+    from kbroker.metadata.serde import ApiMessageAndVersion, deserialize
+
+    raft = FakeRaft()
+    boot = [ApiMessageAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=19), 0)]
+    host = QuorumControllerHost(ControllerConfig(cluster_id=CID, node_id=1), bootstrap=boot, seed=1)
+    host.attach(raft)
+    raft.become_leader(1)
+    host.handle_leader_change(1, 1)
+    _commit(host, raft, 1)
+    written = [deserialize(v) for _, v in raft.log if v is not None]
+    assert [(r.message.name, r.message.feature_level) for r in written] == [("metadata.version", 19)]
+    assert host.controller.features.finalized["metadata.version"] == 19

@@ -49,14 +49,11 @@ class KRaftNode:
         self.broker: KRaftBroker | None = None
         self._stopped = threading.Event()
 
-    def _metadata_version(self) -> int | None:
+    def _bootstrap_records(self) -> list | None:
+        """The records of ``metadata.log.dir/bootstrap.checkpoint`` (written by ``kbroker
+        storage format``: the feature levels a new cluster starts with), if there is one."""
         path = os.path.join(self.config.metadata_log_dir, "bootstrap.checkpoint")
-        if not os.path.exists(path):
-            return None
-        for r in read_bootstrap_file(path):
-            if getattr(r.message, "name", None) == "metadata.version":
-                return r.message.feature_level
-        return None
+        return read_bootstrap_file(path) if os.path.exists(path) else None
 
     def startup(self) -> None:
         c = self.config
@@ -74,7 +71,7 @@ class KRaftNode:
                                  session_timeout_ms=c["broker.session.timeout.ms"],
                                  default_num_partitions=c["num.partitions"],
                                  default_replication_factor=c["default.replication.factor"]),
-                metadata_version=self._metadata_version())
+                bootstrap=self._bootstrap_records())
         if "broker" in self.roles:
             self.broker_metadata = BrokerMetadataListener()
         self.raft = RaftManager(node_id=self.node_id, voters=voters, cluster_id=self.cluster_id,

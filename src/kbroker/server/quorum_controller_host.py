@@ -95,10 +95,13 @@ def _error_answer(api_key: int, version: int, code: int, body):
 
 
 class QuorumControllerHost(Listener):
-    def __init__(self, config: ControllerConfig, metadata_version: int | None = None, seed: int | None = None):
+    def __init__(self, config: ControllerConfig, bootstrap: list | None = None, seed: int | None = None):
         self.config = config
         self.seed = seed
-        self.metadata_version = metadata_version
+        #: what a new cluster's first active controller writes: the records of the
+        #: bootstrap.checkpoint ``kbroker storage format`` wrote (Kafka's BootstrapMetadata),
+        #: else the latest metadata.version
+        self.bootstrap_records = list(bootstrap) if bootstrap else bootstrap_records()
         self.raft = None                  # the RaftManager, set by attach()
         self.controller = QuorumController(config, seed)
         self.committed: list = []         # (offset, ApiMessageAndVersion) of every committed record
@@ -166,8 +169,7 @@ class QuorumControllerHost(Listener):
         log.info("controller %d is active in epoch %d from offset %d", self.config.node_id, self.epoch,
                  c.next_write_offset)
         if "metadata.version" not in c.features.finalized:
-            level = self.metadata_version
-            self._append(c.bootstrap(bootstrap_records(level) if level else bootstrap_records()), None)
+            self._append(c.bootstrap(self.bootstrap_records), None)
         self._schedule_fencing()
 
     def _renounce(self) -> None:
