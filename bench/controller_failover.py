@@ -38,6 +38,7 @@ import tempfile
 import time
 import uuid
 
+from bench.trace import percentile_rank
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages import create_topics as CT
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager
@@ -51,11 +52,6 @@ def _rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 def _brokers(q, ids):
@@ -108,8 +104,10 @@ def failover(q, kills: int) -> dict:
                 break
             time.sleep(0.05)
         print(f"  kill {k + 1}/{kills}: leader {leader} -> {node} in {times[-1] * 1000:.0f} ms", flush=True)
-    return {"kills": kills, "median_ms": statistics.median(times) * 1000, "p95_ms": _pct(times, 0.95) * 1000,
-            "p99_ms": _pct(times, 0.99) * 1000, "max_ms": max(times) * 1000,
+    ordered = sorted(times)
+    return {"kills": kills, "median_ms": statistics.median(times) * 1000,
+            "p95_ms": ordered[percentile_rank(95, len(ordered)) - 1] * 1000,
+            "p99_ms": ordered[percentile_rank(99, len(ordered)) - 1] * 1000, "max_ms": max(times) * 1000,
             "all_ms": [round(t * 1000, 1) for t in times]} if times else {}
 
 

@@ -43,7 +43,7 @@ from kbroker.server.apis import ApiHandler
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager
 from kbroker.server.controller_server import ControllerServer
 from kbroker.server.inter_node import ControllerChannel, InterNodeSendThread, StaticNodes
-from kbroker.server.quorum_controller_host import _error_answer
+from kbroker.server.request_context import error_response_for
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class KRaftBroker:
         def done(resp, exc):
             if exc is not None:
                 log.info("forwarding %s to the controller failed: %s", API_INFO[ctx.api_key].name, exc)
-                err = _error_answer(ctx.api_key, ctx.api_version, ErrorCode.REQUEST_TIMED_OUT, body)
+                err = error_response_for(ctx.api_key, ctx.api_version, ErrorCode.REQUEST_TIMED_OUT, body)
                 if err is None:
                     ctx.close_connection()
                 else:

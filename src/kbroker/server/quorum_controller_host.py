@@ -31,7 +31,7 @@ from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.raft.client import Listener, NotLeaderError
 from kbroker.raft.replicated_log import DATA
 from kbroker.server.apis import ApiHandler
-from kbroker.server.request_context import error_response
+from kbroker.server.request_context import error_response_for
 
 log = logging.getLogger(__name__)
 
@@ -60,38 +60,6 @@ READS = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: "list_partition_reassignments",
 }
 _WITH_NOW = {"register_broker", "broker_heartbeat"}
-
-
-def _error_answer(api_key: int, version: int, code: int, body):
-    """Kafka's AbstractRequest.getErrorResponse for the controller APIs: the error in every
-    per-item result where the response has no top-level error code."""
-    from kbroker.protocol.messages import (
-        alter_configs as AC, create_partitions as CP, create_topics as CT, delete_topics as DT,
-        describe_configs as DC, incremental_alter_configs as IAC,
-    )
-    if body is not None:
-        if api_key == ApiKey.CREATE_TOPICS:
-            return CT.CreateTopicsResponse(topics=[CT.CreatableTopicResult(name=t.name, error_code=code)
-                                                   for t in body.topics])
-        if api_key == ApiKey.DELETE_TOPICS:
-            named = [DT.DeletableTopicResult(name=n, error_code=code) for n in body.topic_names or []]
-            named += [DT.DeletableTopicResult(name=t.name, topic_id=t.topic_id, error_code=code)
-                      for t in body.topics or []]
-            return DT.DeleteTopicsResponse(responses=named)
-        if api_key == ApiKey.CREATE_PARTITIONS:
-            return CP.CreatePartitionsResponse(results=[CP.CreatePartitionsTopicResult(name=t.name, error_code=code)
-                                                        for t in body.topics])
-        if api_key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS):
-            m = IAC if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS else AC
-            cls = m.IncrementalAlterConfigsResponse if m is IAC else m.AlterConfigsResponse
-            return cls(responses=[m.AlterConfigsResourceResponse(error_code=code, resource_type=r.resource_type,
-                                                                 resource_name=r.resource_name)
-                                  for r in body.resources])
-        if api_key == ApiKey.DESCRIBE_CONFIGS:
-            return DC.DescribeConfigsResponse(results=[DC.DescribeConfigsResult(
-                error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
-                for r in body.resources])
-    return error_response(api_key, version, code)
 
 
 class QuorumControllerHost(Listener):
@@ -222,7 +190,7 @@ class QuorumControllerHost(Listener):
 
     @staticmethod
     def _answer_error(ctx, code: int, body=None) -> None:
-        resp = _error_answer(ctx.api_key, ctx.api_version, code, body)
+        resp = error_response_for(ctx.api_key, ctx.api_version, code, body)
         if resp is None:
             ctx.close_connection()
         else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from kbroker.protocol import API_INFO, ErrorCode, encode_response_parts
+from kbroker.protocol import API_INFO, ApiKey, ErrorCode, encode_response_parts
 from kbroker.protocol.headers import RequestHeader
 
 log = logging.getLogger(__name__)
@@ -115,3 +115,37 @@ def error_response(api_key: int, version: int, code: int):
     except Exception:
         return None
     return resp
+
+
+def error_response_for(api_key: int, version: int, code: int, body):
+    """Kafka's AbstractRequest.getErrorResponse: like :func:`error_response`, but for the admin
+    APIs whose response has no top-level error code (CreateTopics, DeleteTopics,
+    CreatePartitions, (Incremental)AlterConfigs, DescribeConfigs) the error goes in every
+    per-item result of the request ``body``."""
+    from kbroker.protocol.messages import (
+        alter_configs as AC, create_partitions as CP, create_topics as CT, delete_topics as DT,
+        describe_configs as DC, incremental_alter_configs as IAC,
+    )
+    if body is not None:
+        if api_key == ApiKey.CREATE_TOPICS:
+            return CT.CreateTopicsResponse(topics=[CT.CreatableTopicResult(name=t.name, error_code=code)
+                                                   for t in body.topics])
+        if api_key == ApiKey.DELETE_TOPICS:
+            named = [DT.DeletableTopicResult(name=n, error_code=code) for n in body.topic_names or []]
+            named += [DT.DeletableTopicResult(name=t.name, topic_id=t.topic_id, error_code=code)
+                      for t in body.topics or []]
+            return DT.DeleteTopicsResponse(responses=named)
+        if api_key == ApiKey.CREATE_PARTITIONS:
+            return CP.CreatePartitionsResponse(results=[CP.CreatePartitionsTopicResult(name=t.name, error_code=code)
+                                                        for t in body.topics])
+        if api_key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS):
+            m = IAC if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS else AC
+            cls = m.IncrementalAlterConfigsResponse if m is IAC else m.AlterConfigsResponse
+            return cls(responses=[m.AlterConfigsResourceResponse(error_code=code, resource_type=r.resource_type,
+                                                                 resource_name=r.resource_name)
+                                  for r in body.resources])
+        if api_key == ApiKey.DESCRIBE_CONFIGS:
+            return DC.DescribeConfigsResponse(results=[DC.DescribeConfigsResult(
+                error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
+                for r in body.resources])
+    return error_response(api_key, version, code)
