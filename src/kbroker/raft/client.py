@@ -145,6 +145,14 @@ class KafkaRaftClient:
             self.high_watermark = snap.offset
             self.log.update_high_watermark(snap.offset)
 
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the leader that wrote ``offset`` (from the log's epoch cache)."""
+        epoch = 0
+        for e in self.log.epoch_entries():
+            if e.offset <= offset:
+                epoch = e.epoch
+        return epoch
+
     def create_snapshot(self, offset: int, data: bytes) -> Optional[OffsetAndEpoch]:
         """Keep ``data``, the state after every committed record below ``offset``, as a
         snapshot and drop the log before it (KIP-630). None if there is nothing new to cover."""
@@ -153,11 +161,7 @@ class KafkaRaftClient:
                              % (offset, self.high_watermark, self.log.durable_end_offset))
         if offset <= self.log.start_offset:
             return None
-        epoch = 0
-        for e in self.log.epoch_entries():
-            if e.offset <= offset - 1:
-                epoch = e.epoch
-        snap = OffsetAndEpoch(offset, epoch)
+        snap = OffsetAndEpoch(offset, self.epoch_at(offset - 1))
         self.log.create_snapshot(snap, data)
         return snap
 

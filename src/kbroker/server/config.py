@@ -252,14 +252,14 @@ BROKER_CONFIG = (
 #: NO_OP_CONFIGS lists the topic configs without effect). Every other key is read by the broker
 #: (tests/broker/test_config_walk.py checks both). Values kbroker cannot honour are refused at
 #: start-up instead (``KafkaConfig``): in zero-config mode a quorum naming other nodes and
-#: offsets.topic.replication.factor above 1; in cluster mode (process.roles set) start-up stops
-#: after the storage checks, since the quorum is not wired yet.
-_NOT_WIRED = ("KRaft cluster mode cannot run yet (no quorum wiring): start-up stops after the "
-              "config and storage checks; zero-config mode has no quorum to tune")
+#: offsets.topic.replication.factor above 1.
+_NOT_WIRED = ("read by a node of a KRaft cluster (process.roles set: kbroker.server.kraft_node); the "
+              "zero-config single node has no quorum to tune")
 
 BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "controller.quorum.bootstrap.servers": "single node: there is no other controller to find; in cluster mode "
-        "it is validated, but the quorum is not wired yet",
+        "it is validated, but the static controller.quorum.voters is what the node uses (KIP-853's "
+        "bootstrap without voters is not supported yet)",
     "controller.quorum.election.timeout.ms": _NOT_WIRED,
     "controller.quorum.fetch.timeout.ms": _NOT_WIRED,
     "controller.quorum.election.backoff.max.ms": _NOT_WIRED,
@@ -273,8 +273,6 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "metadata.log.segment.ms": _NOT_WIRED,
     "metadata.max.retention.bytes": _NOT_WIRED,
     "metadata.max.retention.ms": _NOT_WIRED,
-    "metadata.log.max.record.bytes.between.snapshots": _NOT_WIRED,
-    "metadata.log.max.snapshot.interval.ms": _NOT_WIRED,
     "metadata.max.idle.interval.ms": _NOT_WIRED,
     "replica.fetch.max.bytes": "single node: there are no followers fetching",
     "offsets.topic.replication.factor": "single node: __consumer_offsets has one replica; only 1 is accepted",

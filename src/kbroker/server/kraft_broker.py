@@ -32,6 +32,7 @@ import uuid
 from kbroker.metadata.delta import MetadataDelta
 from kbroker.metadata.image import MetadataImage
 from kbroker.metadata.serde import MetadataParseError, deserialize
+from kbroker.metadata.snapshot import decode_snapshot
 from kbroker.protocol import API_INFO, ApiKey, ErrorCode
 from kbroker.protocol.messages.describe_cluster import DescribeClusterBroker, DescribeClusterResponse
 from kbroker.protocol.messages.metadata import (
@@ -82,7 +83,15 @@ class BrokerMetadataListener(Listener):
         self.leader_id = leader_id
 
     def handle_load_snapshot(self, snapshot_id, data) -> None:
-        log.warning("metadata snapshots are not loaded by the broker yet (snapshot %s ignored)", snapshot_id)
+        """The image becomes the snapshot's content (at start-up, or fetched from the leader
+        when this node fell below the leader's log start)."""
+        delta = MetadataDelta(MetadataImage())
+        for r in decode_snapshot(data):
+            delta.replay(r)
+        self.image = delta.apply()
+        with self.changed:
+            self.highest_offset = snapshot_id.offset - 1
+            self.changed.notify_all()
 
 
 class FanOutListener(Listener):

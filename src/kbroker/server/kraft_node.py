@@ -28,6 +28,7 @@ from kbroker.server.kraft_broker import BrokerMetadataListener, FanOutListener, 
 from kbroker.server.kraft_storage import EnsembleError, read_bootstrap_file, verify_kraft_storage
 from kbroker.server.quorum_controller_host import QuorumControllerHost
 from kbroker.server.raft_manager import RaftManager, raft_config
+from kbroker.server.snapshot_generator import SnapshotGenerator
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class KRaftNode:
         self.controller_server: ControllerServer | None = None
         self.broker_metadata: BrokerMetadataListener | None = None
         self.broker: KRaftBroker | None = None
+        self.snapshots: SnapshotGenerator | None = None
         self._stopped = threading.Event()
 
     def _bootstrap_records(self) -> list | None:
@@ -74,10 +76,15 @@ class KRaftNode:
                 bootstrap=self._bootstrap_records())
         if "broker" in self.roles:
             self.broker_metadata = BrokerMetadataListener()
+        self.snapshots = SnapshotGenerator(
+            self.node_id, c["metadata.log.max.record.bytes.between.snapshots"],
+            c["metadata.log.max.snapshot.interval.ms"],
+            on_written=[self.controller.snapshot_written] if self.controller is not None else [])
         self.raft = RaftManager(node_id=self.node_id, voters=voters, cluster_id=self.cluster_id,
                                 metadata_log_dir=c.metadata_log_dir,
-                                listener=FanOutListener(self.controller, self.broker_metadata),
+                                listener=FanOutListener(self.controller, self.broker_metadata, self.snapshots),
                                 config=raft_config(c))
+        self.snapshots.attach(self.raft)
         if self.controller is not None:
             self.controller.attach(self.raft)
         self.raft.start()
