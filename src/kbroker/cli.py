@@ -18,6 +18,8 @@ TOOLS = {
     "console-producer": ("console_producer", "kafka-console-producer.sh"),
     "console-consumer": ("console_consumer", "kafka-console-consumer.sh"),
     "log-dirs": ("log_dirs", "kafka-log-dirs.sh"),
+    "leader-election": ("leader_election", "kafka-leader-election.sh"),
+    "reassign-partitions": ("reassign_partitions", "kafka-reassign-partitions.sh"),
     "dev-cluster": ("dev_cluster", "a local 3-node KRaft cluster: start / status / stop"),
 }
 

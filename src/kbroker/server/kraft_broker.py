@@ -13,8 +13,8 @@ What runs today:
 - on the broker listeners: ApiVersions, Metadata and DescribeCluster answered from the
   image (alive brokers with the endpoint of the request's listener, every partition's
   leader, leader epoch, replicas, ISR and offline replicas), and CreateTopics,
-  DeleteTopics, CreatePartitions, IncrementalAlterConfigs forwarded to the active
-  controller at the client's version (KIP-590's forwarding, without the Envelope).
+  DeleteTopics, CreatePartitions, IncrementalAlterConfigs, ElectLeaders and
+  (Alter|List)PartitionReassignments forwarded to the active controller at the client's version (KIP-590's forwarding, without the Envelope).
 
 Not yet: hosting partitions (Produce, Fetch, groups: the ReplicaManager fed with the
 image's local changes comes next), auto topic creation, DescribeConfigs from the image.
@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 
 #: admin requests a broker forwards to the active controller
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
-             ApiKey.INCREMENTAL_ALTER_CONFIGS)
+             ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+             ApiKey.LIST_PARTITION_REASSIGNMENTS)
 NOT_REQUESTED = -(2**31)
 
 
