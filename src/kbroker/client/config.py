@@ -76,8 +76,9 @@ PRODUCER = COMMON + [
               "callable(topic, key_bytes, num_partitions) -> partition, or None for the built-in"),
     ConfigDef("key.serializer", (type(None), object), None, lambda v: v is None or callable(v)),
     ConfigDef("value.serializer", (type(None), object), None, lambda v: v is None or callable(v)),
-    ConfigDef("transactional.id", (type(None), str), None, lambda v: v is None,
-              "transactions are not implemented"),
+    ConfigDef("transactional.id", (type(None), str), None, lambda v: v is None or len(v) > 0,
+              "a non-empty id; needs enable.idempotence (the default)"),
+    _int("transaction.timeout.ms", 60000, 1),
 ]
 
 CONSUMER = COMMON + [
@@ -187,6 +188,9 @@ class ClientConfig:
             if v.get("enable.idempotence") and v["max.in.flight.requests.per.connection"] > 5:
                 raise KafkaConfigError("max.in.flight.requests.per.connection must be at most 5 "
                                        "with enable.idempotence")
+            if v.get("transactional.id") is not None and not v.get("enable.idempotence"):
+                raise KafkaConfigError("Cannot set a transactional.id without also enabling idempotence "
+                                       "(configuration enable.idempotence)")
             if v["delivery.timeout.ms"] < v["linger.ms"] + v["request.timeout.ms"]:
                 raise KafkaConfigError("delivery.timeout.ms should be equal to or larger than "
                                        "linger.ms + request.timeout.ms (configuration delivery.timeout.ms)")

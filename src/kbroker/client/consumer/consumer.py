@@ -261,6 +261,14 @@ class Consumer:
         offsets = self._consumed_offsets() if offsets is None else _normalize_offsets(offsets)
         coord.commit_async(offsets, callback)
 
+    def group_metadata(self):
+        """Kafka's Consumer.groupMetadata(): what a transactional producer's
+        send_offsets_to_transaction needs to commit for this member (generation, member id)."""
+        from kbroker.client.producer.transaction_manager import ConsumerGroupMetadata
+
+        coord = self._require_group()
+        return ConsumerGroupMetadata(self.group_id, coord.generation, coord.member_id, coord.group_instance_id)
+
     def committed(self, partitions, timeout: float | None = None) -> dict:
         """{tp: OffsetAndMetadata or None} from the group coordinator."""
         coord = self._require_group()
