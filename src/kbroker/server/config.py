@@ -257,9 +257,8 @@ _NOT_WIRED = ("read by a node of a KRaft cluster (process.roles set: kbroker.ser
               "zero-config single node has no quorum to tune")
 
 BROKER_NO_OP_CONFIGS: dict[str, str] = {
-    "controller.quorum.bootstrap.servers": "single node: there is no other controller to find; in cluster mode "
-        "it is validated, but the static controller.quorum.voters is what the node uses (KIP-853's "
-        "bootstrap without voters is not supported yet)",
+    "controller.quorum.bootstrap.servers": "single node: there is no other controller to find (in cluster mode a "
+        "broker without controller.quorum.voters finds the quorum leader through these, KIP-853)",
     "controller.quorum.election.timeout.ms": _NOT_WIRED,
     "controller.quorum.fetch.timeout.ms": _NOT_WIRED,
     "controller.quorum.election.backoff.max.ms": _NOT_WIRED,

@@ -122,13 +122,21 @@ class KRaftBroker:
         self.cluster_id = cluster_id
         self.metadata = listener
         self.directory_ids = directory_ids
-        self.sender = InterNodeSendThread(f"broker-{self.node_id}-to-controller", StaticNodes(controllers),
+        self.controllers = dict(controllers)
+        self.controller_nodes = StaticNodes(self.controllers)
+        self.sender = InterNodeSendThread(f"broker-{self.node_id}-to-controller", self.controller_nodes,
                                           {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000})
         self.controller_channel = ControllerChannel(self.sender, leader_hint=lambda: listener.leader_id)
         names = set(config.controller_listener_names)
         self.listeners = [l for l in config.listeners if l.name not in names]
         self.server: ControllerServer | None = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
+
+    def learn_controller(self, node_id: int, hp: tuple[str, int]) -> None:
+        """A controller's endpoint learnt from the quorum (a broker configured with only
+        controller.quorum.bootstrap.servers learns the leader's this way, KIP-853)."""
+        self.controllers[node_id] = hp
+        self.controller_nodes.set_nodes(self.controllers)
 
     @property
     def apis(self):

@@ -21,7 +21,7 @@ import os
 import threading
 
 from kbroker.controller.result import ControllerConfig
-from kbroker.server.config import parse_voters
+from kbroker.server.config import parse_host_port, parse_voters
 from kbroker.server.controller_server import ControllerServer
 from kbroker.metadata.bootstrap import uuid_from_str
 from kbroker.server.kraft_broker import BrokerMetadataListener, FanOutListener, KRaftBroker
@@ -64,9 +64,11 @@ class KRaftNode:
         except EnsembleError as e:
             raise KRaftNodeError(str(e).replace("\n", " ")) from None
         voters = parse_voters(c["controller.quorum.voters"])
-        if not voters:
-            raise KRaftNodeError("controller.quorum.voters: the static voter set is needed "
-                                 "(controller.quorum.bootstrap.servers alone is not supported yet)")
+        bootstrap = [parse_host_port(e) for e in c["controller.quorum.bootstrap.servers"]]
+        if not voters and "controller" in self.roles:
+            raise KRaftNodeError("controller.quorum.voters: a controller needs the static voter set "
+                                 "(a KIP-853 dynamic quorum, with only controller.quorum.bootstrap.servers, "
+                                 "is not supported yet; brokers may use the bootstrap servers alone)")
         if "controller" in self.roles:
             self.controller = QuorumControllerHost(
                 ControllerConfig(cluster_id=self.cluster_id, node_id=self.node_id,
@@ -83,7 +85,8 @@ class KRaftNode:
         self.raft = RaftManager(node_id=self.node_id, voters=voters, cluster_id=self.cluster_id,
                                 metadata_log_dir=c.metadata_log_dir,
                                 listener=FanOutListener(self.controller, self.broker_metadata, self.snapshots),
-                                config=raft_config(c))
+                                config=raft_config(c), bootstrap_servers=[] if voters else bootstrap,
+                                on_endpoint=self._learned_endpoint)
         self.snapshots.attach(self.raft)
         if self.controller is not None:
             self.controller.attach(self.raft)
@@ -105,10 +108,17 @@ class KRaftNode:
                 if mp is not None and mp.directory_id:
                     dirs.append(uuid_from_str(mp.directory_id))
             self.broker = KRaftBroker(c, self.cluster_id, voters, dirs, self.broker_metadata)
+            for i, hp in list(self.raft.endpoints.items()):   # what the raft thread learnt already
+                if i >= 0:
+                    self.broker.learn_controller(i, hp)
             self.broker.startup()
             log.info("kbroker node %d of cluster %s: broker listening on %s", self.node_id, self.cluster_id,
                      ", ".join(f"{l.name}://{l.host}:{self.broker.server.bound_port(l.name)}"
                                for l in self.broker.listeners))
+
+    def _learned_endpoint(self, node_id: int, hp) -> None:
+        if self.broker is not None:
+            self.broker.learn_controller(node_id, hp)
 
     def shutdown(self) -> None:
         if self._stopped.is_set():
