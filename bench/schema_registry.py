@@ -182,6 +182,17 @@ def _kernel_us_per_record(value: bytes, n: int = 1000, reps: int = 200) -> tuple
     return out[0], out[1]
 
 
+def _check_validation_is_on(bootstrap: str, topic: str) -> None:
+    """The "on" topic refuses a value without the header (else the comparison is void)."""
+    from confluent_kafka import KafkaError, Producer
+
+    p = Producer({"bootstrap.servers": bootstrap})
+    got = []
+    p.produce(topic, b"no header", on_delivery=lambda err, msg: got.append(err))
+    p.flush(30)
+    assert got and got[0] is not None and got[0].code() == KafkaError.INVALID_RECORD, got
+
+
 def bench_produce_validation(args) -> list[dict]:
     from kbroker.schema_registry.testing import SchemaRegistryProcess
     from kbroker.testing import KBrokerProcess, free_port
@@ -208,6 +219,7 @@ def bench_produce_validation(args) -> list[dict]:
             assert st == 200, body
             ids.add(body["id"])
         (sid,) = ids
+        _check_validation_is_on(b.bootstrap, topics[True])
         results = []
         for size in (int(x) for x in args.sizes.split(",")):
             value = _avro_value(size, sid)

@@ -243,3 +243,14 @@ def test_validation_needs_a_registry_url():
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "kbroker.schema.registry.url" in lines[0], r.stderr
+
+
+def test_bench_produce_validation_runs(capsys):
+    """``python -m bench.schema_registry --produce-validation``, bounded to a few thousand records."""
+    from bench import schema_registry as bench_sr
+
+    assert bench_sr.main(["--produce-validation", "--produce-count", "2000", "--rounds", "1",
+                          "--sizes", "100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["step"] for r in out] == ["produce 100 B Avro, validation off", "produce 100 B Avro, validation on"]
+    assert out[1]["ratio_on_off"] > 0 and out[1]["kernel_us"] > 0
