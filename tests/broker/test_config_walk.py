@@ -60,6 +60,8 @@ ELSEWHERE = {
     "preallocate": "tests/test_log_config_effects.py::test_preallocated_tail_is_recovered_after_a_crash",
     "kbroker.key.schema.validation": "tests/schema_registry/test_broker_validation.py",
     "kbroker.value.schema.validation": "tests/schema_registry/test_broker_validation.py",
+    "kbroker.value.schema.validation.payload": "tests/schema_registry/test_broker_validation.py",
+    "kbroker.key.schema.validation.payload": "tests/schema_registry/test_broker_validation.py",
 }
 
 #: broker keys whose effect is KafkaConfig refusing a combination: key -> props that are refused

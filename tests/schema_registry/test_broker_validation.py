@@ -230,6 +230,55 @@ def test_unreachable_registry_is_retriable_then_succeeds(broker, registry, env, 
     assert broker.read_log().count("Schema Registry unreachable") == 1  # logged once per interval
 
 
+def _avro(schema, datum) -> bytes:
+    import io
+
+    import fastavro
+
+    bio = io.BytesIO()
+    fastavro.schemaless_writer(bio, fastavro.parse_schema(schema), datum)
+    return bio.getvalue()
+
+
+def test_payload_validation_decodes_avro_and_json(registry, env):
+    payload = {"kbroker.value.schema.validation": "true", "kbroker.value.schema.validation.payload": "true"}
+    topic, _ = env.new_topic("srvp", configs=payload)
+    sid = _register(registry.url, f"{topic}-value", USER)
+    good = _avro(USER, {"name": "ann", "age": 7})
+    before = _end(env, topic)
+    p = _produce_raw(env, topic, [(None, _framed(sid, good)), (None, _framed(sid, good[:2])),
+                                  (None, _framed(sid, good + b"\x00")), (None, None)])
+    assert p.error_code == E.INVALID_RECORD, p
+    msgs = [(e.batch_index, e.batch_index_error_message) for e in p.record_errors]
+    assert [i for i, _ in msgs] == [1, 2]
+    assert msgs[0][1].startswith(f"Record 1: value does not decode with schema id {sid}: ")
+    assert msgs[1][1] == f"Record 2: value does not decode with schema id {sid}: 1 bytes left after the Avro datum"
+    assert _end(env, topic) == before
+    assert _produce_raw(env, topic, [(None, _framed(sid, good)), (None, None)]).error_code == E.NONE
+    # JSON Schema: the value must be JSON and satisfy the schema
+    jtopic, _ = env.new_topic("srvp", configs=payload)
+    c = SchemaRegistryClient({"url": registry.url})
+    jid = c.register_schema(f"{jtopic}-value", Schema(json.dumps(
+        {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}), "JSON"))
+    c.close()
+    p = _produce_raw(env, jtopic, [(None, _framed(jid, b'{"n": 1}')), (None, _framed(jid, b'{"n": "x"}')),
+                                   (None, _framed(jid, b"{nope"))])
+    assert p.error_code == E.INVALID_RECORD, p
+    assert [(e.batch_index, e.batch_index_error_message) for e in p.record_errors] == [
+        (1, f"Record 1: value does not decode with schema id {jid}: 'x' is not of type 'integer'"),
+        (2, f"Record 2: value does not decode with schema id {jid}: not JSON: "
+            "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")]
+    assert _produce_raw(env, jtopic, [(None, _framed(jid, b'{"n": 2}'))]).error_code == E.NONE
+    assert _end(env, jtopic) == 1
+    # keys likewise, on their own subject
+    ktopic, _ = env.new_topic("srvp", configs={"kbroker.key.schema.validation": "true",
+                                               "kbroker.key.schema.validation.payload": "true"})
+    kid = _register(registry.url, f"{ktopic}-key", USER)
+    p = _produce_raw(env, ktopic, [(_framed(kid, good), b"v"), (_framed(kid, b"\x07"), b"v")])
+    assert [e.batch_index for e in p.record_errors] == [1], p
+    assert p.record_errors[0].batch_index_error_message.startswith(f"Record 1: key does not decode with schema id {kid}")
+
+
 def test_validation_needs_a_registry_url():
     """Without kbroker.schema.registry.url a topic cannot turn validation on (INVALID_CONFIG
     naming the key); a malformed URL stops start-up with one line naming the key."""
@@ -238,6 +287,9 @@ def test_validation_needs_a_registry_url():
         validate_topic_configs({"kbroker.value.schema.validation": "true"}, schema_registry=False)
     assert ei.value.code == E.INVALID_CONFIG and "kbroker.value.schema.validation" in str(ei.value)
     assert validate_topic_configs({"kbroker.value.schema.validation": "false"}, schema_registry=False)
+    with pytest.raises(TopicError) as ei:  # the payload check needs the id check
+        validate_topic_configs({"kbroker.value.schema.validation.payload": "true"})
+    assert ei.value.code == E.INVALID_CONFIG and "kbroker.value.schema.validation=true" in str(ei.value)
     r = subprocess.run([sys.executable, "-m", "kbroker", "serve", "--override",
                         "kbroker.schema.registry.url=localhost:8081"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0

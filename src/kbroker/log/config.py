@@ -171,6 +171,12 @@ def _defs() -> dict[str, ConfigDef]:
         ConfigDef("kbroker.value.schema.validation", "boolean", False, None, None,
                   "each non-null record value must carry a schema id registered under the value subject "
                   "(needs the broker config kbroker.schema.registry.url)"),
+        ConfigDef("kbroker.key.schema.validation.payload", "boolean", False, None, None,
+                  "with kbroker.key.schema.validation: each key must also decode with its schema "
+                  "(AVRO, JSON; PROTOBUF is not decoded)"),
+        ConfigDef("kbroker.value.schema.validation.payload", "boolean", False, None, None,
+                  "with kbroker.value.schema.validation: each value must also decode with its schema "
+                  "(AVRO, JSON; PROTOBUF is not decoded)"),
         ConfigDef("kbroker.key.subject.name.strategy", "string", "TopicNameStrategy",
                   _one_of(*SUBJECT_NAME_STRATEGIES), None,
                   "subject of the key schema: TopicNameStrategy (<topic>-key) is the only one"),

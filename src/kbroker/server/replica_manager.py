@@ -307,7 +307,8 @@ class ReplicaManager:
                 return ProducePartitionResult(e.code, log_start_offset=lg.log_start_offset,
                                               error_message=e.message, record_errors=e.record_errors)
         if client and (plan.key_schema or plan.value_schema):
-            refused = schema_validation.check_schema_ids(self.schema_validator, tp, buf, infos)
+            refused = schema_validation.check_schema_ids(self.schema_validator, tp, buf, infos,
+                                                         (plan.key_payload, plan.value_payload))
             if refused is not None:
                 return ProducePartitionResult(refused[0], log_start_offset=lg.log_start_offset,
                                               error_message=refused[1], record_errors=refused[2])
@@ -430,6 +431,8 @@ class _ProducePlan(NamedTuple):
     target_compression: tuple | None
     key_schema: bool      # kbroker.key.schema.validation
     value_schema: bool    # kbroker.value.schema.validation
+    key_payload: bool     # kbroker.key.schema.validation.payload
+    value_payload: bool   # kbroker.value.schema.validation.payload
 
 
 def _produce_plan(cfg) -> _ProducePlan:
@@ -437,7 +440,9 @@ def _produce_plan(cfg) -> _ProducePlan:
     return _ProducePlan(log_validator.LOG_APPEND_TIME if log_append_time else log_validator.CREATE_TIME,
                         log_append_time, cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms,
                         cfg.compact, cfg.max_message_bytes, log_validator.target_compression(cfg),
-                        cfg.get("kbroker.key.schema.validation"), cfg.get("kbroker.value.schema.validation"))
+                        cfg.get("kbroker.key.schema.validation"), cfg.get("kbroker.value.schema.validation"),
+                        cfg.get("kbroker.key.schema.validation.payload"),
+                        cfg.get("kbroker.value.schema.validation.payload"))
 
 
 def _request_records_error(buf, produce_version) -> ProducePartitionResult | None:

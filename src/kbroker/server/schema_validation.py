@@ -29,8 +29,17 @@ validated topics are answered at once, without waiting again; the failure is log
 once per ``LOG_INTERVAL_S``. Lookups happen only on a cache miss (a new id), so the
 steady state never leaves the process. Concurrent misses on one id share one request.
 
+Payload check (``kbroker.key/value.schema.validation.payload`` = true, beyond Confluent's
+Schema ID Validation, which does not look at the data): each key/value must also decode
+with its schema: AVRO with fastavro (every byte consumed), JSON with ``jsonschema``
+(references not resolved: such a schema only requires well-formed JSON); PROTOBUF is
+not decoded (its header check still applies). The schema of an id is fetched once
+(``GET /schemas/ids/{id}``, references through ``/subjects/{s}/versions/{v}``) and kept.
+This runs in Python over decoded records: it costs per record, see the README.
+
 Thread-safety: ``_lock`` guards the caches and the in-flight table; HTTP requests are
-made without it.
+made without it (two threads may fetch one schema for the payload check at once; the
+answers are equal).
 """
 from __future__ import annotations
 
@@ -83,6 +92,7 @@ class SchemaIdValidator:
         self._down_reason = ""
         self._last_log = -LOG_INTERVAL_S
         self.lookups = 0                                  # registry requests made (tests, bench)
+        self._decoders: dict[int, object] = {}            # id -> decode(bytes) (payload check)
 
     def refused(self, topic: str, schema_ids) -> set[tuple[int, int]]:
         """The (kind, id) of ``schema_ids`` not registered under the topic's subjects.
@@ -132,6 +142,42 @@ class SchemaIdValidator:
                 break
         return bad
 
+    def decoder(self, sid: int):
+        """``decode(data)`` for schema ``sid`` (raises ValueError when ``data``, the bytes
+        after the header, does not decode), or None for a type not decoded (PROTOBUF).
+        Raises RegistryUnavailable when the schema cannot be fetched."""
+        dec = self._decoders.get(sid, _MISSING)
+        if dec is _MISSING:
+            if self._clock() < self._down_until:
+                raise RegistryUnavailable(self._down_reason)
+            try:
+                body = self._get(f"/schemas/ids/{sid}", self.timeout_s)
+                dec = _make_decoder(body, lambda ref: self._get(
+                    f"/subjects/{urllib.parse.quote(ref['subject'], safe='')}/versions/{int(ref['version'])}",
+                    self.timeout_s))
+            except RegistryUnavailable as e:
+                self._mark_down(str(e))
+                raise
+            except Exception as e:  # a schema this broker cannot load (or no fastavro): not decoded
+                log.warning("schema id %d: payloads not checked, its schema does not load here: %s: %s",
+                            sid, type(e).__name__, e)
+                dec = None
+            self._decoders[sid] = dec
+        return dec
+
+    def _get(self, path: str, timeout_s: float) -> dict:
+        last = "no Schema Registry URL configured"
+        for base in self.urls:
+            req = urllib.request.Request(base + path, headers={"Accept": _ACCEPT})
+            try:
+                with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                    return json.loads(resp.read())
+            except urllib.error.HTTPError as e:
+                last = f"{base}{path}: HTTP {e.code}"
+            except (OSError, ValueError) as e:
+                last = f"{base}{path}: {e}"
+        raise RegistryUnavailable(last)
+
     def _mark_down(self, reason: str) -> None:
         with self._lock:
             now = self._clock()
@@ -171,10 +217,75 @@ def from_config(config) -> SchemaIdValidator | None:
                              config["kbroker.schema.registry.negative.cache.ms"])
 
 
-def check_schema_ids(validator: SchemaIdValidator | None, tp, buf, infos):
+_MISSING = object()
+
+
+def _make_decoder(body: dict, fetch_ref):
+    """decode(data) for the schema ``body`` (a /schemas/ids/{id} answer); see decoder()."""
+    kind = body.get("schemaType") or "AVRO"
+    text = body["schema"]
+    if kind == "AVRO":
+        import io
+
+        import fastavro
+
+        named: dict = {}
+
+        def parse_refs(refs, depth=0):
+            for ref in refs or ():
+                if depth > 32:
+                    raise RegistryUnavailable("schema references nested too deep")
+                sub = fetch_ref(ref)
+                parse_refs(sub.get("references"), depth + 1)
+                fastavro.parse_schema(json.loads(sub["schema"]), named)
+
+        def load(t):
+            try:
+                return json.loads(t)
+            except ValueError:
+                return t  # a bare primitive name
+
+        parse_refs(body.get("references"))
+        parsed = fastavro.parse_schema(load(text), named)
+        reader = fastavro.schemaless_reader
+
+        def decode(data):
+            bio = io.BytesIO(data)
+            try:
+                reader(bio, parsed)
+            except Exception as e:  # fastavro raises EOFError, UnicodeDecodeError, ValueError ...
+                raise ValueError(f"{type(e).__name__}: {e}") from None
+            left = len(data) - bio.tell()
+            if left:
+                raise ValueError(f"{left} bytes left after the Avro datum")
+        return decode
+    if kind == "JSON":
+        import jsonschema
+
+        doc = json.loads(text)
+        validator = None
+        if not body.get("references"):
+            cls = jsonschema.validators.validator_for(doc)
+            validator = cls(doc)
+
+        def decode(data):
+            try:
+                value = json.loads(data)
+            except ValueError as e:
+                raise ValueError(f"not JSON: {e}") from None
+            if validator is not None:
+                err = jsonschema.exceptions.best_match(validator.iter_errors(value))
+                if err is not None:
+                    raise ValueError(err.message)
+        return decode
+    return None
+
+
+def check_schema_ids(validator: SchemaIdValidator | None, tp, buf, infos, payload=(False, False)):
     """After the kernel's walk found every header well-formed: (error code, message,
     record_errors) when the registry refuses an id the batches carry, or cannot be asked;
-    None when every id is registered under its subject (or there are none: all null)."""
+    None when every id is registered under its subject (or there are none: all null).
+    ``payload``: (keys, values) whose data must also decode with their schema."""
     ids = set()
     for info in infos:
         ids.update(info.schema_ids)
@@ -188,9 +299,18 @@ def check_schema_ids(validator: SchemaIdValidator | None, tp, buf, infos):
         bad = validator.refused(topic, sorted(ids))
     except RegistryUnavailable as e:
         return ErrorCode.REQUEST_TIMED_OUT, f"Schema Registry unavailable, schema ids not validated: {e}", ()
-    if not bad:
-        return None
     from kbroker.server.log_validator import invalid_record_error
+    if not bad:
+        if not (payload[0] or payload[1]):
+            return None
+        try:
+            errors = _payload_errors(validator, buf, infos, payload)
+        except RegistryUnavailable as e:
+            return ErrorCode.REQUEST_TIMED_OUT, f"Schema Registry unavailable, payloads not validated: {e}", ()
+        if not errors:
+            return None
+        e = invalid_record_error(errors)
+        return e.code, e.message, e.record_errors
     errors = []
     for info in infos:  # the error path only: find the records that carry a refused id
         mv = memoryview(buf).cast("B")[info.position:info.position + info.size_in_bytes]
@@ -205,3 +325,28 @@ def check_schema_ids(validator: SchemaIdValidator | None, tp, buf, infos):
                     break
     e = invalid_record_error(errors)
     return e.code, e.message, e.record_errors
+
+
+def _payload_errors(validator: SchemaIdValidator, buf, infos, payload) -> list[tuple[int, str]]:
+    """[(index, message)] of the records whose key/value does not decode with its schema."""
+    errors = []
+    fields = [(kind, on) for kind, on in ((_records.SCHEMA_KEY, payload[0]), (_records.SCHEMA_VALUE, payload[1]))
+              if on]
+    for info in infos:
+        mv = memoryview(buf).cast("B")[info.position:info.position + info.size_in_bytes]
+        for i, r in enumerate(_records.decode_batch(mv).records):
+            for kind, _on in fields:
+                data = r.key if kind == _records.SCHEMA_KEY else r.value
+                if data is None:
+                    continue
+                sid = int.from_bytes(data[1:5], "big", signed=True)
+                dec = validator.decoder(sid)
+                if dec is None:
+                    continue
+                try:
+                    dec(data[5:])
+                except ValueError as e:
+                    what = "key" if kind == _records.SCHEMA_KEY else "value"
+                    errors.append((i, f"Record {i}: {what} does not decode with schema id {sid}: {e}"))
+                    break
+    return errors

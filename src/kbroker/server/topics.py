@@ -59,6 +59,12 @@ def validate_topic_configs(configs: dict[str, str | None], *, schema_registry: b
         parsed = LogConfig.validate(clean)
     except (LogConfigError, ValueError) as e:
         raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    for field in ("key", "value"):
+        if parsed.get(f"kbroker.{field}.schema.validation.payload") and \
+                not parsed.get(f"kbroker.{field}.schema.validation"):
+            raise TopicError(ErrorCode.INVALID_CONFIG,
+                             f"Invalid value true for configuration kbroker.{field}.schema.validation.payload: "
+                             f"it needs kbroker.{field}.schema.validation=true")
     if not schema_registry:
         for key in ("kbroker.key.schema.validation", "kbroker.value.schema.validation"):
             if parsed.get(key):
