@@ -32,6 +32,7 @@ from kbroker.server.producer_id_manager import ProducerIdManager
 from kbroker.server.purgatory import DelayedOperationPurgatory
 from kbroker.server.replica_manager import ReplicaManager
 from kbroker.server.request_handler import KafkaRequestHandlerPool
+from kbroker.server import schema_validation
 from kbroker.server.topics import TopicManager
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class KafkaBroker:
         self.replica_manager = ReplicaManager(c, self.log_manager, self.node_id,
                                               self.produce_purgatory, self.fetch_purgatory,
                                               leader_epoch=self.metadata.start_leadership())
+        self.replica_manager.schema_validator = schema_validation.from_config(c)
         with self.log_manager.batched_dir_sync():
             for t in self.metadata.image.topics.values():
                 self.replica_manager.apply_topic(t)

@@ -33,6 +33,20 @@ _VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")   # Kafka's Utils.validHostPatte
 _HOST_PORT = re.compile(r"^\[?(.+?)\]?:(\d+)$")   # Kafka's Utils.getHost / getPort
 
 
+def _registry_urls(urls: list[str]) -> str | None:
+    """kbroker.schema.registry.url: each entry an absolute http(s) URL with a host."""
+    from urllib.parse import urlsplit
+    for u in urls:
+        try:
+            parts = urlsplit(u)
+            parts.port  # noqa: B018 (raises on a bad port)
+        except ValueError as e:
+            return f"{u!r} is not a URL ({e})"
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return f"{u!r} is not an http:// or https:// URL with a host"
+    return None
+
+
 def parse_host_port(entry: str) -> tuple[str, int] | None:
     """``host:port`` (IPv6 hosts in brackets or bare) -> (host, port), or None if malformed."""
     m = _HOST_PORT.match(entry.strip())
@@ -244,6 +258,16 @@ BROKER_CONFIG = (
     # --- kbroker operations ---
     .define("kbroker.metrics.port", "int", -1, between(-1, 65535),
             "Port of the Prometheus /metrics HTTP endpoint on the first listener's host; -1 = off, 0 = any.")
+    # --- broker-side schema id validation (Confluent Server's confluent.schema.registry.url) ---
+    .define("kbroker.schema.registry.url", "list", [], _registry_urls,
+            "Schema Registry base URLs (http/https, comma-separated, tried in turn) that topics with "
+            "kbroker.key/value.schema.validation=true check schema ids against; empty = no validation.")
+    .define("kbroker.schema.registry.request.timeout.ms", "int", 2000, at_least(1),
+            "Longest a produce waits for one Schema Registry lookup; an unreachable registry answers "
+            "the produce REQUEST_TIMED_OUT (retriable), nothing appended.")
+    .define("kbroker.schema.registry.negative.cache.ms", "int", 5000, at_least(0),
+            "How long a schema id found not registered under a topic's subject stays refused without "
+            "asking the registry again (a registered id is cached for the life of the process).")
 )
 
 

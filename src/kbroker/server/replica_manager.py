@@ -32,7 +32,7 @@ from kbroker.log.errors import (
 )
 from kbroker.log.producer_state import ProducerStateError
 from kbroker.protocol import ErrorCode
-from kbroker.server import log_validator
+from kbroker.server import log_validator, schema_validation
 from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
 from kbroker.server.metadata import TopicImage
 
@@ -124,6 +124,9 @@ class Partition:
 
 
 class ReplicaManager:
+    #: checks schema ids against the Schema Registry (schema_validation.from_config; set by the broker)
+    schema_validator: schema_validation.SchemaIdValidator | None = None
+
     def __init__(self, config, log_manager, node_id: int, produce_purgatory, fetch_purgatory,
                  time_ms: Callable[[], int] | None = None, leader_epoch: int = 0):
         self.config = config
@@ -285,7 +288,8 @@ class ReplicaManager:
                 buf, timestamp_type=plan.timestamp_type, now_ms=now,
                 timestamp_before_max_ms=plan.before_max_ms, timestamp_after_max_ms=plan.after_max_ms,
                 compacted=plan.compacted, produce_version=produce_version if client else -1,
-                max_message_bytes=plan.max_message_bytes)
+                max_message_bytes=plan.max_message_bytes, key_schema=plan.key_schema and client,
+                value_schema=plan.value_schema and client)
         except _records.ProduceRecordsError as e:
             return _produce_records_result(tp, e, lg, cfg)
         except _records.UnsupportedCompressionError as e:
@@ -302,6 +306,12 @@ class ReplicaManager:
                 e = log_validator.record_validation_error(tp, cfg, buf, info, now)
                 return ProducePartitionResult(e.code, log_start_offset=lg.log_start_offset,
                                               error_message=e.message, record_errors=e.record_errors)
+        if client and (plan.key_schema or plan.value_schema):
+            refused = schema_validation.check_schema_ids(self.schema_validator, tp, buf, infos,
+                                                         (plan.key_payload, plan.value_payload))
+            if refused is not None:
+                return ProducePartitionResult(refused[0], log_start_offset=lg.log_start_offset,
+                                              error_message=refused[1], record_errors=refused[2])
         for info in infos:
             if info.is_transactional:
                 # transactions are not implemented yet: no transaction can be ongoing
@@ -419,13 +429,20 @@ class _ProducePlan(NamedTuple):
     compacted: bool
     max_message_bytes: int
     target_compression: tuple | None
+    key_schema: bool      # kbroker.key.schema.validation
+    value_schema: bool    # kbroker.value.schema.validation
+    key_payload: bool     # kbroker.key.schema.validation.payload
+    value_payload: bool   # kbroker.value.schema.validation.payload
 
 
 def _produce_plan(cfg) -> _ProducePlan:
     log_append_time = cfg.message_timestamp_type == "LogAppendTime"
     return _ProducePlan(log_validator.LOG_APPEND_TIME if log_append_time else log_validator.CREATE_TIME,
                         log_append_time, cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms,
-                        cfg.compact, cfg.max_message_bytes, log_validator.target_compression(cfg))
+                        cfg.compact, cfg.max_message_bytes, log_validator.target_compression(cfg),
+                        cfg.get("kbroker.key.schema.validation"), cfg.get("kbroker.value.schema.validation"),
+                        cfg.get("kbroker.key.schema.validation.payload"),
+                        cfg.get("kbroker.value.schema.validation.payload"))
 
 
 def _request_records_error(buf, produce_version) -> ProducePartitionResult | None:
