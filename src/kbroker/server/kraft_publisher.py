@@ -63,7 +63,6 @@ class BrokerMetadataPublisher:
         if changes.deletes or changes.leaders or changes.followers:
             log.info("broker %d applying metadata offset %d: %d leader(s), %d follower(s), %d deleted",
                      self.node_id, image.offset, len(changes.leaders), len(changes.followers), len(changes.deletes))
-        coordinator = b.group_coordinator
         with b.log_manager.batched_dir_sync():
             b.replica_manager.apply_delta(changes, on_leader=self._on_leader, on_stop=self._on_stop)
         _created, removed, _touched = delta.changes()
@@ -75,8 +74,9 @@ class BrokerMetadataPublisher:
                     hook(t.name)
                 except Exception:
                     log.exception("topic deletion hook for %s failed", t.name)
-        if coordinator is not None:
-            b.topic_metadata_cache.retain(image.topics.by_name)
+        cache = getattr(b, "topic_metadata_cache", None)
+        if cache is not None and removed:
+            cache.retain(image.topics.by_name)
 
     def _on_leader(self, tp) -> None:
         if tp[0] == OFFSETS_TOPIC and self.broker.group_coordinator is not None:
