@@ -15,12 +15,14 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic, ResourceType,
+)
 
 from kbroker.kernels import records as rec
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.frames import decode_response, encode_request
-from kbroker.protocol.messages import metadata as md_msg, produce as pr
+from kbroker.protocol.messages import init_producer_id as ipi, metadata as md_msg, produce as pr
 from kbroker.testing import KRaftControllerQuorum
 
 FAST = {"controller.quorum.election.timeout.ms": 300, "controller.quorum.fetch.timeout.ms": 600,
@@ -188,3 +190,41 @@ def test_kraft_data_plane(cluster):
     after = _leaders(port, "orders")
     for i in victim_parts:   # a new leadership: a higher leader epoch (consumers' truncation detection)
         assert after[i][0] == victim and after[i][1] > epochs[i][1]
+
+
+def test_kraft_configs_and_producer_ids(cluster):
+    """DescribeConfigs answered from the image (values and sources), IncrementalAlterConfigs
+    forwarded to the controller and published back to every broker; InitProducerId ids
+    come from controller-allocated blocks, so two brokers never hand out the same id."""
+    q = cluster
+    admin = AdminClient({"bootstrap.servers": q.bootstrap})
+    admin.create_topics([NewTopic("cfg", num_partitions=3, replication_factor=1,
+                                  config={"retention.ms": "3600000"})])["cfg"].result(15)
+    res = ConfigResource(ResourceType.TOPIC, "cfg")
+
+    def described():
+        entries = admin.describe_configs([res])[res].result(10)
+        return entries if entries["retention.ms"].value == "3600000" else None
+    entries = _wait(described, what="topic config described")
+    assert ConfigSource(entries["retention.ms"].source) == ConfigSource.DYNAMIC_TOPIC_CONFIG
+    assert ConfigSource(entries["cleanup.policy"].source) == ConfigSource.DEFAULT_CONFIG
+    admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])])[res].result(15)
+    _wait(lambda: admin.describe_configs([res])[res].result(10)["retention.ms"].value == "7200000",
+          what="altered config published")
+    for b in BROKERS:   # every broker describes its own broker configs
+        br = ConfigResource(ResourceType.BROKER, str(b))
+        one = AdminClient({"bootstrap.servers": f"127.0.0.1:{q.broker_ports[b]}"})
+        cfg = one.describe_configs([br])[br].result(10)
+        assert cfg["broker.session.timeout.ms"].value == "2000"
+
+    ids = []
+    for b in BROKERS:
+        for _ in range(2):
+            r = _raw(q.broker_ports[b], ApiKey.INIT_PRODUCER_ID, 4, ipi.InitProducerIdRequest(
+                transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1))
+            assert r.error_code == ErrorCode.NONE
+            ids.append(r.producer_id)
+    assert len(set(ids)) == len(ids)
+    assert ids[0] + 1 == ids[1]                     # one block per broker, ids from it in order
+    assert len({i // 1000 for i in ids}) == 3       # three different blocks
