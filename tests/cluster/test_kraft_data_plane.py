@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 from kbroker.kernels import records as rec
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.frames import decode_response, encode_request
-from kbroker.protocol.messages import init_producer_id as ipi, metadata as md_msg, produce as pr
+from kbroker.protocol.messages import fetch as fm, init_producer_id as ipi, metadata as md_msg, produce as pr
 from kbroker.testing import KRaftControllerQuorum
 
 FAST = {"controller.quorum.election.timeout.ms": 300, "controller.quorum.fetch.timeout.ms": 600,
@@ -62,11 +62,15 @@ def _raw(port, api_key, version, body):
     return decode_response(buf[4:4 + int.from_bytes(buf[:4], "big")], api_key, version)[1]
 
 
-def _leaders(port, topic):
-    """{partition: (leader, leader epoch)} from a raw Metadata v12."""
+def _topic_metadata(port, topic):
     r = _raw(port, ApiKey.METADATA, 12, md_msg.MetadataRequest(
         topics=[md_msg.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False))
-    return {p.partition_index: (p.leader_id, p.leader_epoch) for p in r.topics[0].partitions}
+    return r.topics[0]
+
+
+def _leaders(port, topic):
+    """{partition: (leader, leader epoch)} from a raw Metadata v12."""
+    return {p.partition_index: (p.leader_id, p.leader_epoch) for p in _topic_metadata(port, topic).partitions}
 
 
 def _produce_all(q, topic, n_partitions, per_partition):
@@ -137,6 +141,29 @@ def test_kraft_data_plane(cluster):
     assert {i: lead for i, (lead, _) in epochs.items()} == leaders
     assert (p0.current_leader.leader_id, p0.current_leader.leader_epoch) == epochs[0]
     assert [(e.node_id, e.port) for e in r.node_endpoints] == [(leader0, q.broker_ports[leader0])]
+
+    # Fetch v16 (by topic id) to the same non-leader: the same, with the leader's endpoint (KIP-951)
+    topic_id = _topic_metadata(q.broker_ports[other], "orders").topic_id
+    r = _raw(q.broker_ports[other], ApiKey.FETCH, 16, fm.FetchRequest(
+        max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=[fm.FetchTopic(topic_id=topic_id, partitions=[fm.FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, partition_max_bytes=1 << 20)])],
+        forgotten_topics_data=[], rack_id=""))
+    f0 = r.responses[0].partitions[0]
+    assert f0.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (f0.current_leader.leader_id, f0.current_leader.leader_epoch) == epochs[0]
+    assert [(e.node_id, e.port) for e in r.node_endpoints] == [(leader0, q.broker_ports[leader0])]
+    # the leader itself, asked with a stale or a future leader epoch
+    for epoch, code in ((epochs[0][1] - 1, ErrorCode.FENCED_LEADER_EPOCH),
+                        (epochs[0][1] + 1, ErrorCode.UNKNOWN_LEADER_EPOCH)):
+        if epoch < 0:
+            continue
+        r = _raw(q.broker_ports[leader0], ApiKey.FETCH, 16, fm.FetchRequest(
+            max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+            topics=[fm.FetchTopic(topic_id=topic_id, partitions=[fm.FetchPartition(
+                partition=0, current_leader_epoch=epoch, fetch_offset=0, partition_max_bytes=1 << 20)])],
+            forgotten_topics_data=[], rack_id=""))
+        assert r.responses[0].partitions[0].error_code == code
 
     # kafka-python on another topic (auto-created by its first produce, through the controller)
     from kafka import KafkaConsumer, KafkaProducer
