@@ -168,3 +168,20 @@ def test_kraft_metadata_cache_answers_from_the_image(node):
                             node.image, first_offset=node.image.offset + 1)
     md = view.partition_metadata(t, view.partition_states(t))
     assert (md[0].error_code, md[0].leader_id, md[0].leader_epoch) == (ErrorCode.LEADER_NOT_AVAILABLE, -1, 5)
+
+
+def test_log_manager_leaves_the_metadata_log_to_the_raft_manager(tmp_path):
+    """metadata.log.dir defaults to the first log dir: the broker's LogManager must not open
+    ``__cluster_metadata-0`` (Kafka's loadLogs skips it), or it recovers and checkpoints a
+    log the raft manager owns."""
+    lm = LogManager([str(tmp_path)], background=False)
+    lm.startup()
+    lm.get_or_create_log(("__cluster_metadata", 0))
+    lm.get_or_create_log(("t", 0))
+    lm.shutdown()
+    again = LogManager([str(tmp_path)], background=False)
+    again.startup()
+    try:
+        assert sorted(again.logs) == [("t", 0)]
+    finally:
+        again.shutdown()

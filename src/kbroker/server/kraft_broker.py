@@ -28,8 +28,10 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
   to be unfenced; controlled shutdown on stop.
 
 Not yet: follower fetching (replication), so on a partition with RF > 1 the leader's
-high watermark waits for followers that never fetch and acks=all times out
-(REQUEST_TIMED_OUT); transactions; metadata snapshots on the broker.
+high watermark waits for followers that never fetch: acks=all times out
+(REQUEST_TIMED_OUT) and consumers see nothing past it; transactions; metadata snapshots
+on the broker; deleting stray logs (on disk, not placed here: logged and left alone); the
+metrics endpoint.
 """
 from __future__ import annotations
 

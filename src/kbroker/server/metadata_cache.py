@@ -23,11 +23,13 @@ never look at where metadata comes from; they ask the broker's ``metadata_cache`
 every partition led by this node, its leader epoch from the ReplicaManager).
 :class:`KRaftMetadataCache` reads the published KRaft
 :class:`~kbroker.metadata.image.MetadataImage` (``refresh`` after each publish builds the
-handler image, reusing every TopicImage whose topic and configs did not change).
+handler image, reusing every TopicImage whose topic and configs did not change; a reader
+that sees a newer KRaft image first refreshes it itself).
 """
 from __future__ import annotations
 
 import random
+import threading
 from types import MappingProxyType
 
 from kbroker.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage as KRaftImage
@@ -92,6 +94,7 @@ class KRaftMetadataCache:
         self._kraft: KRaftImage | None = None
         self._image = MetadataImage(_EMPTY, _EMPTY, -1, _EMPTY)
         self._topics: dict = {}          # topic id -> (kraft TopicImage, configs mapping, TopicImage)
+        self._lock = threading.Lock()    # one refresh at a time; readers never take it
         self.refresh()
 
     @property
@@ -111,8 +114,16 @@ class KRaftMetadataCache:
     def refresh(self) -> None:
         """Rebuild the handler image from the latest KRaft image (the publisher calls it
         after each publish; readers call it when they see a newer image first)."""
-        img = self._source()
-        if img is self._kraft:
+        with self._lock:
+            img = self._source()
+            if img is not self._kraft:
+                self._rebuild(img)
+
+    def _rebuild(self, img) -> None:
+        # caller holds self._lock
+        prev = self._kraft
+        if prev is not None and img.topics is prev.topics and img.configs is prev.configs:
+            self._kraft = img          # e.g. a NoOpRecord or a broker heartbeat change: nothing to rebuild
             return
         old = self._topics
         topics, by_id, kept = {}, {}, {}
