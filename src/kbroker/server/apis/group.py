@@ -74,7 +74,7 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
 
 # -- FindCoordinator ------------------------------------------------------------------------
 
-def _find(broker, key: str, key_type: int, listener: str | None = None) -> tuple[ErrorCode, int, str, int]:
+def _find(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, int]:
     coordinator = broker.group_coordinator
     if key_type == COORDINATOR_TYPE_TRANSACTION:
         # No transaction coordinator yet. A retriable COORDINATOR_NOT_AVAILABLE would make
@@ -93,7 +93,7 @@ def _find(broker, key: str, key_type: int, listener: str | None = None) -> tuple
             if create is not None:
                 create()   # through the controller; clients retry COORDINATOR_NOT_AVAILABLE
         elif leader[0] >= 0 and leader[0] != broker.node_id:
-            ep = view.endpoint(leader[0], listener)
+            ep = view.endpoint(leader[0], getattr(ctx.request, "listener_name", None))
             if ep is not None:
                 return E.NONE, leader[0], ep[0], ep[1]
     return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
@@ -103,15 +103,14 @@ def handle_find_coordinator(broker, ctx, req) -> None:
     v = ctx.api_version
     key_type = req.key_type if v >= 1 else COORDINATOR_TYPE_GROUP
     invalid = key_type not in (COORDINATOR_TYPE_GROUP, COORDINATOR_TYPE_TRANSACTION)
-    listener = getattr(ctx.request, "listener_name", None)
     if v < 4:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type, listener)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type, ctx)
         ctx.respond(FindCoordinatorResponse(error_code=err, error_message=_message(err), node_id=node_id,
                                             host=host, port=port))
         return
     coordinators = []
     for key in req.coordinator_keys:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type, listener)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type, ctx)
         coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=err,
                                         error_message=_message(err)))
     ctx.respond(FindCoordinatorResponse(coordinators=coordinators))
