@@ -132,7 +132,9 @@ class KafkaBroker:
         self.topic_manager = TopicManager(self)
         self.fetch_sessions = FetchSessionCache()
         from kbroker.server.apis.metadata import TopicMetadataCache
-        self.metadata_cache = TopicMetadataCache()
+        from kbroker.server.metadata_cache import SingleNodeMetadataCache
+        self.metadata_cache = SingleNodeMetadataCache(self)
+        self.topic_metadata_cache = TopicMetadataCache()
         self._start_coordinators()
         self.socket_server = SocketServer(SocketServerConfig(
             listeners=c.listeners,

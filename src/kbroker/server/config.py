@@ -298,7 +298,6 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "metadata.max.retention.ms": _NOT_WIRED,
     "metadata.max.idle.interval.ms": _NOT_WIRED,
     "replica.fetch.max.bytes": "single node: there are no followers fetching",
-    "offsets.topic.replication.factor": "single node: __consumer_offsets has one replica; only 1 is accepted",
     "transactional.id.expiration.ms": "transactions are not implemented yet (transactional produce is refused)",
     "transaction.state.log.num.partitions": "transactions are not implemented yet: no __transaction_state",
     "transaction.state.log.replication.factor": "transactions are not implemented yet: no __transaction_state",

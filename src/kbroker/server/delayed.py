@@ -44,7 +44,7 @@ class DelayedProduce(DelayedOperation):
         rm = self.replica_manager
         for tp in list(self.pending):
             part = rm.get_partition(tp)
-            if part is None:
+            if part is None or not part.is_leader:
                 self.results[tp].error = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 self.pending.discard(tp)
             elif part.log.high_watermark > self.results[tp].last_offset:
@@ -85,8 +85,8 @@ class DelayedFetch(DelayedOperation):
         accumulated = 0
         for tp, st in self.fetch_infos:
             part = rm.get_partition(tp)
-            if part is None:
-                return self.force_complete()  # UNKNOWN_TOPIC_OR_PARTITION now
+            if part is None or not part.is_leader:
+                return self.force_complete()  # UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER now
             lg = part.log
             try:
                 # published metadata: no lookup and no log lock per waiting fetch per append

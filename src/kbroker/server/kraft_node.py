@@ -5,13 +5,16 @@ a voter on a controller, an observer on a broker-only node) feeds the roles:
 
 - ``controller``: the quorum controller on top of it (QuorumControllerHost), served on
   the listeners named by ``controller.listener.names`` (ControllerServer);
-- ``broker``: the first step of the broker role (KRaftBroker: the metadata image,
-  registration and heartbeats, Metadata/DescribeCluster from the image, admin requests
-  forwarded to the active controller; no partitions hosted yet).
+- ``broker``: the broker role (KRaftBroker: the metadata image and its publisher, which
+  makes the ReplicaManager lead or follow each partition the controller placed here;
+  the zero-config broker's data plane and handlers on the broker listeners; registration
+  and heartbeats; admin requests, auto topic creation and producer-id blocks through the
+  active controller).
 
 Start-up: verify the formatted storage (meta.properties of this node and cluster), open
 the metadata log and the quorum-state file, start the raft thread, bind the controller
-listeners, then the broker's. Shutdown in reverse: the broker's controlled shutdown, stop
+listeners, then the broker's (which returns once it has caught up with the metadata log,
+published it and asked to be unfenced). Shutdown in reverse: the broker's controlled shutdown, stop
 accepting, let a leader resign (EndQuorumEpoch), close the log.
 """
 from __future__ import annotations

@@ -85,17 +85,24 @@ class FetchPartitionResult:
 
 
 class Partition:
-    """One hosted partition: its log, leader epoch, ISR and high watermark."""
+    """One hosted partition: its log, leader (and epoch), replicas, ISR and high watermark.
 
-    def __init__(self, topic: str, partition: int, topic_id, log_, node_id: int, leader_epoch: int = 0):
+    A leader serves clients; a follower (``is_leader`` False: a KRaft broker listed in the
+    replicas that does not lead) only keeps the log. Leadership fields are never changed
+    on an object: a new leader epoch, ISR or role is a new Partition in the map."""
+
+    def __init__(self, topic: str, partition: int, topic_id, log_, node_id: int, leader_epoch: int = 0,
+                 replicas: tuple | None = None, isr=None, leader: int | None = None):
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
         self.log = log_
         self.node_id = node_id
         self.leader_epoch = leader_epoch
-        self.isr = frozenset({node_id})
-        self.replicas = (node_id,)
+        self.leader = node_id if leader is None else leader
+        self.is_leader = self.leader == node_id
+        self.isr = frozenset({node_id}) if isr is None else frozenset(isr)
+        self.replicas = (node_id,) if replicas is None else tuple(replicas)
         #: follower id -> its log end offset metadata (from its fetches); none yet
         self.remote_log_end_offsets: dict[int, object] = {}
 
@@ -109,7 +116,14 @@ class Partition:
         forward. Returns True if it moved. With one replica: the leader's LEO."""
         lg = self.log
         new_hw = lg.log_end_offset_metadata
-        for replica_id, leo in self.remote_log_end_offsets.items():
+        remote = self.remote_log_end_offsets
+        if len(self.isr) > 1:
+            for replica_id in self.isr:
+                # an in-sync follower whose log end offset is not known yet (no fetch since
+                # this leadership began) holds the high watermark where it is (Kafka: -1)
+                if replica_id != self.node_id and replica_id not in remote:
+                    return False
+        for replica_id, leo in remote.items():
             if replica_id in self.isr and leo.message_offset < new_hw.message_offset:
                 new_hw = leo
         return lg.maybe_increment_high_watermark(new_hw) is not None
@@ -141,6 +155,9 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         #: hooks run after records are appended to a partition (e.g. the group coordinator)
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
+        #: the broker's MetadataCache when partitions are led elsewhere too (KRaft): a
+        #: partition not led here that the cluster knows is NOT_LEADER_OR_FOLLOWER
+        self.metadata_cache = None
 
     # -- partitions ------------------------------------------------------------------
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -149,6 +166,68 @@ class ReplicaManager:
     @property
     def partitions(self) -> dict[TopicPartition, Partition]:
         return self._partitions
+
+    def partition_error(self, tp: TopicPartition) -> int:
+        """Kafka's getPartitionOrError for a partition this node does not lead: hosted as
+        a follower, or led by another broker of the cluster: NOT_LEADER_OR_FOLLOWER; else
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        part = self._partitions.get(tp)
+        if part is not None:
+            return ErrorCode.NONE if part.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        mc = self.metadata_cache
+        if mc is not None and mc.leader_of(tp[0], tp[1]) is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def apply_delta(self, changes, on_leader=None, on_stop=None) -> None:
+        """Apply one metadata delta's LocalReplicaChanges (Kafka's ReplicaManager.applyDelta):
+        stop and delete the replicas this node no longer hosts, then become leader of
+        ``changes.leaders`` (log opened or created, leader epoch, replicas and ISR from the
+        registration, high watermark moved by the ISR rule), then follower of
+        ``changes.followers`` (log kept, not served). ``on_leader(tp)`` / ``on_stop(tp)``
+        run after each partition this node starts / stops leading (coordinators)."""
+        stopped = []
+        with self._lock:
+            parts = dict(self._partitions)
+            for tp in changes.deletes:
+                old = parts.pop(tp, None)
+                if old is not None:
+                    stopped.append(old)
+            self._partitions = parts
+        for old in stopped:
+            self.produce_purgatory.check_and_complete(old.tp)
+            self.fetch_purgatory.check_and_complete(old.tp)
+            if old.is_leader and on_stop is not None:
+                on_stop(old.tp)
+        for tp in changes.deletes:
+            self.log_manager.delete_log(tp)
+        became = []
+        for role, infos in ((True, changes.leaders), (False, changes.followers)):
+            for tp, info in infos.items():
+                reg = info.partition
+                lg = self.log_manager.get_or_create_log(tp, topic_id=info.topic_id)
+                with self._lock:
+                    old = self._partitions.get(tp)
+                    part = Partition(tp[0], tp[1], info.topic_id, lg, self.node_id, reg.leader_epoch,
+                                     replicas=reg.replicas, isr=reg.isr, leader=reg.leader)
+                    if old is not None and old.log is lg:
+                        part.remote_log_end_offsets = {r: leo for r, leo in old.remote_log_end_offsets.items()
+                                                       if r in part.replicas}
+                    parts = dict(self._partitions)
+                    parts[tp] = part
+                    self._partitions = parts
+                if role:
+                    part.maybe_increment_high_watermark()
+                    if old is None or not old.is_leader:
+                        became.append(tp)
+                else:
+                    if old is not None and old.is_leader and on_stop is not None:
+                        on_stop(tp)
+                self.produce_purgatory.check_and_complete(tp)
+                self.fetch_purgatory.check_and_complete(tp)
+        if on_leader is not None:
+            for tp in became:
+                on_leader(tp)
 
     def apply_topic(self, topic: TopicImage) -> list[Partition]:
         """Host every partition of ``topic`` (creating logs as needed)."""
@@ -272,8 +351,8 @@ class ReplicaManager:
             return early if early is not None else ProducePartitionResult(
                 ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=f"Cannot append to internal topic {topic}")
         part = self._partitions.get(tp)
-        if part is None:
-            return ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if part is None or not part.is_leader:
+            return ProducePartitionResult(self.partition_error(tp))
         lg = part.log
         client = produce_version is not None
         if not client and (buf is None or len(buf) == 0):
@@ -372,8 +451,8 @@ class ReplicaManager:
     def _read_partition(self, tp, st: FetchPartitionStatus, max_bytes: int, min_one_message: bool,
                         isolation_level: int, replica_id: int) -> FetchPartitionResult:
         part = self._partitions.get(tp)
-        if part is None:
-            return FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if part is None or not part.is_leader:
+            return FetchPartitionResult(self.partition_error(tp))
         lg = part.log
         if st.max_bytes < 0:
             # Kafka: LogSegment.read rejects a negative size; readFromLog answers UNKNOWN_SERVER_ERROR

@@ -1785,13 +1785,15 @@ def build_group_coordinator(broker) -> GroupCoordinator:
         "compression.type": "producer",
         "segment.bytes": str(broker.config["offsets.topic.segment.bytes"]),
     }
-    topic = broker.topic_manager.create_internal(storage.OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-                                                 topic_configs)
-    if topic.num_partitions != cfg.offsets_topic_num_partitions:
+    # a KRaft broker: created through the controller on first FindCoordinator, loaded per partition led
+    on_demand = getattr(broker, "offsets_topic_on_demand", False)
+    topic = broker.metadata.image.topics.get(storage.OFFSETS_TOPIC) if on_demand else \
+        broker.topic_manager.create_internal(storage.OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, topic_configs)
+    if topic is not None and topic.num_partitions != cfg.offsets_topic_num_partitions:
         # The topic outlives the setting (Kafka: the existing topic wins).
         cfg = GroupConfig(**{**cfg.__dict__, "offsets_topic_num_partitions": topic.num_partitions})
     offsets_log = storage.ReplicaOffsetsLog(broker.replica_manager, broker.config["offsets.commit.timeout.ms"])
     coordinator = GroupCoordinator(cfg, offsets_log, broker_id=broker.node_id,
                                    metadata_image=lambda: broker.metadata.image)
-    coordinator.startup(range(cfg.offsets_topic_num_partitions), background=True)
+    coordinator.startup(() if on_demand else range(cfg.offsets_topic_num_partitions), background=True)
     return coordinator

@@ -10,7 +10,10 @@ What the handlers need from ``broker``:
 
 * ``broker.group_coordinator``: the :class:`GroupCoordinator` (started).
 * ``broker.node``: ``(node_id, host, port)`` of this node on the listener clients use
-  (FindCoordinator's answer).
+  (FindCoordinator's answer when this node coordinates the group); otherwise
+  ``broker.metadata_cache`` names the leader of the group's ``__consumer_offsets``
+  partition (a KRaft broker, which asks ``broker.topic_manager.create_offsets_topic()``
+  when that topic does not exist yet).
 * ``broker.metadata.image.topics``: ``name → TopicImage`` with ``num_partitions``
   (OffsetCommit / OffsetDelete answer UNKNOWN_TOPIC_OR_PARTITION for partitions
   that do not exist, as KafkaApis does against its metadata cache), and
@@ -51,6 +54,7 @@ from kbroker.protocol.messages.sync_group import SyncGroupResponse
 from kbroker.server.apis import ApiHandler
 
 E = ErrorCode
+OFFSETS_TOPIC = "__consumer_offsets"
 
 COORDINATOR_TYPE_GROUP = 0
 COORDINATOR_TYPE_TRANSACTION = 1
@@ -70,7 +74,7 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
 
 # -- FindCoordinator ------------------------------------------------------------------------
 
-def _find(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+def _find(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, int]:
     coordinator = broker.group_coordinator
     if key_type == COORDINATOR_TYPE_TRANSACTION:
         # No transaction coordinator yet. A retriable COORDINATOR_NOT_AVAILABLE would make
@@ -80,6 +84,18 @@ def _find(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
     if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_serving(key):
         node_id, host, port = broker.node
         return E.NONE, node_id, host, port
+    if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_active:
+        # the leader of the group's __consumer_offsets partition coordinates it (KRaft: another broker)
+        view = broker.metadata_cache
+        leader = view.leader_of(OFFSETS_TOPIC, coordinator.partition_for(key))
+        if leader is None:
+            create = getattr(broker.topic_manager, "create_offsets_topic", None)
+            if create is not None:
+                create()   # through the controller; clients retry COORDINATOR_NOT_AVAILABLE
+        elif leader[0] >= 0 and leader[0] != broker.node_id:
+            ep = view.endpoint(leader[0], getattr(ctx.request, "listener_name", None))
+            if ep is not None:
+                return E.NONE, leader[0], ep[0], ep[1]
     return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
 
 
@@ -88,13 +104,13 @@ def handle_find_coordinator(broker, ctx, req) -> None:
     key_type = req.key_type if v >= 1 else COORDINATOR_TYPE_GROUP
     invalid = key_type not in (COORDINATOR_TYPE_GROUP, COORDINATOR_TYPE_TRANSACTION)
     if v < 4:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type, ctx)
         ctx.respond(FindCoordinatorResponse(error_code=err, error_message=_message(err), node_id=node_id,
                                             host=host, port=port))
         return
     coordinators = []
     for key in req.coordinator_keys:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type, ctx)
         coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=err,
                                         error_message=_message(err)))
     ctx.respond(FindCoordinatorResponse(coordinators=coordinators))

@@ -46,8 +46,8 @@ def handle_list_offsets(broker, ctx, req) -> None:
                 continue
             part = rm.get_partition(tp)
             ts = p.timestamp
-            if part is None:
-                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if part is None or not part.is_leader:
+                r.error_code = rm.partition_error(tp)
             elif ts < -5 or (ts in _MIN_VERSION and v < _MIN_VERSION[ts]):
                 r.error_code = ErrorCode.UNSUPPORTED_VERSION
             else:

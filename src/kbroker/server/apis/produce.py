@@ -18,7 +18,8 @@ import logging
 from kbroker.kernels import records as _records
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.produce import (
-    BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, ProduceResponse,
+    TopicProduceResponse,
 )
 from kbroker.server.apis import ApiHandler
 from kbroker.server.replica_manager import ProducePartitionResult
@@ -52,10 +53,11 @@ def handle_produce(broker, ctx, req) -> None:
         for p in t.partition_data:
             tp = (name, p.index)
             order.append(tp)
-            if tp in partitions:
+            part = partitions.get(tp)
+            if part is not None and part.is_leader:
                 entries[tp] = p.records      # ProduceRequest.validateRecords: in the replica manager
             else:
-                early[tp] = ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                early[tp] = ProducePartitionResult(rm.partition_error(tp))
 
     def respond(results) -> None:
         if early:
@@ -70,6 +72,7 @@ def handle_produce(broker, ctx, req) -> None:
                 ctx.respond_no_op()
             return
         topics: dict[str, list] = {}
+        node_endpoints: dict = {}
         for tp in order:
             r = results[tp]
             pr = PartitionProduceResponse(index=tp[1], error_code=r.error, base_offset=r.base_offset,
@@ -81,16 +84,35 @@ def handle_produce(broker, ctx, req) -> None:
                                         for i, m in r.record_errors]
                 if r.error != ErrorCode.NONE:
                     pr.error_message = r.error_message
+            if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
+                _current_leader(broker, ctx, tp, pr, node_endpoints)
             ps = topics.get(tp[0])
             if ps is None:
                 topics[tp[0]] = [pr]
             else:
                 ps.append(pr)
-        ctx.respond(ProduceResponse(
+        resp = ProduceResponse(
             responses=[TopicProduceResponse(name=n, partition_responses=ps) for n, ps in topics.items()],
-            throttle_time_ms=0))
+            throttle_time_ms=0)
+        if node_endpoints:
+            resp.node_endpoints = list(node_endpoints.values())
+        ctx.respond(resp)
 
     broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v)
+
+
+def _current_leader(broker, ctx, tp, pr, node_endpoints) -> None:
+    """KIP-951: name the partition's leader (and its endpoint) in a NOT_LEADER_OR_FOLLOWER answer."""
+    leader = broker.metadata_cache.leader_of(tp[0], tp[1])
+    if leader is None or leader[0] < 0:
+        return
+    pr.current_leader = LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    if leader[0] not in node_endpoints:
+        listener = getattr(ctx.request, "listener_name", None)
+        ep = broker.metadata_cache.endpoint(leader[0], listener)
+        if ep is not None:
+            rack = next((r for i, _h, _p, r in broker.metadata_cache.alive_brokers(listener) if i == leader[0]), None)
+            node_endpoints[leader[0]] = NodeEndpoint(node_id=leader[0], host=ep[0], port=ep[1], rack=rack)
 
 
 def validate_records(version: int, records) -> int:
