@@ -130,3 +130,27 @@ def test_generator_loads_a_snapshot_as_its_image():
     g = SnapshotGenerator(1, 10**9, 0)
     g.handle_load_snapshot(OffsetAndEpoch(h.log[-1][0] + 1, 2), encode_snapshot(h.broker_image().to_records(), 0))
     assert g.image.same_state(h.broker_image()) and g.next_offset == h.log[-1][0] + 1
+
+
+def test_image_delta_turns_the_old_image_into_the_snapshot_one_with_removals():
+    """A running broker that installs a snapshot publishes the difference: topics gone from
+    the snapshot are deleted, changed partitions become leader/follower changes."""
+    from kbroker.metadata.delta import image_delta
+    from kbroker.protocol.messages.delete_topics import DeleteTopicsRequest
+
+    h = _cluster(3)
+    old = h.broker_image()
+    broker = old.topics.by_name["t1"].partitions[0].replicas[0]
+    h.write(h.c.delete_topics(DeleteTopicsRequest(topic_names=["t1"])))
+    h.create_topic("fresh", partitions=2, rf=3)
+    h.alter_isr("t2", 1, [h.partition("t2", 1).leader])
+    new = h.broker_image()
+    d = image_delta(old, new)
+    assert d.apply().same_state(new)
+    created, removed, touched = d.changes()
+    assert [t.name for t in removed.values()] == ["t1"]
+    assert [touched[t].name for t in created] == ["fresh"]
+    assert ("t1", 0) in d.local_changes(broker).deletes
+    assert set(touched) == set(created) | {old.topics.by_name["t2"].topic_id}
+    same = image_delta(new, new)
+    assert same.changes() == ([], {}, {}) and same.apply().same_state(new)

@@ -39,7 +39,7 @@ import logging
 import threading
 import uuid
 
-from kbroker.metadata.delta import MetadataDelta
+from kbroker.metadata.delta import MetadataDelta, image_delta
 from kbroker.metadata.image import MetadataImage
 from kbroker.metadata.serde import MetadataParseError, deserialize
 from kbroker.metadata.snapshot import decode_snapshot
@@ -121,10 +121,21 @@ class BrokerMetadataListener(Listener):
     def handle_load_snapshot(self, snapshot_id, data) -> None:
         """The image becomes the snapshot's content (at start-up, or fetched from the leader
         when this node fell below the leader's log start)."""
-        delta = MetadataDelta(MetadataImage())
+        loaded = MetadataDelta(MetadataImage())
         for r in decode_snapshot(data):
-            delta.replay(r)
-        self.image = delta.apply()
+            loaded.replay(r)
+        loaded.offset, loaded.epoch = snapshot_id.offset - 1, snapshot_id.epoch
+        new = loaded.apply()
+        with self._publish_lock:
+            # publishers see what changed from the image they had, removals included
+            delta = image_delta(self.image, new)
+            self.image = new
+            for p in self._publishers:
+                try:
+                    p.publish(delta, new)
+                except Exception:
+                    log.exception("metadata publisher %s failed on snapshot %s", type(p).__name__,
+                                  tuple(snapshot_id))
         with self.changed:
             self.highest_offset = snapshot_id.offset - 1
             self.changed.notify_all()
