@@ -9,7 +9,10 @@ v9, simple groups, KIP-211 expiry conditions).
 Ownership. A group lives in ``__consumer_offsets`` partition
 ``partition_for(group_id)`` = ``abs(java_hashcode(group_id)) %
 offsets.topic.num.partitions``; this coordinator serves the groups of the
-partitions it has loaded (all of them on a single node). Loading replays the
+partitions it has loaded (all of them on a single node). The partition table,
+loading, the append path and the timers are the shared
+:class:`~kbroker.coordinator.runtime.CoordinatorRuntime` (``_runtime``); this
+class is its state machine (``_load_groups`` / ``_unload_groups``). Loading replays the
 partition (:mod:`storage`) into memory; from then on state is served from
 memory and every change is appended to the partition before it is
 acknowledged. While a partition loads, its groups answer
@@ -21,8 +24,8 @@ Locking (Kafka's ``group.lock``): each group has one reentrant lock; every
 read and write of a group happens under it, including the append of the
 group's records (so the log order is the in-memory order) and the delayed
 operations' checks and expiry (they use the group lock as their operation
-lock). ``_lock`` guards only the group map and the partition table; it is
-a leaf lock: never held while taking a group lock or calling out. Lock order:
+lock). ``_lock`` guards only the group map (the runtime has its own for the
+partition table); it is a leaf lock: never held while taking a group lock or calling out. Lock order:
 group lock → ``_lock``. Callbacks that answer requests run under the group
 lock (``RequestContext.respond`` only encodes and enqueues, it never blocks).
 
@@ -47,12 +50,12 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
 
 from kbroker.coordinator.group import storage
+from kbroker.coordinator.runtime import CoordinatorRuntime
 from kbroker.coordinator.group.classic_group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, ClassicMember, GroupState
 from kbroker.coordinator.group.consumer_group import (
     CONSUMER_GROUP_TYPE, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroup, ConsumerGroupError,
@@ -68,8 +71,7 @@ from kbroker.protocol import ErrorCode
 from kbroker.protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
 from kbroker.protocol.messages.consumer_protocol_assignment import TopicPartition as CPATopicPartition
 from kbroker.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
-from kbroker.server.purgatory import DelayedOperationPurgatory
-from kbroker.server.timer import SystemTimer, TimerTask, monotonic_ms
+from kbroker.server.timer import TimerTask
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +196,6 @@ class OffsetFetchPartition(NamedTuple):
 DEAD_GROUP = GroupSummary(GroupState.DEAD.value, "", "", [])
 EMPTY_SUMMARY = GroupSummary("", "", "", [])
 
-_LOADING = "loading"
-_ACTIVE = "active"
-
 
 def _append_error_for_group(code: int) -> ErrorCode:
     """storeGroup's mapping of append errors (GroupMetadataManager.storeGroup)."""
@@ -222,10 +221,6 @@ def _append_error_for_offsets(code: int) -> ErrorCode:
     if code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
         return E.INVALID_COMMIT_OFFSET_SIZE
     return code
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class _RetentionTask(TimerTask):
@@ -265,6 +260,19 @@ class _ConsumerGroupTimeout(TimerTask):
             log.exception("consumer group %s timeout of %s failed", self.group.group_id, self.member_id)
 
 
+class _GroupShard:
+    """The group coordinator as the runtime's :class:`CoordinatorShard`."""
+
+    def __init__(self, coordinator: "GroupCoordinator") -> None:
+        self.coordinator = coordinator
+
+    def load(self, partition: int, records) -> int:
+        return self.coordinator._load_groups(partition, records)
+
+    def unload(self, partition: int) -> None:
+        self.coordinator._unload_groups(partition)
+
+
 class GroupCoordinator:
     """See the module docstring. Public methods are thread-safe.
 
@@ -283,21 +291,14 @@ class GroupCoordinator:
         self.config = config
         self._metadata_image = metadata_image or (lambda: None)
         self.offsets_log = offsets_log
-        self._time_ms = time_ms or _wall_ms
-        timer_clock = time_ms or monotonic_ms
-        self._heartbeat_purgatory = DelayedOperationPurgatory(
-            "Heartbeat", SystemTimer("group-heartbeat", clock_ms=timer_clock), broker_id=broker_id,
-            reaper_enabled=reaper_enabled)
-        self._rebalance_purgatory = DelayedOperationPurgatory(
-            "Rebalance", SystemTimer("group-rebalance", clock_ms=timer_clock), broker_id=broker_id,
-            reaper_enabled=reaper_enabled)
+        self._runtime = CoordinatorRuntime(
+            "group-metadata", storage.OFFSETS_TOPIC, config.offsets_topic_num_partitions, offsets_log,
+            _GroupShard(self), time_ms=time_ms, reaper_enabled=reaper_enabled, broker_id=broker_id)
+        self._time_ms = self._runtime.time_ms
+        self._heartbeat_purgatory = self._runtime.new_purgatory("Heartbeat", "group-heartbeat")
+        self._rebalance_purgatory = self._runtime.new_purgatory("Rebalance", "group-rebalance")
         self._lock = threading.Lock()
         self._groups: dict[str, ClassicGroup] = {}
-        self._partitions: dict[int, str] = {}
-        self._active = False
-        self._loader: threading.Thread | None = None
-        self._load_queue: list[int] = []
-        self._load_cond = threading.Condition(self._lock)
         self._retention_task: _RetentionTask | None = None
 
     # ==================================================================================
@@ -310,14 +311,14 @@ class GroupCoordinator:
 
     def is_serving(self, group_id: str) -> bool:
         """True if this coordinator owns the group's partition (loaded or loading)."""
-        return self._active and self.partition_for(group_id) in self._partitions
+        return self._runtime.owns(self.partition_for(group_id))
 
     def partition_for(self, group_id: str) -> int:
         return storage.partition_for(group_id, self.config.offsets_topic_num_partitions)
 
     @property
     def is_active(self) -> bool:
-        return self._active
+        return self._runtime.is_active
 
     def startup(self, partitions: Iterable[int] | None = None, *, background: bool = True,
                 enable_retention: bool = True) -> None:
@@ -326,66 +327,17 @@ class GroupCoordinator:
         ``background``: load on a loader thread (requests for a partition still
         loading get COORDINATOR_LOAD_IN_PROGRESS); else load before returning.
         """
-        if partitions is None:
-            partitions = range(self.config.offsets_topic_num_partitions)
-        self._active = True
-        parts = list(partitions)
-        if background:
-            with self._lock:
-                for p in parts:
-                    self._partitions[p] = _LOADING
-                self._load_queue.extend(parts)
-                if self._loader is None:
-                    self._loader = threading.Thread(target=self._load_loop, name="group-metadata-loader",
-                                                    daemon=True)
-                    self._loader.start()
-                self._load_cond.notify_all()
-        else:
-            for p in parts:
-                self.load_partition(p)
+        self._runtime.startup(partitions, background=background)
         if enable_retention:
             self._schedule_retention()
 
     def wait_loaded(self, timeout_s: float = 30.0) -> bool:
         """Block until no partition is loading (tests, start-up)."""
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            while any(s == _LOADING for s in self._partitions.values()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._load_cond.wait(min(left, 0.1))
-        return True
-
-    def _load_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._load_queue and self._active:
-                    self._load_cond.wait(0.5)
-                if not self._active:
-                    self._loader = None
-                    return
-                p = self._load_queue.pop(0)
-                if self._partitions.get(p) != _LOADING:
-                    continue
-            try:
-                self.load_partition(p)
-            except Exception:
-                log.exception("loading __consumer_offsets-%d failed", p)
-                with self._lock:
-                    self._partitions.pop(p, None)
-                    self._load_cond.notify_all()
+        return self._runtime.wait_loaded(timeout_s)
 
     def shutdown(self) -> None:
         """Unload everything (waiters get NOT_COORDINATOR), stop the timers. Idempotent."""
-        self._active = False
-        with self._lock:
-            self._load_cond.notify_all()
-            parts = list(self._partitions)
-        for p in parts:
-            self.unload_partition(p)
-        self._heartbeat_purgatory.shutdown()
-        self._rebalance_purgatory.shutdown()
+        self._runtime.shutdown()
 
     def load_partition(self, partition: int) -> int:
         """Replay ``__consumer_offsets-<partition>`` and serve its groups; returns groups loaded.
@@ -396,49 +348,47 @@ class GroupCoordinator:
         timeout); groups without metadata but with offsets come back as Empty
         simple groups.
         """
-        with self._lock:
-            self._partitions[partition] = _LOADING
-        now = self._time_ms()
+        return self._runtime.load_partition(partition)
+
+    def _load_groups(self, partition: int, records) -> int:
+        """The runtime's load: replay the partition's records and install its groups."""
         offsets: dict[str, dict[tuple, tuple[OffsetAndMetadata, int]]] = {}
         metadata: dict[str, object] = {}
         consumer_groups: dict[str, ConsumerGroup] = {}
-        for batch in self.offsets_log.read_batches(partition):
-            if getattr(batch, "is_control", False):
+        for rec in records:
+            try:
+                parsed = storage.parse_record(rec.key, rec.value)
+            except Exception as e:
+                log.warning("__consumer_offsets-%d offset %d: unreadable record skipped (%s)",
+                            partition, rec.offset, e)
                 continue
-            for rec in batch:
-                try:
-                    parsed = storage.parse_record(rec.key, rec.value)
-                except Exception as e:
-                    log.warning("__consumer_offsets-%d offset %d: unreadable record skipped (%s)",
-                                partition, rec.offset, e)
-                    continue
-                if parsed.kind == "offset":
-                    k = parsed.key
-                    tp = (k.topic, k.partition)
+            if parsed.kind == "offset":
+                k = parsed.key
+                tp = (k.topic, k.partition)
+                if parsed.value is None:
+                    offsets.get(k.group, {}).pop(tp, None)
+                else:
+                    v = parsed.value
+                    offsets.setdefault(k.group, {})[tp] = (OffsetAndMetadata(
+                        v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp), rec.offset)
+            elif parsed.kind == "group":
+                if parsed.value is None:
+                    metadata.pop(parsed.key.group, None)
+                else:
+                    metadata[parsed.key.group] = parsed.value
+                    consumer_groups.pop(parsed.key.group, None)
+            elif parsed.kind == "consumer_group":
+                # KIP-848 records replay into the group exactly as a heartbeat applied them.
+                gid = parsed.key.group_id
+                cg = consumer_groups.get(gid)
+                if cg is None:
                     if parsed.value is None:
-                        offsets.get(k.group, {}).pop(tp, None)
-                    else:
-                        v = parsed.value
-                        offsets.setdefault(k.group, {})[tp] = (OffsetAndMetadata(
-                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp), rec.offset)
-                elif parsed.kind == "group":
-                    if parsed.value is None:
-                        metadata.pop(parsed.key.group, None)
-                    else:
-                        metadata[parsed.key.group] = parsed.value
-                        consumer_groups.pop(parsed.key.group, None)
-                elif parsed.kind == "consumer_group":
-                    # KIP-848 records replay into the group exactly as a heartbeat applied them.
-                    gid = parsed.key.group_id
-                    cg = consumer_groups.get(gid)
-                    if cg is None:
-                        if parsed.value is None:
-                            continue
-                        cg = consumer_groups[gid] = ConsumerGroup(gid)
-                        metadata.pop(gid, None)
-                    cg.replay(parsed)
-                    if cg.dead:
-                        del consumer_groups[gid]
+                        continue
+                    cg = consumer_groups[gid] = ConsumerGroup(gid)
+                    metadata.pop(gid, None)
+                cg.replay(parsed)
+                if cg.dead:
+                    del consumer_groups[gid]
         loaded = []
         for gid in set(offsets) | set(metadata) | set(consumer_groups):
             md = metadata.get(gid)
@@ -461,8 +411,6 @@ class GroupCoordinator:
                     log.warning("group %s already in memory while loading partition %d; replaced",
                                 group.group_id, partition)
                 self._groups[group.group_id] = group
-            self._partitions[partition] = _ACTIVE
-            self._load_cond.notify_all()
         for group in loaded:
             with group.lock:
                 if isinstance(group, ConsumerGroup):
@@ -478,8 +426,6 @@ class GroupCoordinator:
                     self._complete_and_schedule_next_heartbeat_expiration(group, member)
                 if group.size() > self.config.group_max_size and group.can_rebalance():
                     self._prepare_rebalance(group, "group over capacity after loading")
-        log.log(logging.INFO if loaded else logging.DEBUG, "loaded %d groups from __consumer_offsets-%d in %d ms",
-                len(loaded), partition, self._time_ms() - now)
         return len(loaded)
 
     def _group_from_record(self, group_id: str, md) -> ClassicGroup:
@@ -500,12 +446,14 @@ class GroupCoordinator:
 
     def unload_partition(self, partition: int) -> None:
         """Stop serving the partition's groups (Kafka's onGroupUnloaded for each)."""
+        self._runtime.unload_partition(partition)
+
+    def _unload_groups(self, partition: int) -> None:
+        """The runtime's unload: drop the partition's groups, answer their waiters NOT_COORDINATOR."""
         with self._lock:
-            self._partitions.pop(partition, None)
             groups = [g for gid, g in self._groups.items() if self.partition_for(gid) == partition]
             for g in groups:
                 del self._groups[g.group_id]
-            self._load_cond.notify_all()
         for group in groups:
             with group.lock:
                 if isinstance(group, ConsumerGroup):
@@ -527,11 +475,7 @@ class GroupCoordinator:
 
     def advance_timers(self) -> None:
         """Run every timer task due by the clock (tests with ``reaper_enabled=False``)."""
-        for _ in range(100):
-            ran = self._heartbeat_purgatory.timer.advance_clock(0)
-            ran = self._rebalance_purgatory.timer.advance_clock(0) or ran
-            if not ran:
-                return
+        self._runtime.advance_timers()
 
     # ==================================================================================
     # lookup helpers
@@ -540,14 +484,7 @@ class GroupCoordinator:
     def _validate_group_status(self, group_id: str | None, api: str) -> ErrorCode | None:
         if group_id is None or (not group_id and api not in _EMPTY_GROUP_ID_OK):
             return E.INVALID_GROUP_ID
-        if not self._active:
-            return E.COORDINATOR_NOT_AVAILABLE
-        state = self._partitions.get(self.partition_for(group_id))
-        if state == _LOADING:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        if state != _ACTIVE:
-            return E.NOT_COORDINATOR
-        return None
+        return self._runtime.partition_error(self.partition_for(group_id))
 
     def _get_group(self, group_id: str) -> ClassicGroup | None:
         with self._lock:
@@ -1107,13 +1044,7 @@ class GroupCoordinator:
     # ==================================================================================
 
     def _append(self, group_id: str, kvs: list, callback: Callable[[int, int], None]) -> None:
-        partition = self.partition_for(group_id)
-        try:
-            batch = storage.encode_records(kvs, self._time_ms())
-            self.offsets_log.append(partition, batch, callback)
-        except Exception:
-            log.exception("append to __consumer_offsets-%d failed", partition)
-            callback(int(E.UNKNOWN_SERVER_ERROR), -1)
+        self._runtime.append(self.partition_for(group_id), kvs, callback)
 
     def _group_record(self, group: ClassicGroup, assignment: dict[str, bytes]):
         members = []
@@ -1344,12 +1275,12 @@ class GroupCoordinator:
     def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()
                     ) -> tuple[ErrorCode, list[ListedGroup]]:
         """Groups served here; filters are case-insensitive (empty: all)."""
-        if not self._active:
+        if not self._runtime.is_active:
             return E.COORDINATOR_NOT_AVAILABLE, []
         states = {s.lower() for s in states_filter}
         types = {t.lower() for t in types_filter}
+        loading = self._runtime.any_loading()
         with self._lock:
-            loading = any(s == _LOADING for s in self._partitions.values())
             groups = list(self._groups.values())
         out = []
         for g in groups:
@@ -1433,7 +1364,7 @@ class GroupCoordinator:
     # ==================================================================================
 
     def _schedule_retention(self) -> None:
-        if not self._active:
+        if not self._runtime.is_active:
             return
         task = _RetentionTask(self, self.config.offsets_retention_check_interval_ms)
         self._retention_task = task
