@@ -265,6 +265,8 @@ class CoordinatorShard(Protocol):
     ids) it loaded. Called with the partition LOADING; it becomes ACTIVE after.
     ``unload(partition)``: drop the partition's state and answer its waiters
     NOT_COORDINATOR; called after the partition left the table.
+    ``on_loaded(partition)`` (optional): called once the partition is ACTIVE, for work
+    that needs it served (the transaction coordinator resends pending markers).
     """
 
     def load(self, partition: int, records: Iterator) -> int: ...
@@ -443,6 +445,9 @@ class CoordinatorRuntime:
         if unloaded:
             self.shard.unload(partition)
             return 0
+        on_loaded = getattr(self.shard, "on_loaded", None)
+        if on_loaded is not None:
+            on_loaded(partition)
         log.log(logging.INFO if n else logging.DEBUG, "%s: loaded %d from %s-%d in %d ms", self.name, n,
                 self.topic, partition, self.time_ms() - start)
         return n
