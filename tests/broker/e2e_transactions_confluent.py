@@ -4,7 +4,10 @@ over the wire) and the partition leaders (WriteTxnMarkers, LSO, read_committed) 
 Needs both halves of issue 17: the coordinator (branch wt-txncoord) and the log side's
 WriteTxnMarkers handler, transactional Produce and read_committed Fetch (branch wt-txnlog).
 Named without the ``test_`` prefix so pytest does not collect it on a branch that has only
-one half; after merging both, rename it to ``test_transactions_confluent.py``.
+one half; after merging both, rename it to ``test_transactions_confluent.py`` and register
+TxnOffsetCommit (``HANDLERS[ApiKey.TXN_OFFSET_COMMIT] = TXN_OFFSET_COMMIT_HANDLER`` in
+kbroker/server/apis/transaction.py, ``K.TXN_OFFSET_COMMIT: (0, 4)`` in the API matrix's
+EXPECTED) for the send_offsets_to_transaction test.
 """
 from __future__ import annotations
 
@@ -116,3 +119,50 @@ def test_open_transaction_holds_read_committed_back_and_fencing_aborts_it(broker
     p2.produce(topic, value=b"p2", partition=0)
     p2.commit_transaction(30)
     assert _consume_all(broker, topic, 1, "read_committed", expect_at_least=1) == [b"p2"]
+
+
+def test_send_offsets_to_transaction_commits_with_the_transaction(broker):
+    """Consume-transform-produce: the group's offsets become visible only when the
+    transaction commits (TxnOffsetCommit + the COMMIT marker on __consumer_offsets)."""
+    src = "e2e-src-" + uuid.uuid4().hex[:8]
+    dst = "e2e-dst-" + uuid.uuid4().hex[:8]
+    create_topic(broker.bootstrap, src, partitions=1)
+    create_topic(broker.bootstrap, dst, partitions=1)
+    feed = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(6):
+        feed.produce(src, value=b"in%d" % i, partition=0)
+    assert feed.flush(30) == 0
+    group = "e2e-g-" + uuid.uuid4().hex[:6]
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    c.assign([TopicPartition(src, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 6 and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m)
+    assert len(got) == 6
+    p = _producer(broker, "e2e-ctp-" + uuid.uuid4().hex[:6])
+
+    def copy(msgs, commit):
+        p.begin_transaction()
+        for m in msgs:
+            p.produce(dst, value=m.value().replace(b"in", b"out"), partition=0)
+        p.send_offsets_to_transaction([TopicPartition(src, 0, msgs[-1].offset() + 1)],
+                                      c.consumer_group_metadata(), 30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+
+    def committed():
+        (tp,) = c.committed([TopicPartition(src, 0)], timeout=15)
+        return tp.offset
+
+    copy(got[:3], commit=True)
+    assert committed() == 3
+    copy(got[3:], commit=False)                  # aborted: neither the output nor the offsets
+    assert committed() == 3
+    copy(got[3:], commit=True)
+    assert committed() == 6
+    c.close()
+    out = _consume_all(broker, dst, 1, "read_committed", expect_at_least=6)
+    assert out == [b"out%d" % i for i in range(6)]

@@ -48,7 +48,7 @@ from kbroker.protocol.messages import (
     offset_commit as oc, offset_delete as od, offset_fetch as of, offset_for_leader_epoch as ofle,
     produce as pr, sync_group as sg,
     add_offsets_to_txn as aot, add_partitions_to_txn as apt, describe_transactions as dtx, end_txn as et,
-    list_transactions as ltx,
+    list_transactions as ltx, txn_offset_commit as toc,
 )
 from tests.broker.raw_client import ConnectionClosed, RawClient, advertised, decode_exact
 
@@ -62,7 +62,7 @@ CLIENT_ID = "kbroker-matrix"
 #: from the broker) so that losing a handler fails the matrix. Reviewed against Kafka 3.9's
 #: ranges: Produce starts at v3 and Fetch at v4 (message format v2 only, as Kafka 4.0);
 #: Fetch v17 (KIP-853 replica directory ids) and the ACL/SASL APIs are absent; of the transaction
-#: APIs, the coordinator's are here (WriteTxnMarkers and TxnOffsetCommit are not).
+#: APIs, the coordinator's are here (WriteTxnMarkers and TxnOffsetCommit come with the log side).
 EXPECTED: dict[int, tuple[int, int]] = {
     K.PRODUCE: (3, 11),
     K.FETCH: (4, 16),
@@ -98,6 +98,7 @@ EXPECTED: dict[int, tuple[int, int]] = {
     K.END_TXN: (0, 4),
     K.DESCRIBE_TRANSACTIONS: (0, 0),
     K.LIST_TRANSACTIONS: (0, 1),
+    # K.TXN_OFFSET_COMMIT: (0, 4), with the log side of issue 17 (see apis/transaction.py)
 }
 
 # -- environment: setup helpers shared by the cases ---------------------------------------------
@@ -1221,6 +1222,39 @@ def case_end_txn(env: Env, v: int):
     (d,) = env.call(K.DESCRIBE_TRANSACTIONS, 0, dtx.DescribeTransactionsRequest(
         transactional_ids=[tid])).transaction_states
     assert d.transaction_state in ("PrepareCommit", "CompleteCommit"), d
+
+
+@case(K.TXN_OFFSET_COMMIT)
+def case_txn_offset_commit(env: Env, v: int):
+    """Runs once TXN_OFFSET_COMMIT is in EXPECTED (after the merge with the log side); until
+    then its versions are checked to be refused."""
+    name, _ = env.new_topic(f"toc{v}", partitions=2)
+    group = gname(f"toc{v}")
+    tid = gname(f"toc{v}")
+    pid, epoch = env.init_txn(tid)
+
+    def commit(p, e, offsets):
+        req = toc.TxnOffsetCommitRequest(transactional_id=tid, group_id=group, producer_id=p, producer_epoch=e,
+                                         topics=[toc.TxnOffsetCommitRequestTopic(name=t, partitions=[
+                                             toc.TxnOffsetCommitRequestPartition(partition_index=i, committed_offset=o,
+                                                                                 committed_metadata="m")
+                                             for i, o in ps.items()]) for t, ps in offsets.items()])
+        if v >= 3:
+            req.generation_id, req.member_id = -1, ""
+        r = env.call(K.TXN_OFFSET_COMMIT, v, req)
+        return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+    # KIP-890 part 1: the group's partition must have been added to the transaction first
+    not_added = E.TRANSACTION_ABORTABLE if v >= 4 else E.INVALID_TXN_STATE
+    assert commit(pid, epoch, {name: {0: 5}}) == {(name, 0): not_added}
+    r = env.call(K.ADD_OFFSETS_TO_TXN, 3, aot.AddOffsetsToTxnRequest(
+        transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group))
+    assert r.error_code == E.NONE
+    assert commit(pid, epoch, {name: {0: 5, 1: 6}, "mx-nosuch-topic-x": {0: 1}}) == {
+        (name, 0): E.NONE, (name, 1): E.NONE, ("mx-nosuch-topic-x", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert commit(pid, epoch + 1, {name: {0: 7}}) == {(name, 0): E.INVALID_PRODUCER_EPOCH}
+    # not visible before the transaction commits
+    assert env.committed(group, name, [0, 1]) == {0: -1, 1: -1}
 
 
 @case(K.DESCRIBE_TRANSACTIONS)

@@ -75,9 +75,15 @@ def partition_for(key: str, num_partitions: int) -> int:
     return (0 if h == -0x80000000 else abs(h)) % num_partitions
 
 
-def encode_records(kvs: Iterable[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
-    """One uncompressed v2 batch (base offset 0; the log assigns offsets)."""
-    return _records.encode_batch([(timestamp_ms, k, v, ()) for k, v in kvs])
+def encode_records(kvs: Iterable[tuple[bytes, bytes | None]], timestamp_ms: int, *, producer_id: int = -1,
+                   producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False) -> bytes:
+    """One uncompressed v2 batch (base offset 0; the log assigns offsets). With a producer
+    id: a producer's batch (``transactional``: part of its transaction, e.g. TxnOffsetCommit)."""
+    if producer_id < 0:
+        return _records.encode_batch([(timestamp_ms, k, v, ()) for k, v in kvs])
+    return _records.encode_batch([(timestamp_ms, k, v, ()) for k, v in kvs], producer_id=producer_id,
+                                 producer_epoch=producer_epoch, base_sequence=base_sequence,
+                                 is_transactional=transactional)
 
 
 # -- the log ------------------------------------------------------------------------------
@@ -267,6 +273,9 @@ class CoordinatorShard(Protocol):
     NOT_COORDINATOR; called after the partition left the table.
     ``on_loaded(partition)`` (optional): called once the partition is ACTIVE, for work
     that needs it served (the transaction coordinator resends pending markers).
+    ``load_batches(partition, batches)`` (optional, instead of ``load``): the decoded
+    batches themselves, control batches included (the group coordinator replays
+    transactional offset commits and the markers that end them).
     """
 
     def load(self, partition: int, records: Iterator) -> int: ...
@@ -431,7 +440,11 @@ class CoordinatorRuntime:
             self._partitions[partition] = LOADING
         start = self.time_ms()
         try:
-            n = self.shard.load(partition, self._records(partition))
+            load_batches = getattr(self.shard, "load_batches", None)
+            if load_batches is not None:
+                n = load_batches(partition, self.log.read_batches(partition))
+            else:
+                n = self.shard.load(partition, self._records(partition))
         except BaseException:
             with self._lock:
                 self._partitions.pop(partition, None)
@@ -472,11 +485,12 @@ class CoordinatorRuntime:
 
     # -- the write path ----------------------------------------------------------------------
 
-    def append(self, partition: int, kvs: list, callback: AppendCallback) -> None:
+    def append(self, partition: int, kvs: list, callback: AppendCallback, **producer) -> None:
         """Append ``kvs`` ((key, value) pairs) as one batch; ``callback(error_code, base_offset)``
-        exactly once, when written (acks=all) or failed."""
+        exactly once, when written (acks=all) or failed. ``producer``: the batch's producer
+        fields (see :func:`encode_records`)."""
         try:
-            batch = encode_records(kvs, self.time_ms())
+            batch = encode_records(kvs, self.time_ms(), **producer)
             self.log.append(partition, batch, callback)
         except Exception:
             log.exception("append to %s-%d failed", self.topic, partition)

@@ -260,14 +260,56 @@ class _ConsumerGroupTimeout(TimerTask):
             log.exception("consumer group %s timeout of %s failed", self.group.group_id, self.member_id)
 
 
+_CONTROL_ABORT = 0
+_CONTROL_COMMIT = 1
+
+
+class _TxnReplay:
+    """Transactional offset commits met while loading a partition (Kafka's
+    loadGroupsAndOffsets): a transactional batch's offsets wait for the producer's
+    COMMIT (they count) or ABORT (dropped) control batch; those with no marker yet stay
+    pending in the group. ``records`` yields the records of the plain batches."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.pending: dict[int, list] = {}      # pid -> [(record, ...)]
+        self.committed: list = []              # records of committed transactions
+        self.sequences: dict[int, tuple[int, int]] = {}
+
+    def records(self, batches):
+        for batch in batches:
+            pid = getattr(batch, "producer_id", -1)
+            if getattr(batch, "is_control", False):
+                kind = None
+                for rec in batch:
+                    key = bytes(rec.key or b"")
+                    if len(key) >= 4:
+                        kind = struct.unpack_from(">h", key, 2)[0]
+                recs = self.pending.pop(pid, [])
+                if kind == _CONTROL_COMMIT:
+                    self.committed.extend(recs)
+                self.sequences.pop(pid, None)
+                continue
+            if getattr(batch, "is_transactional", False):
+                self.pending.setdefault(pid, []).extend(batch)
+                self.sequences[pid] = (batch.producer_epoch, batch.base_sequence + len(batch))
+                continue
+            yield from batch
+
+
 class _GroupShard:
     """The group coordinator as the runtime's :class:`CoordinatorShard`."""
 
     def __init__(self, coordinator: "GroupCoordinator") -> None:
         self.coordinator = coordinator
 
-    def load(self, partition: int, records) -> int:
-        return self.coordinator._load_groups(partition, records)
+    def load_batches(self, partition: int, batches) -> int:
+        replay = _TxnReplay(partition)
+        n = self.coordinator._load_groups(partition, replay.records(batches), replay)
+        with self.coordinator._lock:
+            for pid, seq in replay.sequences.items():
+                self.coordinator._txn_sequences[(partition, pid)] = seq
+        return n
 
     def unload(self, partition: int) -> None:
         self.coordinator._unload_groups(partition)
@@ -300,6 +342,8 @@ class GroupCoordinator:
         self._lock = threading.Lock()
         self._groups: dict[str, ClassicGroup] = {}
         self._retention_task: _RetentionTask | None = None
+        #: (partition, producer id) -> (epoch, next sequence) of TxnOffsetCommit batches
+        self._txn_sequences: dict[tuple[int, int], tuple[int, int]] = {}
 
     # ==================================================================================
     # lifecycle and partitions
@@ -350,8 +394,10 @@ class GroupCoordinator:
         """
         return self._runtime.load_partition(partition)
 
-    def _load_groups(self, partition: int, records) -> int:
-        """The runtime's load: replay the partition's records and install its groups."""
+    def _load_groups(self, partition: int, records, txn: "_TxnReplay | None" = None) -> int:
+        """The runtime's load: replay the partition's records and install its groups.
+        ``txn``: the transactional offset commits (committed ones win by record offset as
+        any other commit; pending ones stay pending)."""
         offsets: dict[str, dict[tuple, tuple[OffsetAndMetadata, int]]] = {}
         metadata: dict[str, object] = {}
         consumer_groups: dict[str, ConsumerGroup] = {}
@@ -389,12 +435,26 @@ class GroupCoordinator:
                 cg.replay(parsed)
                 if cg.dead:
                     del consumer_groups[gid]
+        pending_txn: dict[str, list] = {}
+        if txn is not None:
+            for rec in txn.committed:
+                parsed = self._parse_txn_offset(partition, rec)
+                if parsed is not None:
+                    gid, tp, om = parsed
+                    cur = offsets.get(gid, {}).get(tp)
+                    if cur is None or cur[1] <= rec.offset:
+                        offsets.setdefault(gid, {})[tp] = (om, rec.offset)
+            for pid, recs in txn.pending.items():
+                for rec in recs:
+                    parsed = self._parse_txn_offset(partition, rec)
+                    if parsed is not None:
+                        pending_txn.setdefault(parsed[0], []).append((pid, parsed[1], parsed[2], rec.offset))
         loaded = []
-        for gid in set(offsets) | set(metadata) | set(consumer_groups):
+        for gid in set(offsets) | set(metadata) | set(consumer_groups) | set(pending_txn):
             md = metadata.get(gid)
             cg = consumer_groups.get(gid)
             group_offsets = offsets.get(gid, {})
-            if md is None and cg is None and not group_offsets:
+            if md is None and cg is None and not group_offsets and gid not in pending_txn:
                 continue
             if cg is not None:
                 group = cg
@@ -403,6 +463,8 @@ class GroupCoordinator:
                                                                                                -1)
             for tp, (om, rec_off) in group_offsets.items():
                 group.offsets.put(tp, om, rec_off)
+            for pid, tp, om, rec_off in pending_txn.get(gid, ()):
+                group.offsets.put_txn(pid, tp, om, rec_off)
             loaded.append(group)
         with self._lock:
             for group in loaded:
@@ -428,6 +490,20 @@ class GroupCoordinator:
                     self._prepare_rebalance(group, "group over capacity after loading")
         return len(loaded)
 
+    @staticmethod
+    def _parse_txn_offset(partition: int, rec):
+        """(group, (topic, partition), OffsetAndMetadata) of a transactional offset record, or None."""
+        try:
+            parsed = storage.parse_record(rec.key, rec.value)
+        except Exception as e:
+            log.warning("__consumer_offsets-%d offset %d: unreadable record skipped (%s)", partition, rec.offset, e)
+            return None
+        if parsed.kind != "offset" or parsed.value is None:
+            return None
+        k, v = parsed.key, parsed.value
+        return k.group, (k.topic, k.partition), OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata,
+                                                                  v.commit_timestamp, v.expire_timestamp)
+
     def _group_from_record(self, group_id: str, md) -> ClassicGroup:
         state = GroupState.STABLE if md.members else GroupState.EMPTY
         group = ClassicGroup(group_id, state, md.current_state_timestamp)
@@ -451,6 +527,8 @@ class GroupCoordinator:
     def _unload_groups(self, partition: int) -> None:
         """The runtime's unload: drop the partition's groups, answer their waiters NOT_COORDINATOR."""
         with self._lock:
+            for key in [k for k in self._txn_sequences if k[0] == partition]:
+                del self._txn_sequences[key]
             groups = [g for gid, g in self._groups.items() if self.partition_for(gid) == partition]
             for g in groups:
                 del self._groups[g.group_id]
@@ -1133,8 +1211,11 @@ class GroupCoordinator:
         return None
 
     def _store_offsets(self, group: ClassicGroup, offsets: dict[tuple, OffsetAndMetadata],
-                       callback: Callable[[dict[tuple, ErrorCode]], None]) -> None:
-        """Group lock held. Append the commits; apply them and answer once written."""
+                       callback: Callable[[dict[tuple, ErrorCode]], None],
+                       producer: tuple[int, int] | None = None) -> None:
+        """Group lock held. Append the commits; apply them and answer once written.
+        ``producer`` (producer id, epoch): a TxnOffsetCommit, written as that producer's
+        transactional batch and pending until the transaction's marker."""
         errors: dict[tuple, ErrorCode] = {}
         valid: list[tuple[tuple, OffsetAndMetadata]] = []
         max_md = self.config.offset_metadata_max_bytes
@@ -1150,6 +1231,9 @@ class GroupCoordinator:
                                             om.metadata or "", om.commit_timestamp_ms, om.expire_timestamp_ms)
                for tp, om in valid]
         group.offsets.prepare(tp for tp, _ in valid)
+        batch_fields = {}
+        if producer is not None:
+            batch_fields = self._txn_batch_fields(self.partition_for(group.group_id), *producer, len(kvs))
 
         def on_append(code: int, base_offset: int) -> None:
             with group.lock:
@@ -1157,18 +1241,98 @@ class GroupCoordinator:
                     for i, (tp, om) in enumerate(valid):
                         if group.is_state(GroupState.DEAD):
                             group.offsets.fail(tp)
+                        elif producer is not None:
+                            group.offsets.fail(tp)  # no longer in flight: pending on the transaction
+                            group.offsets.put_txn(producer[0], tp, om, base_offset + i)
                         else:
                             group.offsets.complete(tp, om, base_offset + i)
                     result = NONE
                 else:
                     for tp, _ in valid:
                         group.offsets.fail(tp)
+                    if producer is not None:
+                        with self._lock:
+                            self._txn_sequences.pop((self.partition_for(group.group_id), producer[0]), None)
                     result = _append_error_for_offsets(code)
                 for tp, _ in valid:
                     errors[tp] = result
             callback(errors)
 
-        self._append(group.group_id, kvs, on_append)
+        self._runtime.append(self.partition_for(group.group_id), kvs, on_append, **batch_fields)
+
+    def _txn_batch_fields(self, partition: int, producer_id: int, producer_epoch: int, count: int) -> dict:
+        """The producer fields of a TxnOffsetCommit batch. Its sequence continues the
+        producer's earlier batches in this transaction (the partition's leader checks
+        sequences of producer batches); a new epoch or transaction starts at 0."""
+        with self._lock:
+            epoch, seq = self._txn_sequences.get((partition, producer_id), (producer_epoch, 0))
+            if epoch != producer_epoch:
+                seq = 0
+            self._txn_sequences[(partition, producer_id)] = (producer_epoch, (seq + count) & 0x7FFFFFFF)
+        return {"producer_id": producer_id, "producer_epoch": producer_epoch, "base_sequence": seq,
+                "transactional": True}
+
+    # ==================================================================================
+    # TxnOffsetCommit and the end of transactions
+    # ==================================================================================
+
+    def commit_transactional_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                                     group_instance_id: str | None, generation_id: int,
+                                     offsets: dict[tuple, OffsetAndMetadata],
+                                     callback: Callable[[dict[tuple, ErrorCode]], None]) -> None:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): write the offsets as the
+        producer's transactional batch; they become visible when the transaction's COMMIT
+        marker reaches the group's partition (:meth:`on_transaction_completed`)."""
+        def fail(err: ErrorCode) -> None:
+            callback({tp: err for tp in offsets})
+
+        err = self._validate_group_status(group_id, "txn_offset_commit")
+        if err is not None:
+            return fail(err)
+        group = self._get_or_create_group(group_id, create=True)
+        with group.lock:
+            if isinstance(group, ConsumerGroup):
+                err = self._validate_consumer_offset_commit(group, member_id, group_instance_id, generation_id, 9)
+                if err == E.STALE_MEMBER_EPOCH:
+                    err = E.ILLEGAL_GENERATION  # a transactional commit's answer (ConsumerGroup 3.9)
+            else:
+                err = self._validate_txn_offset_commit(group, member_id, group_instance_id, generation_id)
+            if err is not None:
+                return fail(err)
+            self._store_offsets(group, offsets, callback, producer=(producer_id, producer_epoch))
+
+    @staticmethod
+    def _validate_txn_offset_commit(group: ClassicGroup, member_id: str, group_instance_id: str | None,
+                                    generation_id: int) -> ErrorCode | None:
+        """validateOffsetCommit with isTransactional: no member needed for a non-empty group."""
+        if group.is_state(GroupState.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            if group_instance_id is not None:
+                current = group.static_member_id(group_instance_id)
+                if current is not None and current != member_id:
+                    return E.FENCED_INSTANCE_ID
+            if not group.has(member_id):
+                return E.UNKNOWN_MEMBER_ID
+            if generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+        return None
+
+    def on_transaction_completed(self, producer_id: int, partitions: Iterable[tuple], is_commit: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` was written to these ``__consumer_offsets``
+        partitions: its pending transactional offsets there become committed or are
+        dropped (Kafka's onTransactionCompleted). Called by the WriteTxnMarkers handler."""
+        parts = {p for t, p in partitions if t == storage.OFFSETS_TOPIC}
+        with self._lock:
+            for p in parts:
+                self._txn_sequences.pop((p, producer_id), None)
+            groups = [g for gid, g in self._groups.items() if self.partition_for(gid) in parts]
+        for group in groups:
+            with group.lock:
+                if producer_id in group.offsets.pending_txn:
+                    n = group.offsets.complete_txn(producer_id, is_commit)
+                    log.debug("[GroupId %s] %s %d transactional offsets of producer %d", group.group_id,
+                              "committed" if is_commit else "aborted", n, producer_id)
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple] | None, require_stable: bool = False
                       ) -> tuple[ErrorCode, dict[tuple, OffsetFetchPartition]]:

@@ -1,5 +1,5 @@
 """Transaction coordinator APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-DescribeTransactions, ListTransactions.
+DescribeTransactions, ListTransactions; and TxnOffsetCommit (the group coordinator's).
 
 Kafka: the transaction parts of ``core/.../server/KafkaApis.scala`` (request →
 coordinator call → response, per-version error rules). The logic is in
@@ -15,6 +15,15 @@ v4+ is the brokers' batched form, with ``verify_only`` (KIP-890 part 1: is the
 partition in the ongoing transaction?). A partition of an unknown topic fails the
 whole transaction's request: UNKNOWN_TOPIC_OR_PARTITION for it,
 OPERATION_NOT_ATTEMPTED for the others.
+
+TxnOffsetCommit goes to the group coordinator (``commit_transactional_offsets``):
+written as the producer's transactional batch, visible once the COMMIT marker reaches
+the group's ``__consumer_offsets`` partition. Before that, KIP-890 part 1: the
+transaction coordinator must confirm that partition was added to the producer's
+ongoing transaction (AddOffsetsToTxn), else the commit is refused (Kafka's
+AddPartitionsToTxnManager mapping: PRODUCER_FENCED → INVALID_PRODUCER_EPOCH,
+TRANSACTION_ABORTABLE → INVALID_TXN_STATE below v4). Below v2,
+COORDINATOR_LOAD_IN_PROGRESS is answered COORDINATOR_NOT_AVAILABLE (KAFKA-7296).
 
 Answers come from the coordinator's callbacks, possibly on another thread;
 ``ctx.respond`` is thread-safe and answers once.
@@ -32,6 +41,9 @@ from kbroker.protocol.messages.add_partitions_to_txn import (
     AddPartitionsToTxnTopicResult,
 )
 from kbroker.protocol.messages.end_txn import EndTxnResponse
+from kbroker.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+)
 from kbroker.server.apis import ApiHandler
 
 E = ErrorCode
@@ -143,6 +155,59 @@ def handle_end_txn(broker, ctx, req) -> None:
                                        respond)
 
 
+# -- TxnOffsetCommit ---------------------------------------------------------------------------------
+
+def handle_txn_offset_commit(broker, ctx, req) -> None:
+    from kbroker.coordinator.group.offsets import OffsetAndMetadata
+
+    v = ctx.api_version
+    group = broker.group_coordinator
+    now = group.now_ms()
+    order: list[tuple[str, list[int]]] = []
+    errors: dict[tuple, ErrorCode] = {}
+    offsets: dict[tuple, OffsetAndMetadata] = {}
+    for t in req.topics:
+        order.append((t.name, [p.partition_index for p in t.partitions]))
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if not _partition_exists(broker, *tp):
+                errors[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offsets[tp] = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch if v >= 2 else -1,
+                                            p.committed_metadata if p.committed_metadata is not None else "", now)
+
+    def respond(result: dict) -> None:
+        errors.update(result)
+        out = []
+        for name, parts in order:
+            ps = []
+            for i in parts:
+                err = errors.get((name, i), E.NONE)
+                if v < 2 and err == E.COORDINATOR_LOAD_IN_PROGRESS:
+                    err = E.COORDINATOR_NOT_AVAILABLE
+                ps.append(TxnOffsetCommitResponsePartition(partition_index=i, error_code=err))
+            out.append(TxnOffsetCommitResponseTopic(name=name, partitions=ps))
+        ctx.respond(TxnOffsetCommitResponse(throttle_time_ms=0, topics=out))
+
+    if not offsets:
+        return respond({})
+    coordinator = _coordinator(broker)
+    if coordinator is not None and req.group_id is not None:
+        offsets_partition = (OFFSETS_TOPIC, group.partition_for(req.group_id))
+        verified = coordinator.handle_verify_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                        [offsets_partition])
+        err = verified[offsets_partition]
+        if err != E.NONE:
+            if err == E.PRODUCER_FENCED:
+                err = E.INVALID_PRODUCER_EPOCH
+            elif err == E.TRANSACTION_ABORTABLE and v < 4:
+                err = E.INVALID_TXN_STATE
+            return respond({tp: err for tp in offsets})
+    group.commit_transactional_offsets(
+        req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
+        req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, respond)
+
+
 # -- DescribeTransactions / ListTransactions ---------------------------------------------------------
 
 def handle_describe_transactions(broker, ctx, req) -> None:
@@ -186,3 +251,8 @@ HANDLERS = {
     ApiKey.DESCRIBE_TRANSACTIONS: ApiHandler(0, 0, handle_describe_transactions),
     ApiKey.LIST_TRANSACTIONS: ApiHandler(0, 1, handle_list_transactions),
 }
+
+#: TxnOffsetCommit writes a transactional batch to __consumer_offsets, which the partition
+#: leader accepts only with the log side of issue 17 (transactional appends, WriteTxnMarkers).
+#: Until both are merged it is not advertised; then: HANDLERS[ApiKey.TXN_OFFSET_COMMIT] = this.
+TXN_OFFSET_COMMIT_HANDLER = ApiHandler(0, 4, handle_txn_offset_commit)
