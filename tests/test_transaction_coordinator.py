@@ -356,6 +356,21 @@ def test_reload_bumps_the_coordinator_epoch(env):
     assert env.markers.sent[-1][3] == 7    # the reload resent the prepared markers with the new epoch
 
 
+def test_coordinator_epoch_is_the_partition_leader_epoch():
+    epochs = {}
+    env = Env()
+    env.c._coordinator_epoch_for = lambda p: epochs.get(p)
+    p = env.c.partition_for(TID)
+    _, pid, epoch = env.init()
+    env.add(pid, epoch)
+    epochs[p] = 41
+    env.c.unload_partition(p)
+    env.c.load_partition(p)
+    env.end(pid, epoch)
+    assert env.markers.sent[0][3] == 41
+    env.c.shutdown()
+
+
 # -- timeouts and expiry ----------------------------------------------------------------------------
 
 def test_timed_out_transaction_is_aborted_with_a_bumped_epoch():

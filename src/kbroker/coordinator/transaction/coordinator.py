@@ -185,12 +185,17 @@ class TransactionCoordinator:
     ``__transaction_state``. ``generate_producer_id``: the broker's producer id allocator.
     ``marker_channel``: a :class:`MarkerChannel`. ``time_ms``/``reaper_enabled``: as the
     group coordinator (tests inject a fake clock and call :meth:`advance_timers`).
+    ``coordinator_epoch_for(partition)``: the ``__transaction_state`` partition's leader
+    epoch, Kafka's coordinator epoch (it survives restarts, so partition leaders can fence
+    markers of an older coordinator); without it, one more than the previous load here.
     """
 
     def __init__(self, config: TransactionConfig, txn_log, generate_producer_id: Callable[[], int],
                  marker_channel: MarkerChannel, *, time_ms: Callable[[], int] | None = None,
-                 reaper_enabled: bool = True, broker_id: int = 0) -> None:
+                 reaper_enabled: bool = True, broker_id: int = 0,
+                 coordinator_epoch_for: Callable[[int], int | None] | None = None) -> None:
         self.config = config
+        self._coordinator_epoch_for = coordinator_epoch_for
         self._generate_producer_id = generate_producer_id
         self.marker_channel = marker_channel
         self._runtime = CoordinatorRuntime(
@@ -238,11 +243,18 @@ class TransactionCoordinator:
         """Replay ``__transaction_state-<partition>`` and serve its ids. ``coordinator_epoch``:
         the partition's leader epoch (sent with markers; a marker of an older epoch is
         refused by the partition leaders); default: one more than the last load here."""
-        with self._lock:
-            if coordinator_epoch is None:
-                coordinator_epoch = self._coordinator_epochs.get(partition, -1) + 1
-            self._pending_epochs[partition] = coordinator_epoch
+        if coordinator_epoch is not None:
+            with self._lock:
+                self._pending_epochs[partition] = coordinator_epoch
         return self._runtime.load_partition(partition)
+
+    def _next_coordinator_epoch(self, partition: int) -> int:
+        """``_lock`` held: the epoch of a load without an explicit one."""
+        if self._coordinator_epoch_for is not None:
+            epoch = self._coordinator_epoch_for(partition)
+            if epoch is not None and epoch >= 0:
+                return epoch
+        return self._coordinator_epochs.get(partition, -1) + 1
 
     def unload_partition(self, partition: int) -> None:
         self._runtime.unload_partition(partition)
@@ -302,8 +314,8 @@ class TransactionCoordinator:
                 del self._txns[tid]
             for tid, t in loaded.items():
                 self._txns[tid] = TransactionMetadata.from_transit(tid, t)
-            self._coordinator_epochs[partition] = self._pending_epochs.pop(
-                partition, self._coordinator_epochs.get(partition, -1) + 1)
+            epoch = self._pending_epochs.pop(partition, None)
+            self._coordinator_epochs[partition] = self._next_coordinator_epoch(partition) if epoch is None else epoch
         return len(loaded)
 
     def _resume_pending_markers(self, partition: int) -> None:
@@ -828,7 +840,11 @@ def build_transaction_coordinator(broker) -> TransactionCoordinator:
 
     channel = WireMarkerChannel(leader_for, lambda: {broker.node_id: broker.advertised_endpoint},
                                 name=f"txn-marker-sender-{broker.node_id}")
+    def coordinator_epoch_for(partition: int) -> int | None:
+        part = broker.replica_manager.get_partition((txnlog.TRANSACTION_STATE_TOPIC, partition))
+        return None if part is None else part.leader_epoch
+
     coordinator = TransactionCoordinator(cfg, txn_log, broker.producer_id_manager.generate_producer_id, channel,
-                                         broker_id=broker.node_id)
+                                         broker_id=broker.node_id, coordinator_epoch_for=coordinator_epoch_for)
     coordinator.startup(range(cfg.transaction_state_log_num_partitions), background=True)
     return coordinator
