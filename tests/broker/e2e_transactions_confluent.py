@@ -166,3 +166,27 @@ def test_send_offsets_to_transaction_commits_with_the_transaction(broker):
     c.close()
     out = _consume_all(broker, dst, 1, "read_committed", expect_at_least=6)
     assert out == [b"out%d" % i for i in range(6)]
+
+
+def test_transactions_across_a_restart(fresh_broker):
+    """The coordinator reloads __transaction_state (its epoch is the partition's leader
+    epoch, so the leaders accept its markers after the restart) and an open transaction
+    left by the old process is aborted when its producer comes back."""
+    b = fresh_broker()
+    topic = "e2e-rs-" + uuid.uuid4().hex[:8]
+    create_topic(b.bootstrap, topic, partitions=1)
+    tid = "e2e-rs-" + uuid.uuid4().hex[:6]
+    p = _producer(b, tid)
+    p.begin_transaction()
+    p.produce(topic, value=b"one", partition=0)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"left-open", partition=0)
+    p.flush(30)
+    assert b.terminate() == 0
+    b2 = fresh_broker()
+    p2 = _producer(b2, tid)                  # fences and aborts the open transaction
+    p2.begin_transaction()
+    p2.produce(topic, value=b"two", partition=0)
+    p2.commit_transaction(30)
+    assert _consume_all(b2, topic, 1, "read_committed", expect_at_least=2) == [b"one", b"two"]
