@@ -476,3 +476,38 @@ def test_log_records_round_trip():
     assert txnlog.key_bytes("ab") == b"\x00\x00\x00\x02ab"
     v = txnlog.value_bytes(TxnTransitMetadata(1, -1, 0, -1, 100, S.EMPTY, frozenset(), -1, 5))
     assert v[:2] == b"\x00\x00" and v[2 + 8 + 2 + 4 + 1:2 + 8 + 2 + 4 + 1 + 4] == b"\xff\xff\xff\xff"
+
+
+# -- the wire marker channel ----------------------------------------------------------------------------
+
+def test_wire_marker_channel_groups_by_leader_and_reads_the_answers():
+    from kbroker.coordinator.transaction.markers import WireMarkerChannel
+    from kbroker.protocol import ApiKey
+    from kbroker.protocol.messages import write_txn_markers as w
+
+    leaders = {T0: 1, T1: 2, U0: 1, ("gone", 0): None, ("t", 9): -1}
+    sent = []
+
+    class Sender:
+        def send(self, node, api_key, req, callback, timeout_s=None):
+            sent.append((node, api_key, req, callback))
+
+    ch = WireMarkerChannel(leaders.get, lambda: {1: ("h", 1), 2: ("h", 2)})
+    ch._sender_for_send = lambda: Sender()
+    got = []
+    ch.write_markers(7, 3, True, 5, set(leaders), got.append)
+    assert got == [{("gone", 0): 0}, {("t", 9): int(E.NOT_LEADER_OR_FOLLOWER)}]
+    by_node = {node: req for node, _, req, _ in sent}
+    assert {n for n, k, _, _ in sent if k == ApiKey.WRITE_TXN_MARKERS} == {1, 2}
+    (m,) = by_node[1].markers
+    assert (m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch) == (7, 3, True, 5)
+    assert sorted((t.name, list(t.partition_indexes)) for t in m.topics) == [("t", [0]), ("u", [0])]
+    got.clear()
+    cb1 = next(cb for node, _, _, cb in sent if node == 1)
+    cb2 = next(cb for node, _, _, cb in sent if node == 2)
+    cb1(w.WriteTxnMarkersResponse(markers=[w.WritableTxnMarkerResult(producer_id=7, topics=[
+        w.WritableTxnMarkerTopicResult(name="t", partitions=[
+            w.WritableTxnMarkerPartitionResult(partition_index=0, error_code=0)])])]), None)
+    cb2(None, OSError("connection refused"))
+    # a partition the answer left out, and a failed request, are retriable
+    assert got == [{T0: 0, U0: int(E.REQUEST_TIMED_OUT)}, {T1: int(E.REQUEST_TIMED_OUT)}]
