@@ -435,9 +435,11 @@ def test_describe_and_list(env):
     err, unknown, txns = env.c.list_transactions(["Ongoing", "Bogus"])
     assert unknown == ["Bogus"] and [t.transactional_id for t in txns] == ["a"]
     assert [t.transactional_id for t in env.c.list_transactions(producer_id_filters=[pid])[2]] == ["a"]
+    assert env.c.list_transactions(["Bogus"]) == (E.NONE, ["Bogus"], [])   # unknown filters match nothing
     env.clock.now += 1000
-    assert [t.transactional_id for t in env.c.list_transactions(duration_filter_ms=500)[2]] == ["a"]
-    assert env.c.list_transactions(duration_filter_ms=5000)[2] == []
+    # Kafka's duration rule: now - start > duration; "b" has no transaction (start -1), so it passes
+    assert sorted(t.transactional_id for t in env.c.list_transactions(duration_filter_ms=500)[2]) == ["a", "b"]
+    assert [t.transactional_id for t in env.c.list_transactions(duration_filter_ms=5000)[2]] == ["b"]
 
 
 # -- the state machine itself -----------------------------------------------------------------------

@@ -719,10 +719,15 @@ class TransactionCoordinator:
 
     def list_transactions(self, state_filters: Iterable[str] = (), producer_id_filters: Iterable[int] = (),
                           duration_filter_ms: int = -1) -> tuple[ErrorCode, list[str], list[ListedTransaction]]:
-        """(error, unknown state filters, transactions) — Kafka's listTransactionStates.
-        ``duration_filter_ms`` >= 0: only transactions running longer than that."""
+        """(error, unknown state filters, transactions) — Kafka's listTransactionStates: nothing
+        while a partition loads; state filters that name no state match nothing;
+        ``duration_filter_ms`` >= 0: only transactions started longer ago than that (an id
+        with no transaction has start -1, so it passes, as in Kafka)."""
         if not self._runtime.is_active:
             return E.COORDINATOR_NOT_AVAILABLE, [], []
+        if self._runtime.any_loading():
+            return E.COORDINATOR_LOAD_IN_PROGRESS, [], []
+        state_filters = list(state_filters)
         states = set()
         unknown = []
         for name in state_filters:
@@ -733,22 +738,22 @@ class TransactionCoordinator:
                 states.add(s)
         pids = set(producer_id_filters)
         now = self._time_ms()
-        err = E.COORDINATOR_LOAD_IN_PROGRESS if self._runtime.any_loading() else NONE
         with self._lock:
             txns = [md for tid, md in self._txns.items()
                     if self._runtime.partition_error(self.partition_for(tid)) is None]
         out = []
         for md in txns:
-            with md.lock:
-                if states and md.state not in states:
+            with md.lock:  # Kafka's shouldInclude
+                if md.state is S.DEAD:
                     continue
                 if pids and md.producer_id not in pids:
                     continue
-                if duration_filter_ms >= 0 and (md.txn_start_timestamp < 0
-                                                or now - md.txn_start_timestamp <= duration_filter_ms):
+                if state_filters and md.state not in states:
+                    continue
+                if duration_filter_ms >= 0 and now - md.txn_start_timestamp <= duration_filter_ms:
                     continue
                 out.append(ListedTransaction(md.transactional_id, md.producer_id, md.state.state_name))
-        return err, unknown, out
+        return NONE, unknown, out
 
     # ==================================================================================
     # expiry
