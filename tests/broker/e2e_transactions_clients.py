@@ -1,10 +1,11 @@
-"""Transactions end to end with confluent-kafka (librdkafka): the coordinator (EndTxn, markers
-over the wire) and the partition leaders (WriteTxnMarkers, LSO, read_committed) together.
+"""Transactions end to end with confluent-kafka (librdkafka), kafka-python and aiokafka: the
+coordinator (EndTxn, markers over the wire) and the partition leaders (WriteTxnMarkers, LSO,
+read_committed) together.
 
 Needs both halves of issue 17: the coordinator (branch wt-txncoord) and the log side's
 WriteTxnMarkers handler, transactional Produce and read_committed Fetch (branch wt-txnlog).
 Named without the ``test_`` prefix so pytest does not collect it on a branch that has only
-one half; after merging both, rename it to ``test_transactions_confluent.py`` and register
+one half; after merging both, rename it to ``test_transactions_clients.py`` and register
 TxnOffsetCommit (``HANDLERS[ApiKey.TXN_OFFSET_COMMIT] = TXN_OFFSET_COMMIT_HANDLER`` in
 kbroker/server/apis/transaction.py, ``K.TXN_OFFSET_COMMIT: (0, 4)`` in the API matrix's
 EXPECTED) for the send_offsets_to_transaction test.
@@ -190,3 +191,45 @@ def test_transactions_across_a_restart(fresh_broker):
     p2.produce(topic, value=b"two", partition=0)
     p2.commit_transaction(30)
     assert _consume_all(b2, topic, 1, "read_committed", expect_at_least=2) == [b"one", b"two"]
+
+
+def test_kafka_python_transactions(broker):
+    from kafka import KafkaProducer
+
+    topic = "e2e-kp-" + uuid.uuid4().hex[:8]
+    create_topic(broker.bootstrap, topic, partitions=1)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="e2e-kp-" + uuid.uuid4().hex[:6])
+    p.init_transactions()
+    p.begin_transaction()
+    p.send(topic, b"kp-commit", partition=0)
+    p.commit_transaction()
+    p.begin_transaction()
+    p.send(topic, b"kp-abort", partition=0)
+    p.flush()
+    p.abort_transaction()
+    p.close(timeout=10)
+    assert _consume_all(broker, topic, 1, "read_committed", expect_at_least=1) == [b"kp-commit"]
+
+
+def test_aiokafka_transactions(broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    topic = "e2e-aio-" + uuid.uuid4().hex[:8]
+    create_topic(broker.bootstrap, topic, partitions=1)
+
+    async def run():
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="e2e-aio-" + uuid.uuid4().hex[:6])
+        await asyncio.wait_for(p.start(), 30)
+        try:
+            async with p.transaction():
+                await p.send_and_wait(topic, b"aio-commit", partition=0)
+            await p.begin_transaction()
+            await p.send_and_wait(topic, b"aio-abort", partition=0)
+            await p.abort_transaction()
+        finally:
+            await asyncio.wait_for(p.stop(), 10)
+
+    asyncio.run(run())
+    assert _consume_all(broker, topic, 1, "read_committed", expect_at_least=1) == [b"aio-commit"]
