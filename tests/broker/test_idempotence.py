@@ -120,10 +120,11 @@ def test_init_producer_id_request_errors(raw):
     assert raw.init_producer_id(version=4, transactional_id="")[0] == ErrorCode.INVALID_REQUEST
     assert raw.init_producer_id(version=4, transactional_id="tx", timeout_ms=0)[0] == \
         ErrorCode.INVALID_TRANSACTION_TIMEOUT
-    # no transactions yet: a fatal error clients report at once (COORDINATOR_NOT_AVAILABLE is retried forever)
-    for v in (0, 2, 5):
-        assert raw.init_producer_id(version=v, transactional_id="tx")[:2] == \
-            (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+    # a transactional id goes to the transaction coordinator: one producer id, the epoch bumped each time
+    answers = [raw.init_producer_id(version=v, transactional_id="tx") for v in (0, 2, 5)]
+    assert [(err, epoch) for err, _, epoch in answers] == [(ErrorCode.NONE, 0), (ErrorCode.NONE, 1),
+                                                          (ErrorCode.NONE, 2)]
+    assert len({pid for _, pid, _ in answers}) == 1
 
 
 # -- raw produce: Kafka's answers ---------------------------------------------------------------------
@@ -259,13 +260,11 @@ def test_aiokafka_idempotent_producer(broker):
     _check_exactly_once(broker.bootstrap, topic, 200)
 
 
-def test_transactional_clients_fail_within_their_timeout(broker):
-    # No transaction coordinator yet. The clients must get an error, not hang (FindCoordinator
-    # for a transactional id answers first; see the report on issue 8 for making this immediate).
+def test_transactional_clients_init_within_their_timeout(broker):
+    # The transaction coordinator answers FindCoordinator(TRANSACTION) and InitProducerId at once.
     p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-" + uuid.uuid4().hex})
     t0 = time.monotonic()
-    with pytest.raises(ck.KafkaException):
-        p.init_transactions(3)
+    p.init_transactions(10)
     assert time.monotonic() - t0 < 10
 
 

@@ -64,6 +64,7 @@ class KafkaBroker:
         self._started = False
         self.topic_deletion_hooks: list = []
         self.group_coordinator = None
+        self.transaction_coordinator = None
         self.metrics_server = None
 
     # -- what handlers use ---------------------------------------------------------------
@@ -180,6 +181,15 @@ class KafkaBroker:
         build_group_coordinator = _required("group coordinator (kbroker.coordinator.group)", load)
         self.group_coordinator = build_group_coordinator(self)
 
+        def load_txn():
+            from kbroker.coordinator.transaction.coordinator import build_transaction_coordinator
+
+            return build_transaction_coordinator
+
+        build_transaction_coordinator = _required("transaction coordinator (kbroker.coordinator.transaction)",
+                                                  load_txn)
+        self.transaction_coordinator = build_transaction_coordinator(self)
+
     def shutdown(self) -> None:
         """Stop whatever was started, in reverse order (also after a failed start-up)."""
         if self._stopped.is_set():
@@ -188,7 +198,8 @@ class KafkaBroker:
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
         for name, stop in (("socket_server", "stop"), ("handler_pool", "shutdown"),
-                           ("group_coordinator", "shutdown"), ("produce_purgatory", "shutdown"),
+                           ("transaction_coordinator", "shutdown"), ("group_coordinator", "shutdown"),
+                           ("produce_purgatory", "shutdown"),
                            ("fetch_purgatory", "shutdown"), ("log_manager", "shutdown")):
             part = getattr(self, name, None)
             if part is not None:

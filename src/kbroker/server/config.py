@@ -252,6 +252,9 @@ BROKER_CONFIG = (
     .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
     .define("transaction.state.log.replication.factor", "int", 1, at_least(1))
     .define("transaction.state.log.min.isr", "int", 1, at_least(1))
+    .define("transaction.state.log.segment.bytes", "int", 104857600, at_least(1))
+    .define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
+    .define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))
     # --- purgatory ---
     .define("fetch.purgatory.purge.interval.requests", "int", 1000)
     .define("producer.purgatory.purge.interval.requests", "int", 1000)
@@ -298,10 +301,7 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "metadata.max.retention.ms": _NOT_WIRED,
     "metadata.max.idle.interval.ms": _NOT_WIRED,
     "replica.fetch.max.bytes": "single node: there are no followers fetching",
-    "transactional.id.expiration.ms": "transactions are not implemented yet (transactional produce is refused)",
-    "transaction.state.log.num.partitions": "transactions are not implemented yet: no __transaction_state",
-    "transaction.state.log.replication.factor": "transactions are not implemented yet: no __transaction_state",
-    "transaction.state.log.min.isr": "transactions are not implemented yet: no __transaction_state",
+    "transaction.state.log.replication.factor": "single node: __transaction_state has one replica",
     "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
     "sasl.kerberos.min.time.before.relogin":
         "PLAINTEXT listeners only: no GSSAPI login to refresh (a Kafka broker without a SASL listener "

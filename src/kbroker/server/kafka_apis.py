@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 #: module that fails to import stops the broker's start-up, it is never left out)
 HANDLER_MODULES = (
     "api_versions", "metadata", "produce", "fetch", "list_offsets", "topics",
-    "offset_for_leader_epoch", "configs", "cluster", "delete_records", "group", "producer_id",
+    "offset_for_leader_epoch", "configs", "cluster", "delete_records", "group", "producer_id", "transaction",
 )
 
 

@@ -77,10 +77,16 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
 def _find(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, int]:
     coordinator = broker.group_coordinator
     if key_type == COORDINATOR_TYPE_TRANSACTION:
-        # No transaction coordinator yet. A retriable COORDINATOR_NOT_AVAILABLE would make
-        # transactional clients retry until their timeout (aiokafka's start() never returns);
-        # this fatal code makes them fail at once with a clear error.
-        return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
+        coordinator = getattr(broker, "transaction_coordinator", None)
+        if coordinator is None:
+            # A broker without a transaction coordinator. A retriable COORDINATOR_NOT_AVAILABLE
+            # would make transactional clients retry until their timeout (aiokafka's start()
+            # never returns); this fatal code makes them fail at once with a clear error.
+            return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
+        if coordinator.is_serving(key):
+            node_id, host, port = broker.node
+            return E.NONE, node_id, host, port
+        return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_serving(key):
         node_id, host, port = broker.node
         return E.NONE, node_id, host, port
