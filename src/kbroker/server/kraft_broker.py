@@ -49,6 +49,7 @@ from kbroker.raft.replicated_log import DATA
 from kbroker.log.manager import LogManager
 from kbroker.network.socket_server import SocketServer, SocketServerConfig
 from kbroker.protocol.messages.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
+from kbroker.server import schema_validation
 from kbroker.server.apis import ApiHandler
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager
 from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
@@ -291,6 +292,7 @@ class KRaftBroker:
         self.replica_manager = ReplicaManager(c, self.log_manager, self.node_id,
                                               self.produce_purgatory, self.fetch_purgatory)
         self.replica_manager.metadata_cache = self.metadata_cache
+        self.replica_manager.schema_validator = schema_validation.from_config(c)
         self.log_manager.schedule(self.log_manager.checkpoint_high_watermarks,
                                   c["replica.high.watermark.checkpoint.interval.ms"],
                                   c["replica.high.watermark.checkpoint.interval.ms"])
