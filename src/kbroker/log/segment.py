@@ -185,21 +185,10 @@ def iter_batch_headers(buf, start: int = 0, end: int = -1) -> Iterator[BatchHead
 
 def end_txn_marker(batch_bytes) -> tuple[bool, int] | None:
     """``(is_abort, coordinator_epoch)`` of a control batch holding a COMMIT/ABORT
-    marker (key: version int16, type int16 — 0 abort, 1 commit; value: version
-    int16, coordinator_epoch int32), else None."""
-    from kbroker.kernels import records
-    try:
-        batch = records.decode_batch(batch_bytes, check_crc=False)
-        rec = batch.records[0] if batch.records else None
-        if rec is None or rec.key is None or len(rec.key) < 4 or rec.value is None or len(rec.value) < 6:
-            return None
-        _, marker_type = struct.unpack_from(">hh", rec.key)
-        _, coordinator_epoch = struct.unpack_from(">hi", rec.value)
-    except (CorruptRecordError, ValueError, struct.error):
-        return None
-    if marker_type not in (0, 1):
-        return None
-    return marker_type == 0, coordinator_epoch
+    marker, else None (parsed by ``kbroker.records.control``)."""
+    from kbroker.records.control import parse_end_txn_marker
+    m = parse_end_txn_marker(batch_bytes)
+    return None if m is None else (m.is_abort, m.coordinator_epoch)
 
 
 def filename_prefix(offset: int) -> str:
