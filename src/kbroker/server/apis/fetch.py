@@ -1,11 +1,15 @@
 """Fetch: full and incremental (KIP-227) fetches, long polling in the fetch purgatory,
-record data sent as FileRegions (sendfile, zero copy)."""
+record data sent as FileRegions (sendfile, zero copy). ``isolation_level=1``
+(read_committed): records below the last stable offset only, with the aborted
+transactions (producer id, first offset) that overlap them, from the ``.txnindex``."""
 from __future__ import annotations
 
 from collections import OrderedDict
 
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
+from kbroker.protocol.messages.fetch import (
+    AbortedTransaction, FetchableTopicResponse, FetchResponse, PartitionData,
+)
 from kbroker.server.apis import ApiHandler
 from kbroker.server.delayed import FetchPartitionStatus
 from kbroker.server.fetch_session import CachedPartition, FetchSessionError
@@ -89,7 +93,9 @@ def handle_fetch(broker, ctx, req) -> None:
             topics.setdefault(key[0], []).append(PartitionData(
                 partition_index=key[1], error_code=r.error, high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                aborted_transactions=None if isolation == 0 else [],
+                aborted_transactions=None if isolation == 0 else [
+                    AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in (r.aborted_transactions or ())],
                 preferred_read_replica=-1, records=r.records if has_records else b""))
         if uses_topic_ids:
             responses = [FetchableTopicResponse(topic_id=tid, partitions=parts) for tid, parts in topics.items()]
