@@ -25,6 +25,7 @@ from kbroker.protocol.messages.produce import PartitionProduceData, ProduceReque
 from kbroker.protocol.messages.write_txn_markers import (
     WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest,
 )
+from kbroker.client import Consumer, TopicPartition
 from tests.broker.kafka_helpers import create_topic
 from tests.broker.raw_client import RawClient, advertised
 
@@ -151,6 +152,26 @@ def _kafka_python_read(bootstrap, topic, partitions, until, isolation, timeout_s
     return out
 
 
+def _kbroker_client_read(bootstrap, topic, partitions, until, isolation, timeout_s=30):
+    """Our own client's consumer (kbroker.client), assigned from the beginning."""
+    c = Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest", "isolation.level": isolation,
+                  "fetch.max.wait.ms": 50})
+    c.assign([TopicPartition(topic, p) for p in partitions])
+    out = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        extra = None
+        while time.monotonic() < deadline:
+            out.extend((r.partition, r.value) for r in c.poll(0.1))
+            if extra is None and until(out):
+                extra = time.monotonic() + 0.5
+            if extra is not None and time.monotonic() > extra:
+                break
+    finally:
+        c.close()
+    return out
+
+
 def _saw_ends(parts):
     return lambda out: all((p, b"end") in out for p in parts)
 
@@ -196,6 +217,10 @@ def test_committed_visible_aborted_hidden_for_every_client(broker):
     assert sorted(got) == sorted(committed)
     got = _kafka_python_read(broker.bootstrap, topic, [0, 1], _saw_ends([0, 1]), "read_uncommitted")
     assert sorted(got) == sorted(everything)
+    got = _kbroker_client_read(broker.bootstrap, topic, [0, 1], _saw_ends([0, 1]), "read_committed")
+    assert sorted(got) == sorted(committed)
+    got = _kbroker_client_read(broker.bootstrap, topic, [0, 1], _saw_ends([0, 1]), "read_uncommitted")
+    assert sorted(got) == sorted(everything)
     # order within a partition is the log's
     p0 = [v for p, v in _confluent_read(broker.bootstrap, topic, [0], _saw_ends([0])) if p == 0]
     assert p0 == [b"a1-0", b"a2-0", b"plain-0", b"a3-0", b"end"]
@@ -211,6 +236,12 @@ def test_consumer_blocked_at_open_transaction_advances_when_marker_lands(broker)
         assert plain(c, topic, 0, [b"after"])[0] == 0           # 3: held behind the open transaction
         assert list_latest(c, topic, 0, 1) == 1                 # LSO = the open transaction's first offset
         assert list_latest(c, topic, 0, 0) == 4
+        for isolation, end in (("read_committed", 1), ("read_uncommitted", 4)):
+            cons = Consumer({"bootstrap.servers": broker.bootstrap, "isolation.level": isolation})
+            try:
+                assert cons.end_offsets([TopicPartition(topic, 0)]) == {TopicPartition(topic, 0): end}
+            finally:
+                cons.close()
         f = fetch(c, topic, 0, 0, 1)
         assert (f.high_watermark, f.last_stable_offset) == (4, 1)
         assert [r.value for bt in batches_of(f) for r in bt.records] == [b"before"]
