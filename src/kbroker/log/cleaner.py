@@ -12,8 +12,8 @@ A compacted log (``cleanup.policy`` containing ``compact``) has two parts::
   ``0`` / count / ``topic partition offset``). Missing, below the log start
   offset or past the log end, it is reset to the log start offset.
 * ``first_uncleanable_offset`` is the base offset of the segment holding
-  the smallest of: the high watermark (our last stable offset: no
-  transactions yet), the active segment's base offset, and the first dirty
+  the smallest of: the last stable offset (no open transaction's data is
+  cleaned), the active segment's base offset, and the first dirty
   segment whose largest timestamp is younger than ``min.compaction.lag.ms``.
   The active segment is never cleaned.
 
@@ -59,9 +59,16 @@ the swap re-checks, under the log lock, that the segments it replaces are
 still the log's (retention, truncation or deletion may have raced it) and
 otherwise drops its work.
 
-Not done yet (seams): transactions (aborted data, markers: control batches
-are kept whole), producer snapshots of replaced segments, I/O throttling
-(``log.cleaner.io.max.bytes.per.second``).
+Transactions (Kafka's CleanedTransactionMetadata): the batches of aborted
+transactions (from the ``.txnindex`` of the range) are dropped whole and their
+keys never enter the offset map, so an aborted record cannot shadow a committed
+one; a cleaned segment carries the ``.txnindex`` entries of the segments it
+replaces (renamed with it through ``.cleaned`` / ``.swap``). Markers (control
+batches) are kept whole.
+
+Not done yet (seams): removing markers after ``delete.retention.ms`` once their
+transaction's data is gone, producer snapshots of replaced segments, I/O
+throttling (``log.cleaner.io.max.bytes.per.second``).
 """
 from __future__ import annotations
 
@@ -72,6 +79,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from kbroker.kernels import crc32c as _crc32c
 from kbroker.kernels import log_scan as _scan
 from kbroker.kernels import offset_map as _omap
 from kbroker.log.checkpoints import CheckpointError, OffsetCheckpointFile
@@ -208,7 +216,8 @@ def cleanable_offsets(lg, last_clean_offset: int | None, now_ms: int, segments=N
         first_dirty, force = log_start, True
     else:
         first_dirty, force = checkpoint, False
-    candidates = [lg.high_watermark, segs[-1].base_offset]
+    lso = getattr(lg, "last_stable_offset", None)
+    candidates = [lg.high_watermark if lso is None else lso, segs[-1].base_offset]
     min_lag = max(lg.config.min_compaction_lag_ms, 0)
     if min_lag > 0:
         for s in _non_active_from(segs, first_dirty):
@@ -291,6 +300,100 @@ def _active_producers(lg) -> dict[int, int] | None:
     return None
 
 
+_V2_HEADER_SIZE = 61
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+class _AbortedTracker:
+    """Which transactional batches belong to an aborted transaction, walking batches in
+    offset order (Kafka's CleanedTransactionMetadata): a producer is aborting from the
+    first offset of one of its aborted transactions (``.txnindex``) until its ABORT marker."""
+
+    def __init__(self, aborted):
+        self.pending = sorted((a.first_offset, a.producer_id) for a in aborted)
+        self.k = 0
+        self.aborting: set[int] = set()
+
+    def __bool__(self) -> bool:
+        return self.k < len(self.pending) or bool(self.aborting)
+
+    def discards(self, data, pos: int) -> bool:
+        """True for a data batch of an aborted transaction (the batch at ``pos`` of ``data``,
+        a whole v2 batch); updates the state for a marker."""
+        attrs = int.from_bytes(data[pos + 21:pos + 23], "big")
+        if not attrs & _TRANSACTIONAL:
+            return False
+        base = int.from_bytes(data[pos:pos + 8], "big", signed=True)
+        last = base + int.from_bytes(data[pos + 23:pos + 27], "big", signed=True)
+        pid = int.from_bytes(data[pos + 43:pos + 51], "big", signed=True)
+        pending = self.pending
+        while self.k < len(pending) and pending[self.k][0] <= last:
+            self.aborting.add(pending[self.k][1])
+            self.k += 1
+        if attrs & _CONTROL:
+            if pid in self.aborting:
+                from kbroker.records.control import parse_end_txn_marker
+                size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+                m = parse_end_txn_marker(bytes(data[pos:pos + size]))
+                if m is not None and m.is_abort:
+                    self.aborting.discard(pid)
+            return False
+        return pid in self.aborting
+
+
+def _complete_batches(data) -> list[tuple[int, int]]:
+    """(position, size) of the whole v2 batches at the start of ``data``."""
+    out = []
+    pos, n = 0, len(data)
+    while n - pos >= _V2_HEADER_SIZE:
+        size = 12 + int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+        if size < _V2_HEADER_SIZE or size > n - pos:
+            break
+        out.append((pos, size))
+        pos += size
+    return out
+
+
+def _mask_aborted(data, tracker: _AbortedTracker) -> bytes:
+    """A copy of ``data`` whose aborted batches carry the control flag, so the map
+    builder skips their keys (same size: its consumed counts stay valid)."""
+    buf = None
+    for pos, size in _complete_batches(data):
+        if tracker.discards(data, pos):
+            if buf is None:
+                buf = bytearray(data)
+            buf[pos + 22] |= _CONTROL
+            crc = _crc32c.crc32c(memoryview(buf)[pos + 21:pos + size])   # the builder checks it
+            buf[pos + 17:pos + 21] = crc.to_bytes(4, "big")
+    return data if buf is None else bytes(buf)
+
+
+def _drop_aborted(data, tracker: _AbortedTracker) -> tuple[bytes, int, int]:
+    """``data``'s whole batches without those of aborted transactions: (kept bytes,
+    bytes of whole batches consumed, batches dropped)."""
+    whole = _complete_batches(data)
+    if not whole:
+        return b"", 0, 0
+    kept = bytearray()
+    dropped = 0
+    for pos, size in whole:
+        if tracker.discards(data, pos):
+            dropped += 1
+        else:
+            kept += data[pos:pos + size]
+    end = whole[-1][0] + whole[-1][1]
+    return bytes(kept), end, dropped
+
+
+def _aborted_tracker(lg, start: int, end: int) -> _AbortedTracker | None:
+    collect = getattr(lg, "collect_aborted_transactions", None)
+    if collect is None:
+        return None
+    aborted = collect(start, end)
+    return _AbortedTracker(aborted) if aborted else None
+
+
 class _SegmentReader:
     """Reads whole batches of one segment file in chunks through its own fd."""
 
@@ -329,6 +432,8 @@ class Cleaner:
         self._time_ms = time_ms
         self._check_done = check_done
         self._map = offset_map
+        #: the aborted transactions of the log being mapped (None: none in range)
+        self._aborted: _AbortedTracker | None = None
 
     @property
     def offset_map(self):
@@ -347,6 +452,7 @@ class Cleaner:
         upper = to_clean.first_uncleanable_offset
         segments = lg.segments
         dirty = _segments_overlapping(segments, to_clean.first_dirty_offset, upper)
+        self._aborted = _aborted_tracker(lg, dirty[0].base_offset, upper) if dirty else None
         self.build_offset_map(tp, dirty, to_clean.first_dirty_offset, upper, stats, lg)
         end_offset = m.latest_offset + 1
         if end_offset <= 0:
@@ -392,6 +498,8 @@ class Cleaner:
                 data = reader.read(pos)
                 if not data:
                     raise CleaningAbortedError(f"{seg.log_path} shrank while being mapped")
+                if self._aborted:
+                    data = _mask_aborted(data, self._aborted)
                 full, consumed, n = m.build(data, start)
                 stats.map_records_read += n
                 stats.map_bytes_read += consumed
@@ -414,8 +522,13 @@ class Cleaner:
         retain_empty = _active_producers(lg)
         cleaned = LogSegment(lg.dir, group[0].base_offset, cfg, self._time_ms, create=True,
                              file_suffix=CLEANED_SUFFIX)
+        # entries whose first offset lies past the group are never reached: harmless
+        aborted = _aborted_tracker(lg, group[0].base_offset, lg.log_end_offset)
         swapped = False
         try:
+            for seg in group:       # the markers stay: so do their aborted transactions
+                for txn in seg.txn_index.entries:
+                    cleaned.txn_index.append(txn)
             next_offset = cleaned.base_offset
             for seg in group:
                 reader = _SegmentReader(seg, self.config.io_buffer_size, self.config.max_io_buffer_size)
@@ -426,8 +539,17 @@ class Cleaner:
                         data = reader.read(pos)
                         if not data:
                             raise CleaningAbortedError(f"{seg.log_path} shrank while being cleaned")
-                        out, consumed, nread, nkept = _omap.filter_batches(
-                            data, m, now_ms, cfg.delete_retention_ms, retain_empty)
+                        if aborted:
+                            data, whole, _ = _drop_aborted(data, aborted)
+                            if whole == 0:
+                                reader.grow(pos)
+                                continue
+                            out, consumed, nread, nkept = _omap.filter_batches(
+                                data, m, now_ms, cfg.delete_retention_ms, retain_empty)
+                            consumed = whole
+                        else:
+                            out, consumed, nread, nkept = _omap.filter_batches(
+                                data, m, now_ms, cfg.delete_retention_ms, retain_empty)
                         if consumed == 0:
                             reader.grow(pos)
                             continue
