@@ -168,3 +168,12 @@ def test_transaction_index_file_format(tmp_path):
     assert idx.collect(0, 21) == ([AbortedTxn(5, 10, 20, 21)], True)
     idx.truncate_to(30)
     assert TransactionIndex(idx.path).entries == (AbortedTxn(5, 10, 20, 21),)
+
+
+def test_has_ongoing_transaction(tmp_path):
+    lg = open_log(tmp_path / "t-0")
+    assert not lg.has_ongoing_transaction(1)
+    lg.append_as_leader(tbatch(1, 0))
+    assert lg.has_ongoing_transaction(1) and not lg.has_ongoing_transaction(2)
+    lg.append_end_txn_marker(1, 0, 0, True)
+    assert not lg.has_ongoing_transaction(1)

@@ -706,6 +706,13 @@ class Log:
         i = max(0, bisect.bisect_right(v.bases, fetch_offset) - 1)
         return collect_aborted(v.segments[i:], fetch_offset, upper_bound_offset)
 
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open in this partition (Kafka's
+        hasOngoingTransaction; the seam for KIP-890's produce-time verification)."""
+        with self._lock:
+            e = self.producer_state.last_entry(producer_id)
+            return e is not None and e.current_txn_first_offset is not None
+
     def fetch_upper_bound_offset(self, fetch_offset: int, max_offset: int) -> int:
         """Where a read of ``fetch_offset`` bounded by ``max_offset`` ends at most: the
         next segment's base offset (a read returns one segment's batches) or ``max_offset``
