@@ -364,6 +364,49 @@ def test_aborted_transactions_are_removed_and_never_shadow_committed_data(tmp_pa
     lg2.close()
 
 
+def test_markers_go_after_delete_retention_once_their_data_is_gone(tmp_path):
+    """Kafka's cleaner: a marker whose transaction has no data left gets a delete horizon
+    (delete.retention.ms), and the first cleaning after it removes the marker; the ABORT
+    entry leaves the .txnindex with its data."""
+    clock = Clock()
+    lg = open_log(tmp_path, clock, **{"segment.bytes": 400})
+    _txn_append(lg, clock, 1, 0, [(b"k", b"committed")])
+    lg.append_end_txn_marker(1, 0, 0, True)
+    _txn_append(lg, clock, 2, 0, [(b"j", b"aborted")])
+    lg.append_end_txn_marker(2, 0, 0, False)
+    cl = cleaner_for(tmp_path, lg, clock)
+
+    def dirty_and_clean():
+        for i in range(12):
+            append(lg, clock, [(b"filler%d" % (i % 3), b"f" * 40)])
+        assert cl.clean_once() is not None
+
+    def markers():
+        return [(b.producer_id, b.has_delete_horizon) for b in _batches(lg) if b.is_control and b.producer_id < 5]
+
+    dirty_and_clean()           # data of both read: markers stay, the aborted data goes
+    assert markers() == [(1, False), (2, False)]
+    assert len(lg.collect_aborted_transactions(0, lg.log_end_offset)) == 1
+    append(lg, clock, [(b"k", b"newer")])        # the committed record's key is overwritten
+    # producers expired: emptied batches are not kept for them (Kafka's lastRecordsOfActiveProducers)
+    assert lg.remove_expired_producers(clock.now + 10 * 86_400_000) == [1, 2]
+    # a transactional workload goes on (the cleaner runs its transaction pass for logs whose
+    # producers write markers): pid 5's transaction and marker are read every time and stay
+    _txn_append(lg, clock, 5, 0, [(b"z", b"z")])
+    lg.append_end_txn_marker(5, 0, 0, True)
+    dirty_and_clean()           # pid 1's data is read (and goes): its COMMIT stays this time
+    assert not [b for b in _batches(lg) if b.producer_id == 1 and not b.is_control]
+    assert markers() == [(1, False), (2, True)]   # the ABORT's data went in the first cleaning
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == []
+    dirty_and_clean()
+    assert markers() == [(1, True), (2, True)]    # before the horizon: both stay
+    clock.now += 1001                             # delete.retention.ms = 1000
+    dirty_and_clean()
+    assert markers() == []
+    values = [v for _, v in read_all(lg)]
+    assert b"newer" in values and b"committed" not in values and b"aborted" not in values
+
+
 @pytest.mark.parametrize("crash_at", range(5))
 def test_crash_during_swap_keeps_the_aborted_transactions(tmp_path, monkeypatch, crash_at):
     """A crash after any rename of the swap: recovery keeps (or completes) the .txnindex
