@@ -177,3 +177,20 @@ def test_has_ongoing_transaction(tmp_path):
     assert lg.has_ongoing_transaction(1) and not lg.has_ongoing_transaction(2)
     lg.append_end_txn_marker(1, 0, 0, True)
     assert not lg.has_ongoing_transaction(1)
+
+
+def test_aborted_transactions_for_a_read_that_skips_a_gap_to_the_next_segment(tmp_path):
+    """A read at an offset past its segment's last batch (a gap: compaction, or a replica
+    append) returns the next segment's batches: the aborted transactions of that segment
+    are in the answer."""
+    lg = open_log(tmp_path / "t-0")
+    lg.append_as_leader(plain(2))                       # 0-1
+    lg.roll(5)                                          # offsets 2-4 never written
+    b = bytearray(records.encode_batch([(T0, b"k", b"v", [])] * 2, producer_id=9, producer_epoch=0,
+                                       base_sequence=0, is_transactional=True, base_offset=5))
+    lg.append(b, assign_offsets=False)                  # 5-6, as a replica would
+    lg.append_end_txn_marker(9, 0, 0, False)            # 7
+    hw_to_end(lg)
+    info = lg.read(3, 1 << 20, lg.last_stable_offset)
+    assert info.fetch_offset_metadata.segment_base_offset == 5
+    assert lg.aborted_transactions_for_read(3, info, lg.last_stable_offset) == [AbortedTxn(9, 5, 7, 8)]

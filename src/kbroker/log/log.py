@@ -706,6 +706,16 @@ class Log:
         i = max(0, bisect.bisect_right(v.bases, fetch_offset) - 1)
         return collect_aborted(v.segments[i:], fetch_offset, upper_bound_offset)
 
+    def aborted_transactions_for_read(self, fetch_offset: int, info: FetchDataInfo,
+                                      max_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch needs with ``info`` (a ``read``
+        of ``fetch_offset`` bounded by ``max_offset``, the LSO): those overlapping
+        ``[fetch_offset, upper bound)``, the upper bound being the end of the segment the
+        data came from (past fetch_offset's own segment after a gap) or ``max_offset``."""
+        seg_base = info.fetch_offset_metadata.segment_base_offset
+        upper = self.fetch_upper_bound_offset(max(seg_base, fetch_offset), max_offset)
+        return self.collect_aborted_transactions(fetch_offset, upper)
+
     def has_ongoing_transaction(self, producer_id: int) -> bool:
         """Whether ``producer_id`` has a transaction open in this partition (Kafka's
         hasOngoingTransaction; the seam for KIP-890's produce-time verification)."""
@@ -714,9 +724,10 @@ class Log:
             return e is not None and e.current_txn_first_offset is not None
 
     def fetch_upper_bound_offset(self, fetch_offset: int, max_offset: int) -> int:
-        """Where a read of ``fetch_offset`` bounded by ``max_offset`` ends at most: the
-        next segment's base offset (a read returns one segment's batches) or ``max_offset``
-        (Kafka's upper bound for the aborted-transaction search)."""
+        """Where a read of ``fetch_offset`` (or of the segment starting at it) bounded by
+        ``max_offset`` ends at most: the base offset of the segment after the one holding
+        it (a read returns one segment's batches) or ``max_offset`` (Kafka's upper bound
+        for the aborted-transaction search)."""
         v = self._view
         i = bisect.bisect_right(v.bases, fetch_offset)
         nxt = v.bases[i] if i < len(v.bases) else v.end.message_offset

@@ -428,8 +428,7 @@ class ReplicaManager:
         if isolation_level == 1 and replica_id < 0:
             aborted = []
             if region_size(data.records):
-                aborted = lg.collect_aborted_transactions(
-                    st.fetch_offset, lg.fetch_upper_bound_offset(st.fetch_offset, upper))
+                aborted = lg.aborted_transactions_for_read(st.fetch_offset, data, upper)
         return FetchPartitionResult(ErrorCode.NONE, hw, lso, lg.log_start_offset, data.records,
                                     st.fetch_offset, aborted_transactions=aborted)
 
