@@ -1,9 +1,11 @@
 """Transactions on the partition leader against a real kbroker process: transactional
 Produce with explicit producer ids/epochs, WriteTxnMarkers COMMIT/ABORT, the last
 stable offset, read_committed fetches (confluent-kafka / librdkafka's default,
-kafka-python's isolation_level), ListOffsets, DelayedFetch, crash recovery of the LSO
+kafka-python's and aiokafka's isolation_level, kbroker.client's isolation.level),
+ListOffsets, DelayedFetch, crash recovery of the LSO
 and the ``.txnindex``. The transaction coordinator is not involved: these tests play
 its part with raw WriteTxnMarkers requests."""
+import asyncio
 import glob
 import os
 import random
@@ -11,6 +13,7 @@ import threading
 import time
 import uuid
 
+import aiokafka
 import confluent_kafka as ck
 import kafka
 import pytest
@@ -107,13 +110,14 @@ def batches_of(p):
     return records.decode_batches(bytes(p.records)) if p.records else []
 
 
-def _confluent_read(bootstrap, topic, partitions, until, conf=None, timeout_s=30):
+def _confluent_read(bootstrap, topic, partitions, until, conf=None, timeout_s=30, out=None):
     """Values read by a confluent-kafka consumer (default isolation.level=read_committed)
-    until ``until(values)``; then 0.5 s more to catch anything extra."""
+    until ``until(values)``; then 0.5 s more to catch anything extra. ``out``: the list
+    to append to as records arrive."""
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "g-" + uuid.uuid4().hex,
                      "enable.auto.commit": False, "fetch.wait.max.ms": 50, **(conf or {})})
     c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in partitions])
-    out = []
+    out = [] if out is None else out
     try:
         deadline = time.monotonic() + timeout_s
         extra = None
@@ -172,6 +176,27 @@ def _kbroker_client_read(bootstrap, topic, partitions, until, isolation, timeout
     return out
 
 
+async def _aiokafka_read(bootstrap, topic, partitions, until, isolation, timeout_s=30):
+    c = aiokafka.AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                  auto_offset_reset="earliest", isolation_level=isolation, fetch_max_wait_ms=50)
+    await c.start()
+    out = []
+    try:
+        c.assign([aiokafka.TopicPartition(topic, p) for p in partitions])
+        deadline = time.monotonic() + timeout_s
+        extra = None
+        while time.monotonic() < deadline:
+            for tp, msgs in (await c.getmany(timeout_ms=100)).items():
+                out.extend((tp.partition, m.value) for m in msgs)
+            if extra is None and until(out):
+                extra = time.monotonic() + 0.5
+            if extra is not None and time.monotonic() > extra:
+                break
+    finally:
+        await c.stop()
+    return out
+
+
 def _saw_ends(parts):
     return lambda out: all((p, b"end") in out for p in parts)
 
@@ -219,6 +244,8 @@ def test_committed_visible_aborted_hidden_for_every_client(broker):
     assert sorted(got) == sorted(everything)
     got = _kbroker_client_read(broker.bootstrap, topic, [0, 1], _saw_ends([0, 1]), "read_committed")
     assert sorted(got) == sorted(committed)
+    got = asyncio.run(_aiokafka_read(broker.bootstrap, topic, [0, 1], _saw_ends([0, 1]), "read_committed"))
+    assert sorted(got) == sorted(committed)
     got = _kbroker_client_read(broker.bootstrap, topic, [0, 1], _saw_ends([0, 1]), "read_uncommitted")
     assert sorted(got) == sorted(everything)
     # order within a partition is the log's
@@ -259,11 +286,15 @@ def test_consumer_blocked_at_open_transaction_advances_when_marker_lands(broker)
             th = threading.Thread(target=waiting_fetch)
             th.start()
             seen = []
-            consumer = threading.Thread(target=lambda: seen.extend(
-                _confluent_read(broker.bootstrap, topic, [0], lambda out: (0, b"after") in out)))
+            consumer = threading.Thread(target=lambda: _confluent_read(
+                broker.bootstrap, topic, [0], lambda out: (0, b"after") in out, out=seen))
             consumer.start()
-            time.sleep(1.0)         # both are parked at the LSO
-            assert th.is_alive()
+            deadline = time.monotonic() + 20
+            while (0, b"before") not in seen and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert seen == [(0, b"before")]      # the consumer got what is below the LSO
+            time.sleep(0.5)                      # and gets nothing more while the transaction is open
+            assert seen == [(0, b"before")] and th.is_alive()
             marked = time.monotonic()
             assert t.end(True, [0]) == {(t.pid, topic, 0): 0}
             th.join(20)
