@@ -58,6 +58,9 @@ _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 _LOG_OVERHEAD = 12          # int64 base_offset + int32 batch_length
 _FRAME = struct.Struct(">qi")
+#: a ``.txnindex`` entry (kbroker/log/txn_index.py): version, producer id, first offset,
+#: last (marker) offset, last stable offset
+_ABORTED_TXN = struct.Struct(">hqqqq")
 
 
 @dataclass(frozen=True)
@@ -129,13 +132,15 @@ def aborted_transactions(part: SegmentPartition) -> list[tuple[int, int]]:
     """(first offset, producer id) of every aborted transaction that may have data in
     ``part``: the entries of the ``.txnindex`` of this segment and the later ones of its
     partition whose ABORT marker is at or after the segment's base offset."""
-    from kbroker.log.txn_index import TransactionIndex
     d = os.path.dirname(part.path)
     out = []
     for name in os.listdir(d):
         if name.endswith(".txnindex") and name[:20].isdigit() and int(name[:20]) >= part.base_offset:
-            out += [(e.first_offset, e.producer_id) for e in TransactionIndex(os.path.join(d, name)).entries
-                    if e.last_offset >= part.base_offset]
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+            data = data[: len(data) // _ABORTED_TXN.size * _ABORTED_TXN.size]   # a torn last entry
+            out += [(first, pid) for _, pid, first, last, _ in _ABORTED_TXN.iter_unpack(data)
+                    if last >= part.base_offset]
     return sorted(out)
 
 
