@@ -46,7 +46,7 @@ from kbroker.protocol.messages import (
     find_coordinator as fc, heartbeat as hb, incremental_alter_configs as iac, init_producer_id as ipi,
     join_group as jg, leave_group as lg, list_groups as lgr, list_offsets as lo, metadata as md,
     offset_commit as oc, offset_delete as od, offset_fetch as of, offset_for_leader_epoch as ofle,
-    produce as pr, sync_group as sg,
+    produce as pr, sync_group as sg, write_txn_markers as wtm,
     add_offsets_to_txn as aot, add_partitions_to_txn as apt, describe_transactions as dtx, end_txn as et,
     list_transactions as ltx, txn_offset_commit as toc,
 )
@@ -98,7 +98,8 @@ EXPECTED: dict[int, tuple[int, int]] = {
     K.END_TXN: (0, 4),
     K.DESCRIBE_TRANSACTIONS: (0, 0),
     K.LIST_TRANSACTIONS: (0, 1),
-    # K.TXN_OFFSET_COMMIT: (0, 4), with the log side of issue 17 (see apis/transaction.py)
+    K.TXN_OFFSET_COMMIT: (0, 4),
+    K.WRITE_TXN_MARKERS: (0, 1),
 }
 
 # -- environment: setup helpers shared by the cases ---------------------------------------------
@@ -1299,6 +1300,28 @@ def _cg_heartbeat(env: Env, v: int, group: str, member_id: str, epoch: int, topi
     if epoch == 0:  # joining: the full subscription
         req.rebalance_timeout_ms, req.subscribed_topic_names, req.topic_partitions = 30000, topics, []
     return env.call(K.CONSUMER_GROUP_HEARTBEAT, v, req)
+
+
+@case(K.WRITE_TXN_MARKERS)
+def case_write_txn_markers(env: Env, v: int):
+    """A transactional batch (explicit producer id), then its COMMIT: the marker is written,
+    the partition's last stable offset moves past it; unknown partitions answer per partition."""
+    name, _ = env.new_topic(f"wtm{v}")
+    pid = random.randrange(1 << 20, 1 << 40)
+    batch = rec.encode_batch([(int(time.time() * 1000), None, b"t", [])], producer_id=pid, producer_epoch=0,
+                             base_sequence=0, is_transactional=True)
+    r = env.call(K.PRODUCE, env.top(K.PRODUCE), pr.ProduceRequest(transactional_id="tid", acks=-1, timeout_ms=5000,
+                 topic_data=[pr.TopicProduceData(name=name, partition_data=[
+                     pr.PartitionProduceData(index=0, records=batch)])]))
+    assert r.responses[0].partition_responses[0].error_code == E.NONE, r
+    r = env.call(K.WRITE_TXN_MARKERS, v, wtm.WriteTxnMarkersRequest(markers=[wtm.WritableTxnMarker(
+        producer_id=pid, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+        topics=[wtm.WritableTxnMarkerTopic(name=name, partition_indexes=[0, 9])])]))
+    (m,) = r.markers
+    assert m.producer_id == pid
+    assert {p.partition_index: p.error_code for t in m.topics for p in t.partitions} == {
+        0: E.NONE, 9: E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert env.list_offset(name, 0, -1).offset == 2
 
 
 @case(K.CONSUMER_GROUP_HEARTBEAT)

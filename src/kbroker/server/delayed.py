@@ -80,7 +80,8 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         """Kafka's DelayedFetch.tryComplete cases: partition gone, offset now out of
         range or on another segment than the end (truncation / roll): complete; else
-        count the bytes between the fetch offset and the end (HW for consumers)."""
+        count the bytes between the fetch offset and the end (HW for consumers, the
+        last stable offset for read_committed ones)."""
         rm = self.replica_manager
         accumulated = 0
         for tp, st in self.fetch_infos:
@@ -90,7 +91,12 @@ class DelayedFetch(DelayedOperation):
             lg = part.log
             try:
                 # published metadata: no lookup and no log lock per waiting fetch per append
-                em = lg.log_end_offset_metadata if self.replica_id >= 0 else lg.high_watermark_metadata
+                if self.replica_id >= 0:
+                    em = lg.log_end_offset_metadata
+                elif self.isolation_level == 1:
+                    em = lg.last_stable_offset_metadata()   # the HW's unless a transaction is open
+                else:
+                    em = lg.high_watermark_metadata
             except Exception:
                 return self.force_complete()
             end = em.message_offset

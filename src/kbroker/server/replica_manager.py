@@ -82,6 +82,8 @@ class FetchPartitionResult:
     records: object = None  # FileRegion | bytes | None
     fetch_offset: int = -1
     diverging_epoch: tuple | None = None  # (epoch, end_offset)
+    #: read_committed: the aborted transactions (AbortedTxn) overlapping the records
+    aborted_transactions: list | None = None
 
 
 class Partition:
@@ -287,6 +289,44 @@ class ReplicaManager:
         else:
             respond(results)
 
+    def append_txn_markers(self, timeout_ms: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                           is_commit: bool, tps, respond: Callable[[dict], None]) -> None:
+        """WriteTxnMarkers for one marker (Kafka's appendRecords with AppendOrigin.COORDINATOR
+        and acks=all): a COMMIT/ABORT control batch for ``producer_id`` appended to each
+        partition of ``tps`` this broker leads, then ``respond({tp: ProducePartitionResult})``
+        once the high watermark passed every marker (or ``timeout_ms`` elapsed).
+        Per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (an older producer
+        epoch), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch than the
+        producer's last marker), KAFKA_STORAGE_ERROR."""
+        results: dict[TopicPartition, ProducePartitionResult] = {}
+        appended = []
+        for tp in tps:
+            part = self._partitions.get(tp)
+            if part is None:
+                results[tp] = ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            lg = part.log
+            try:
+                info = lg.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, is_commit,
+                                                leader_epoch=part.leader_epoch)
+            except ProducerStateError as e:
+                results[tp] = ProducePartitionResult(e.error_code, error_message=str(e))
+                continue
+            except KafkaStorageError as e:
+                log.error("marker append to %s-%d failed: %s", tp[0], tp[1], e)
+                results[tp] = ProducePartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(e))
+                continue
+            results[tp] = ProducePartitionResult(ErrorCode.NONE, info.first_offset, -1, info.log_start_offset,
+                                                 last_offset=info.last_offset)
+            appended.append(tp)
+        if appended:
+            self._after_appends(appended)
+        if appended and not self._acks_all_reached(appended, results):
+            self.produce_purgatory.try_complete_else_watch(DelayedProduce(timeout_ms, self, results, respond),
+                                                           appended)
+        else:
+            respond(results)
+
     def _check_min_isr(self, tp: TopicPartition, buf=None,
                        produce_version: int | None = None) -> ProducePartitionResult | None:
         """Kafka's Partition.appendRecordsToLeader check for acks=all: with fewer in-sync
@@ -392,11 +432,13 @@ class ReplicaManager:
                 return ProducePartitionResult(refused[0], log_start_offset=lg.log_start_offset,
                                               error_message=refused[1], record_errors=refused[2])
         for info in infos:
-            if info.is_transactional:
-                # transactions are not implemented yet: no transaction can be ongoing
+            if info.is_transactional and (info.producer_id < 0 or info.producer_epoch < 0):
+                # Kafka's clients cannot build one (MemoryRecordsBuilder); the log could not
+                # track its transaction, so it never gets here
                 return ProducePartitionResult(
-                    ErrorCode.INVALID_TXN_STATE,
-                    error_message="Transactional produce is not supported by this broker yet")
+                    ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+                    error_message=(f"Transactional record batch in {topic}-{tp[1]} without a producer id "
+                                   f"and epoch ({info.producer_id}, {info.producer_epoch})"))
         target = plan.target_compression
         if target is not None and any(info.compression != target[0] for info in infos):
             buf = log_validator.recompress(buf, infos, target[0], target[1], log_append_time, now)
@@ -460,7 +502,7 @@ class ReplicaManager:
                                         lg.log_start_offset)
         err = part.check_leader_epoch(st.current_leader_epoch)
         hw = lg.high_watermark
-        lso = hw  # no transactions yet: the last stable offset is the high watermark
+        lso = lg.last_stable_offset     # read after the high watermark: never above it
         if err != ErrorCode.NONE:
             return FetchPartitionResult(err, hw, lso, lg.log_start_offset)
         upper = lg.log_end_offset if replica_id >= 0 else (lso if isolation_level == 1 else hw)
@@ -471,8 +513,13 @@ class ReplicaManager:
         except KafkaStorageError as e:
             log.error("read of %s-%d failed: %s", tp[0], tp[1], e)
             return FetchPartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, hw, lso, lg.log_start_offset)
+        aborted = None
+        if isolation_level == 1 and replica_id < 0:
+            aborted = []
+            if region_size(data.records):
+                aborted = lg.aborted_transactions_for_read(st.fetch_offset, data, upper)
         return FetchPartitionResult(ErrorCode.NONE, hw, lso, lg.log_start_offset, data.records,
-                                    st.fetch_offset)
+                                    st.fetch_offset, aborted_transactions=aborted)
 
     def fetch_messages(self, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
                        fetch_infos: list, respond: Callable[[dict], None], replica_id: int = -1) -> None:

@@ -63,9 +63,6 @@ class ConsumerRecords:
 class Consumer:
     def __init__(self, config: dict | None = None, **kwargs):
         self.config = cfg = ClientConfig(CONSUMER, config, **kwargs)
-        if cfg["isolation.level"] == "read_committed":
-            raise E.KafkaConfigError("isolation.level=read_committed is not implemented "
-                                     "(configuration isolation.level)")
         self.metadata = Metadata(cfg)
         self.metadata.allow_auto_topic_creation = cfg["allow.auto.create.topics"]
         self.client = NetworkClient(cfg, self.metadata)

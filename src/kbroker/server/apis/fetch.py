@@ -1,12 +1,14 @@
 """Fetch: full and incremental (KIP-227) fetches, long polling in the fetch purgatory,
-record data sent as FileRegions (sendfile, zero copy)."""
+record data sent as FileRegions (sendfile, zero copy). ``isolation_level=1``
+(read_committed): records below the last stable offset only, with the aborted
+transactions (producer id, first offset) that overlap them, from the ``.txnindex``."""
 from __future__ import annotations
 
 from collections import OrderedDict
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.fetch import (
-    FetchableTopicResponse, FetchResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, FetchResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 )
 from kbroker.server.apis import ApiHandler
 from kbroker.server.delayed import FetchPartitionStatus
@@ -105,7 +107,9 @@ def handle_fetch(broker, ctx, req) -> None:
             pd = PartitionData(
                 partition_index=key[1], error_code=r.error, high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                aborted_transactions=None if isolation == 0 else [],
+                aborted_transactions=None if isolation == 0 else [
+                    AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in (r.aborted_transactions or ())],
                 preferred_read_replica=-1, records=r.records if has_records else b"")
             if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 12:
                 _current_leader(broker, ctx, (cp.topic, key[1]), pd, node_endpoints, v)

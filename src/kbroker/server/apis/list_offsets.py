@@ -58,7 +58,12 @@ def handle_list_offsets(broker, ctx, req) -> None:
                     lg = part.log
                     # consumers see up to the high watermark (LSO for read_committed, equal to it
                     # without transactions); other replica ids up to the log end offset
-                    last_fetchable = lg.high_watermark if req.replica_id < 0 else None
+                    if req.replica_id >= 0:
+                        last_fetchable = None
+                    elif v >= 2 and req.isolation_level == 1:
+                        last_fetchable = lg.last_stable_offset
+                    else:
+                        last_fetchable = lg.high_watermark
                     if ts == LATEST and last_fetchable is not None:
                         r.offset = last_fetchable
                         r.leader_epoch = part.leader_epoch if v >= 4 else -1

@@ -10,6 +10,13 @@ partition is answered here first, and the replica manager keeps Kafka's order of
 answers where its own checks (min.insync.replicas, internal topics) come between.
 With acks=0 there is no response; an error then closes the connection so the client
 notices (Kafka's behaviour).
+
+Transactional batches need the request's ``transactional_id`` (else every partition
+answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's check before its ACL) and a
+producer id and epoch (else INVALID_RECORD); the log then applies Kafka's producer
+rules (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE for a plain batch inside the
+producer's open transaction) and starts or extends its ongoing transaction. KIP-890's
+verification with the transaction coordinator is not done here (yet).
 """
 from __future__ import annotations
 
@@ -35,8 +42,8 @@ def handle_produce(broker, ctx, req) -> None:
                    for t in req.topic_data for p in t.partition_data}
         _respond_errors(ctx, req, results)
         return
-    if req.transactional_id is not None and v >= 3:
-        # transactions are not implemented yet (no coordinator can have begun one)
+    if req.transactional_id is None and _has_transactional_records(req):
+        # KafkaApis: transactional records need a transactional id (the ACL's resource)
         results = {(t.name, p.index): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                    for t in req.topic_data for p in t.partition_data}
         _respond_errors(ctx, req, results)
@@ -113,6 +120,18 @@ def _current_leader(broker, ctx, tp, pr, node_endpoints) -> None:
         if ep is not None:
             rack = next((r for i, _h, _p, r in broker.metadata_cache.alive_brokers(listener) if i == leader[0]), None)
             node_endpoints[leader[0]] = NodeEndpoint(node_id=leader[0], host=ep[0], port=ep[1], rack=rack)
+
+
+def _has_transactional_records(req) -> bool:
+    """Kafka's ProduceRequest.hasTransactionalRecords: a partition's (first) batch has the
+    transactional attribute (byte 22 of a v2 batch, bit 0x10). Malformed records are
+    left to the records kernel."""
+    for t in req.topic_data:
+        for p in t.partition_data:
+            r = p.records
+            if r is not None and len(r) > 22 and r[16] == 2 and r[22] & 0x10:
+                return True
+    return False
 
 
 def validate_records(version: int, records) -> int:

@@ -250,9 +250,6 @@ HANDLERS = {
     ApiKey.END_TXN: ApiHandler(0, 4, handle_end_txn),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiHandler(0, 0, handle_describe_transactions),
     ApiKey.LIST_TRANSACTIONS: ApiHandler(0, 1, handle_list_transactions),
+    #: a transactional batch to __consumer_offsets, visible once the COMMIT marker lands
+    ApiKey.TXN_OFFSET_COMMIT: ApiHandler(0, 4, handle_txn_offset_commit),
 }
-
-#: TxnOffsetCommit writes a transactional batch to __consumer_offsets, which the partition
-#: leader accepts only with the log side of issue 17 (transactional appends, WriteTxnMarkers).
-#: Until both are merged it is not advertised; then: HANDLERS[ApiKey.TXN_OFFSET_COMMIT] = this.
-TXN_OFFSET_COMMIT_HANDLER = ApiHandler(0, 4, handle_txn_offset_commit)
