@@ -1,14 +1,6 @@
 """Transactions end to end with confluent-kafka (librdkafka), kafka-python and aiokafka: the
 coordinator (EndTxn, markers over the wire) and the partition leaders (WriteTxnMarkers, LSO,
 read_committed) together.
-
-Needs both halves of issue 17: the coordinator (branch wt-txncoord) and the log side's
-WriteTxnMarkers handler, transactional Produce and read_committed Fetch (branch wt-txnlog).
-Named without the ``test_`` prefix so pytest does not collect it on a branch that has only
-one half; after merging both, rename it to ``test_transactions_clients.py`` and register
-TxnOffsetCommit (``HANDLERS[ApiKey.TXN_OFFSET_COMMIT] = TXN_OFFSET_COMMIT_HANDLER`` in
-kbroker/server/apis/transaction.py, ``K.TXN_OFFSET_COMMIT: (0, 4)`` in the API matrix's
-EXPECTED) for the send_offsets_to_transaction test.
 """
 from __future__ import annotations
 
