@@ -171,16 +171,14 @@ class Sender(threading.Thread):
                 self.client.maybe_connect(node)
             txn.not_sent(h)               # connecting: sent on a later pass
             return
-        version = h.version
-        if version is not None:
-            have = self.client.api_version(node, h.api_key)
-            version = None if have is None else min(version, have)
+        have = self.client.api_version(node, h.api_key)
+        version = have if h.version is None or have is None else min(h.version, have)
 
         def done(resp, exc, h=h):
             txn.on_response(h, resp, exc)
             self.wakeup()
         try:
-            self.client.send(node, h.api_key, h.build(), done, version=version)
+            self.client.send(node, h.api_key, h.build(version), done, version=version)
         except E.KafkaError as e:
             txn.on_response(h, None, e)
 

@@ -113,8 +113,8 @@ class TransactionalRequestResult:
 
 
 class _Handler(NamedTuple):
-    """One transactional request: to the coordinator of (key_type, key); ``build()`` makes
-    the request at send time, ``handle(resp)`` runs on its response (sender thread)."""
+    """One transactional request: to the coordinator of (key_type, key); ``build(version)``
+    makes the request at send time (most ignore the version), ``handle(resp)`` runs on its response (sender thread)."""
     key_type: int
     key: str
     api_key: int
@@ -333,9 +333,11 @@ class TransactionManager:
                 self.backoff_until = time.monotonic() + self.retry_backoff_s
             else:
                 self._fail(code, msg, fatal=key_type == TRANSACTION)
-        return _Handler(key_type, key, ApiKey.FIND_COORDINATOR,
-                        lambda: FindCoordinatorRequest(key=key, key_type=key_type, coordinator_keys=[key]),
-                        handle, None)
+        def build(version=None):
+            if version is not None and version >= 4:
+                return FindCoordinatorRequest(key_type=key_type, coordinator_keys=[key])
+            return FindCoordinatorRequest(key=key, key_type=key_type)
+        return _Handler(key_type, key, ApiKey.FIND_COORDINATOR, build, handle, None)
 
     def _init_producer_id(self, result) -> _Handler:
         def handle(resp):
@@ -353,14 +355,14 @@ class TransactionManager:
             else:
                 result.done(self._fail(code, None, fatal=True))
         h = _Handler(TRANSACTION, self.transactional_id, ApiKey.INIT_PRODUCER_ID,
-                     lambda: InitProducerIdRequest(transactional_id=self.transactional_id,
+                     lambda version=None: InitProducerIdRequest(transactional_id=self.transactional_id,
                                                    transaction_timeout_ms=self.transaction_timeout_ms,
                                                    producer_id=-1, producer_epoch=-1),
                      handle, result)
         return h
 
     def _add_partitions(self, tps: list) -> _Handler:
-        def build():
+        def build(version=None):
             by_topic: dict = {}
             for tp in tps:
                 by_topic.setdefault(tp[0], []).append(tp[1])
@@ -406,14 +408,14 @@ class TransactionManager:
             else:
                 result.done(self._fail(code, None, fatal=code in _FENCED))
         h = _Handler(TRANSACTION, self.transactional_id, ApiKey.ADD_OFFSETS_TO_TXN,
-                     lambda: aot.AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
+                     lambda version=None: aot.AddOffsetsToTxnRequest(transactional_id=self.transactional_id,
                                                         producer_id=self.producer_id,
                                                         producer_epoch=self.producer_epoch, group_id=group.group_id),
                      handle, result)
         return h
 
     def _txn_offset_commit(self, offsets: dict, group: ConsumerGroupMetadata, result) -> _Handler:
-        def build():
+        def build(version=None):
             by_topic: dict = {}
             for tp, om in offsets.items():
                 offset, meta, epoch = (om, "", -1) if isinstance(om, int) else \
@@ -456,7 +458,7 @@ class TransactionManager:
             else:
                 result.done(self._fail(code, None, fatal=True))
         h = _Handler(TRANSACTION, self.transactional_id, ApiKey.END_TXN,
-                     lambda: et.EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
+                     lambda version=None: et.EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
                                               producer_epoch=self.producer_epoch, committed=commit),
                      handle, result)
         return h
