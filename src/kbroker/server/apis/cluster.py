@@ -34,7 +34,7 @@ def handle_describe_cluster(broker, ctx, req) -> None:
         resp.error_code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
         resp.error_message = "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER"
     else:
-        host, port = broker.advertised_endpoint
+        host, port = broker.endpoint(ctx.request.listener_name)
         resp.brokers = [DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
                                               rack=broker.config["broker.rack"])]
         # Kafka's brokers name a random live broker as "controller" (clients cannot reach the

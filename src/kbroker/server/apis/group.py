@@ -70,7 +70,7 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
 
 # -- FindCoordinator ------------------------------------------------------------------------
 
-def _find(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+def _find(broker, key: str, key_type: int, listener_name: str | None = None) -> tuple[ErrorCode, int, str, int]:
     coordinator = broker.group_coordinator
     if key_type == COORDINATOR_TYPE_TRANSACTION:
         # No transaction coordinator yet. A retriable COORDINATOR_NOT_AVAILABLE would make
@@ -78,8 +78,8 @@ def _find(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
         # this fatal code makes them fail at once with a clear error.
         return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
     if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_serving(key):
-        node_id, host, port = broker.node
-        return E.NONE, node_id, host, port
+        host, port = broker.endpoint(listener_name) if hasattr(broker, "endpoint") else broker.node[1:]
+        return E.NONE, broker.node_id, host, port
     return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
 
 
@@ -88,13 +88,13 @@ def handle_find_coordinator(broker, ctx, req) -> None:
     key_type = req.key_type if v >= 1 else COORDINATOR_TYPE_GROUP
     invalid = key_type not in (COORDINATOR_TYPE_GROUP, COORDINATOR_TYPE_TRANSACTION)
     if v < 4:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type, ctx.request.listener_name)
         ctx.respond(FindCoordinatorResponse(error_code=err, error_message=_message(err), node_id=node_id,
                                             host=host, port=port))
         return
     coordinators = []
     for key in req.coordinator_keys:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type, ctx.request.listener_name)
         coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=err,
                                         error_message=_message(err)))
     ctx.respond(FindCoordinatorResponse(coordinators=coordinators))

@@ -158,7 +158,7 @@ def handle_metadata(broker, ctx, req) -> None:
                     topics.append(topic_metadata(broker, name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
             topics.append(topic_metadata(broker, name, include_ops=include_ops, version=v))
-    host, port = broker.advertised_endpoint
+    host, port = broker.endpoint(ctx.request.listener_name)
     resp = MetadataResponse(
         throttle_time_ms=0,
         brokers=[MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])],
