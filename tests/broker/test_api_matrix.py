@@ -1193,6 +1193,11 @@ def case_alter_user_scram_credentials(env: Env, v: int):
     got = {x.user: x.error_code for x in r.results}
     assert got == {"nobody-" + user: E.RESOURCE_NOT_FOUND, user: E.NONE,
                    "few-" + user: E.UNACCEPTABLE_CREDENTIAL}, r
+    up = auc.ScramCredentialUpsertion(name="dup-" + user, mechanism=1, iterations=4096, salt=b"s",
+                                      salted_password=b"p" * 32)
+    r = env.call(K.ALTER_USER_SCRAM_CREDENTIALS, v, auc.AlterUserScramCredentialsRequest(
+        deletions=[], upsertions=[up, up]))
+    assert [(x.user, x.error_code) for x in r.results] == [("dup-" + user, E.DUPLICATE_RESOURCE)], r
 
 
 @case(K.DESCRIBE_USER_SCRAM_CREDENTIALS)

@@ -66,11 +66,9 @@ def secure_broker(pki):
                 ups.append(auc.ScramCredentialUpsertion(
                     name=user, mechanism=mtype, iterations=4096, salt=salt,
                     salted_password=scram.salted_password(mech, pw, salt, 4096)))
-        # one user per request entry: Kafka refuses a user named twice in one request
-        for u in ups:
-            r = c.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
-                       auc.AlterUserScramCredentialsRequest(deletions=[], upsertions=[u]))
-            assert r.results[0].error_code == 0, r
+        r = c.call(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                   auc.AlterUserScramCredentialsRequest(deletions=[], upsertions=ups))
+        assert [x.error_code for x in r.results] == [0] * len(SCRAM_USERS), r
     yield SecureBroker(proc, ports, pki)
     rc = proc.terminate()
     log = proc.read_log()

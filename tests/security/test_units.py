@@ -148,3 +148,20 @@ def test_tls_settings_name_the_key(tmp_path):
     c = KafkaConfig({**base, **ok})
     assert c.listener_security["SECURE"].ssl_context is not None
     assert c.listener_security["PLAINTEXT"].ssl_context is None
+
+
+def test_metadata_store_keeps_scram_credentials(tmp_path):
+    from kbroker.server.metadata import MetadataStore
+
+    store = MetadataStore(str(tmp_path))
+    c256 = scram.make_credential("SCRAM-SHA-256", "pw", 4096)
+    c512 = scram.make_credential("SCRAM-SHA-512", "pw", 8192)
+    store.alter_scram_credentials({("alice", "SCRAM-SHA-256"): c256, ("alice", "SCRAM-SHA-512"): c512,
+                                   ("bob", "SCRAM-SHA-256"): c256}, [])
+    store.alter_scram_credentials({}, [("bob", "SCRAM-SHA-256")])
+    again = MetadataStore(str(tmp_path))
+    assert again.scram_credential("alice", "SCRAM-SHA-512") == c512
+    assert again.scram_credential("bob", "SCRAM-SHA-256") is None
+    assert set(again.scram_credentials()) == {"alice"}
+    text = (tmp_path / "__cluster_metadata.json").read_text()
+    assert "stored_key" in text and "salted" not in text

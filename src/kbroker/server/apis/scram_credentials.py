@@ -4,7 +4,7 @@ Kafka: ``ControllerApis`` / ``ScramControlManager``. Credentials live in the bro
 :class:`kbroker.security.credentials.ScramCredentialStore` (``broker.metadata`` on the
 zero-config node: durable before the answer). One result per user, with Kafka's checks and
 texts: an empty user name or an iteration count outside [4096, 16384] is UNACCEPTABLE_CREDENTIAL,
-an unknown mechanism UNSUPPORTED_SASL_MECHANISM, a user named twice DUPLICATE_RESOURCE, deleting
+an unknown mechanism UNSUPPORTED_SASL_MECHANISM, a (user, mechanism) named twice DUPLICATE_RESOURCE, deleting
 or describing what does not exist RESOURCE_NOT_FOUND. The client sends the salted password
 (never the password); the broker keeps only the stored and server keys derived from it.
 ACLs (ALTER / DESCRIBE on the cluster) come with the authorizer.
@@ -69,15 +69,14 @@ def handle_alter(broker, ctx, req) -> None:
     existing = store.scram_credentials()
     errors: dict[str, tuple[int, str]] = {}
     order: list[str] = []
-    count: dict[str, int] = {}
+    pairs: set[tuple[str, int]] = set()
     for item in list(req.deletions) + list(req.upsertions):
-        if item.name not in count:
+        if item.name not in order:
             order.append(item.name)
-        count[item.name] = count.get(item.name, 0) + 1
-    for name, n in count.items():
-        if n > 1:
-            errors[name] = (ErrorCode.DUPLICATE_RESOURCE,
-                            "A user credential cannot be altered twice in the same request")
+        if (item.name, item.mechanism) in pairs:     # Kafka: duplicate (user, mechanism) pairs
+            errors[item.name] = (ErrorCode.DUPLICATE_RESOURCE,
+                                 "A user credential cannot be altered twice in the same request")
+        pairs.add((item.name, item.mechanism))
     deletions, upsertions = [], {}
     for d in req.deletions:
         if d.name in errors:
