@@ -10,8 +10,10 @@ from kbroker.security import scram
 
 
 class ScramClient:
-    def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None):
+    def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None,
+                 old_librdkafka: bool = False):
         self.mechanism, self.user, self.password = mechanism, user, password
+        self.old_librdkafka = old_librdkafka       # librdkafka < 2.6.1: client nonce sent twice
         self.hash = scram.hash_name(mechanism)
         self.nonce = nonce or base64.b64encode(os.urandom(18)).decode()
 
@@ -24,7 +26,7 @@ class ScramClient:
         attrs = dict(a.split("=", 1) for a in sf.split(","))
         assert attrs["r"].startswith(self.nonce)
         salted = hashlib.pbkdf2_hmac(self.hash, self.password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
-        without = f"c=biws,r={attrs['r']}"
+        without = f"c=biws,r={self.nonce if self.old_librdkafka else ''}{attrs['r']}"
         self.auth_message = f"{self.bare},{sf},{without}".encode()
         client_key = hmac.new(salted, b"Client Key", self.hash).digest()
         stored = hashlib.new(self.hash, client_key).digest()

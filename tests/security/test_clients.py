@@ -7,6 +7,7 @@ import uuid
 import confluent_kafka as ck
 import pytest
 
+from tests.broker.kafka_helpers import needs_kcat
 from tests.security.conftest import SCRAM_USERS
 
 N = 30
@@ -152,3 +153,22 @@ def test_large_fetches_over_tls(secure_broker):
     finally:
         c.close()
     assert got == payloads
+
+
+@needs_kcat
+def test_kcat_sasl_ssl_scram_and_mutual_tls(secure_broker, pki):
+    """kcat (Debian's, librdkafka 2.0: it sends the client nonce twice in SCRAM's final message,
+    which Kafka 3.9 accepts and so do we) produces over SASL_SSL SCRAM-SHA-512, consumes over mTLS."""
+    import subprocess
+
+    topic = _topic("kcat")
+    ca = ["-X", "security.protocol=SASL_SSL", "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=carol",
+          "-X", f"sasl.password={SCRAM_USERS['carol']}", "-X", f"ssl.ca.location={pki.ca_file}"]
+    subprocess.run(["kcat", "-b", secure_broker.bootstrap("SASL_SSL"), *ca, "-P", "-t", topic],
+                   input=b"one\ntwo\n", capture_output=True, timeout=30, check=True)
+    client = pki.issue("kcat-client")
+    out = subprocess.run(["kcat", "-b", secure_broker.bootstrap("MTLS"), "-X", "security.protocol=SSL",
+                          "-X", f"ssl.ca.location={pki.ca_file}", "-X", f"ssl.certificate.location={client['cert']}",
+                          "-X", f"ssl.key.location={client['key']}", "-C", "-t", topic, "-o", "beginning", "-e"],
+                         capture_output=True, timeout=30, check=True)
+    assert out.stdout.split() == [b"one", b"two"]

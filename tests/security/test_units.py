@@ -21,7 +21,7 @@ def test_scram_sha_256_rfc7677_example(monkeypatch):
     salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
     cred = scram.make_credential("SCRAM-SHA-256", "pencil", 4096, salt)
     server = ScramServer("SCRAM-SHA-256", lambda u, m: cred if u == "user" else None, b"k")
-    monkeypatch.setattr("kbroker.security.sasl.secrets.token_urlsafe", lambda n: "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    monkeypatch.setattr("kbroker.security.sasl.server_nonce", lambda: "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
     first = server.evaluate(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
     assert first == b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
     final = server.evaluate(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
@@ -56,6 +56,22 @@ def test_scram_unknown_user_and_wrong_password_look_alike(mechanism):
         s.handshake(mechanism, False)
         firsts.append(s.evaluate(b"n,,n=ghost,r=abc").split(b",", 1)[1])
     assert firsts[0] == firsts[1]
+
+
+def test_scram_accepts_old_librdkafka_nonce_but_not_a_wrong_one():
+    from tests.security.scram_client import ScramClient
+
+    cred = scram.make_credential("SCRAM-SHA-512", "pw")
+    ok = ScramClient("SCRAM-SHA-512", "u", "pw", old_librdkafka=True)
+    server = ScramServer("SCRAM-SHA-512", lambda u, m: cred, b"k")
+    ok.verify(server.evaluate(ok.final(server.evaluate(ok.first()))))
+    bad = ScramClient("SCRAM-SHA-512", "u", "pw")
+    server = ScramServer("SCRAM-SHA-512", lambda u, m: cred, b"k")
+    final = bad.final(server.evaluate(bad.first())).decode()
+    without, proof = final.split(",p=")
+    tampered = without[:-1] + ("0" if without[-1] != "0" else "1") + ",p=" + proof   # server nonce changed
+    with pytest.raises(SaslAuthenticationError, match="nonce"):
+        server.evaluate(tampered.encode())
 
 
 def test_scram_refuses_tokenauth_and_malformed_messages():

@@ -189,6 +189,12 @@ _CLIENT_FINAL = re.compile(r"(?P<without>c=(?P<cbind>[A-Za-z0-9+/=]*),r=(?P<nonc
                            r"(?:,[a-zA-Z][^,]*)*?),p=(?P<proof>[A-Za-z0-9+/=]+)", re.S)
 
 
+def server_nonce() -> str:
+    """The server's half of the nonce: letters and digits only, as Kafka's
+    ``ScramFormatter.secureRandomString`` (librdkafka 2.0 mis-handles a server nonce with '+' or '/')."""
+    return secrets.token_hex(16)
+
+
 def _saslname(name: str) -> str:
     """RFC 5802 saslname: ``=2C`` is ',' and ``=3D`` is '='; any other '=' is malformed."""
     if re.search(r"=(?!2C|3D)", name):
@@ -239,7 +245,7 @@ class ScramServer:
         self._user = user
         self._gs2 = m.group("gs2")
         self._client_first_bare = m.group("bare")
-        self._nonce = m.group("nonce") + secrets.token_urlsafe(24).replace("-", "+").replace("_", "/")
+        self._nonce = m.group("nonce") + server_nonce()
         self._server_first = (f"r={self._nonce},s={base64.b64encode(cred.salt).decode()},"
                               f"i={cred.iterations}")
         self._round = 1
@@ -249,7 +255,11 @@ class ScramServer:
         m = _CLIENT_FINAL.fullmatch(msg)
         if m is None:
             raise SaslAuthenticationError("SCRAM: malformed client-final message")
-        if m.group("nonce") != self._nonce:
+        nonce = m.group("nonce")
+        # Kafka 3.8.1+/3.9 accept a nonce that ends with the server's (librdkafka before 2.6.1
+        # sends the client nonce twice, librdkafka#4895); Kafka 4 wants it equal. The server's
+        # random part is bound either way.
+        if nonce != self._nonce and not nonce.endswith(self._nonce):
             raise SaslAuthenticationError("SCRAM: nonce mismatch")
         try:
             cbind = base64.b64decode(m.group("cbind"), validate=True)
