@@ -2,7 +2,7 @@
 
 Listeners: PLAINTEXT (admin), SSL (server auth), MTLS (SSL, ssl.client.auth=required, through the
 listener.name.mtls.* overrides), SASL_SSL (PLAIN from JAAS, SCRAM-SHA-256/512) and SASL_PLAINTEXT
-(SCRAM-SHA-256/512, PLAIN). A small failed-authentication delay and sasl.server.max.receive.size
+(SCRAM-SHA-256/512, PLAIN), REAUTH (SASL_PLAINTEXT with a session lifetime, KIP-368). A small failed-authentication delay and sasl.server.max.receive.size
 keep the bad-input tests short.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required userna
 SCRAM_USERS = {"carol": "carol-secret", "dave": "dave-secret"}
 FAILED_AUTH_DELAY_MS = 20
 MAX_RECEIVE = 8192
+REAUTH_MS = 1500
 
 
 @pytest.fixture(scope="package")
@@ -35,13 +36,13 @@ class SecureBroker:
 @pytest.fixture(scope="package")
 def secure_broker(pki):
     ports = {"PLAINTEXT": None, "SSL": free_port(), "MTLS": free_port(), "SASL_SSL": free_port(),
-             "SASL_PLAINTEXT": free_port()}
+             "SASL_PLAINTEXT": free_port(), "REAUTH": free_port()}
     proc = KBrokerProcess(overrides={"num.partitions": 1, "group.initial.rebalance.delay.ms": 0})
     ports["PLAINTEXT"] = proc.port
     proc.overrides.update({
         "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL,"
-                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": pki.server["keystore"],
         "listener.name.mtls.ssl.client.auth": "required",
@@ -52,6 +53,7 @@ def secure_broker(pki):
         "sasl.jaas.config": JAAS,
         "connection.failed.authentication.delay.ms": FAILED_AUTH_DELAY_MS,
         "sasl.server.max.receive.size": MAX_RECEIVE,
+        "listener.name.reauth.connections.max.reauth.ms": REAUTH_MS,
     })
     proc.start()
     from kbroker.security import scram

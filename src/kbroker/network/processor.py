@@ -568,10 +568,10 @@ class Processor(threading.Thread):
         (responding) thread, if its frame is already whole in ``rbuf``; else None and
         nothing changes. ``conn.lock`` held and ``conn.inflight`` still set: while it is,
         the processor does not touch the read side, so the responding thread owns it
-        here. A frame with a bad size, and any frame before authentication, is left for
-        the processor."""
+        here. A frame with a bad size, and any frame before authentication (or of a
+        session that expires), is left for the processor."""
         session = conn.session
-        if session is not None and not session.authenticated:
+        if session is not None and (not session.authenticated or session.session_expiry_ns):
             return None
         rbuf = conn.rbuf
         have = len(rbuf)
@@ -1132,6 +1132,15 @@ class Processor(threading.Thread):
         the request."""
         session = conn.session
         raw = False
+        if (session is not None and session.session_expiry_ns and session.authenticated
+                and _monotonic_ns() > session.session_expiry_ns and _unpack_size(frame, 0)[0] >> 16 != 17):
+            # KIP-368: the session ended and the client did not re-authenticate (a SaslHandshake
+            # starts a re-authentication)
+            log.info("processor %d: closing %s from %s: SASL session expired (connections.max.reauth.ms)",
+                     self.processor_id, conn.connection_id, conn.client_address)
+            self._disconnected.append((conn, "SASL session expired"))
+            conn.read_paused = True
+            return
         if session is not None and not session.authenticated:
             raw = session.raw_tokens
             api_key = _unpack_size(frame, 0)[0] >> 16 if not raw else 0

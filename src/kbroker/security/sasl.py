@@ -31,6 +31,7 @@ import hmac
 import os
 import re
 import secrets
+import time
 from typing import Callable, Mapping, Optional
 
 from kbroker.security import scram
@@ -86,6 +87,9 @@ class ChannelSession:
     """Security state of one connection (see the module docstring for who may touch it).
 
     ``principal``: ``User:ANONYMOUS`` until authenticated (SSL: the certificate's, at once).
+    ``session_expiry_ns`` (KIP-368, ``connections.max.reauth.ms`` > 0): monotonic time after which
+    the processor closes the connection on any request but a re-authentication's SaslHandshake;
+    0: never.
     ``authenticated``: requests other than the SASL ones may be handled. ``close_delay_ms``:
     not None once authentication failed; the processor closes the connection that long after
     the failure response was written instead of reading from it again.
@@ -113,9 +117,17 @@ class ChannelSession:
     def max_receive_size(self) -> int:
         return self.sasl.max_receive_size if self.sasl is not None else 0
 
+    @property
+    def can_reauthenticate(self) -> bool:
+        """KIP-368: an authenticated session with a lifetime may authenticate again in-band."""
+        return self.state == COMPLETE and self.sasl is not None and self.sasl.max_reauth_ms > 0
+
     def handshake(self, mechanism: str, raw_tokens: bool) -> bool:
-        """A SaslHandshake for ``mechanism``: True (state AUTHENTICATE) if it is enabled."""
+        """A SaslHandshake for ``mechanism``: True (state AUTHENTICATE) if it is enabled (on
+        re-authentication: if it is the mechanism of the first authentication, as Kafka requires)."""
         if mechanism not in self.sasl.mechanisms:
+            return False
+        if self.state == COMPLETE and mechanism != self.mechanism:
             return False
         self.mechanism = mechanism
         self.server = self.sasl.new_server(mechanism)
@@ -135,12 +147,23 @@ class ChannelSession:
             self.fail()
             raise SaslAuthenticationError(f"malformed {self.mechanism} token: {type(e).__name__}") from None
         if self.server.complete:
-            self.principal = "User:" + self.server.authorization_id
+            principal = "User:" + self.server.authorization_id
+            if self.authenticated and principal != self.principal:
+                self.fail()
+                raise SaslAuthenticationError(f"re-authentication as {principal} on a session of {self.principal}")
+            self.principal = principal
             self.state = COMPLETE
             self.authenticated = True
             self.raw_tokens = False
             self.server = None
+            lifetime = self.sasl.max_reauth_ms
+            self.session_expiry_ns = time.monotonic_ns() + lifetime * 1_000_000 if lifetime > 0 else 0
         return challenge
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        """What SaslAuthenticate v1+ tells the client (0: no re-authentication needed)."""
+        return self.sasl.max_reauth_ms if self.state == COMPLETE and self.sasl.max_reauth_ms > 0 else 0
 
     def fail(self) -> None:
         self.state = FAILED

@@ -9,6 +9,11 @@ connection to bare tokens (:func:`handle_raw_token`, reached through KafkaApis f
 Failures: SASL_AUTHENTICATION_FAILED with Kafka's generic text (never which part was wrong),
 then the processor closes the connection ``connection.failed.authentication.delay.ms`` later;
 the reason goes to the broker's log only.
+
+Re-authentication (KIP-368, ``connections.max.reauth.ms`` > 0): SaslAuthenticate v1+ tells the
+client the session lifetime; before it ends the client sends SaslHandshake v1 (same mechanism)
+and SaslAuthenticate again on the authenticated connection, for the same principal. After it
+ends, any other request closes the connection (the network processor checks).
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ def handle_sasl_handshake(broker, ctx, req) -> None:
         # not a SASL listener (or already authenticated: no re-authentication yet)
         ctx.respond(SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[]))
         return
-    if session.state != HANDSHAKE_OR_VERSIONS:
+    if session.state != HANDSHAKE_OR_VERSIONS and not (session.can_reauthenticate and ctx.api_version >= 1):
         session.fail()
         ctx.respond(SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE,
                                           mechanisms=list(session.sasl.mechanisms)))
@@ -77,7 +82,7 @@ def handle_sasl_authenticate(broker, ctx, req) -> None:
     if session.authenticated:
         log.debug("connection %s authenticated as %s (%s)", ctx.connection_id, session.principal, mechanism)
     ctx.respond(SaslAuthenticateResponse(error_code=ErrorCode.NONE, error_message=None,
-                                         auth_bytes=challenge, session_lifetime_ms=0))
+                                         auth_bytes=challenge, session_lifetime_ms=session.session_lifetime_ms))
 
 
 def handle_raw_token(broker, channel, request) -> None:
