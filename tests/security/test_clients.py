@@ -172,3 +172,14 @@ def test_kcat_sasl_ssl_scram_and_mutual_tls(secure_broker, pki):
                           "-X", f"ssl.key.location={client['key']}", "-C", "-t", topic, "-o", "beginning", "-e"],
                          capture_output=True, timeout=30, check=True)
     assert out.stdout.split() == [b"one", b"two"]
+
+
+def test_describe_configs_hides_secrets(secure_broker):
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    a = AdminClient({"bootstrap.servers": secure_broker.bootstrap("PLAINTEXT")})
+    res = ConfigResource(ResourceType.BROKER, "1")
+    entries = a.describe_configs([res])[res].result(timeout=15)
+    assert entries["ssl.keystore.location"].value == secure_broker.pki.server["keystore"]
+    assert entries["sasl.jaas.config"].is_sensitive and entries["sasl.jaas.config"].value is None
+    assert entries["sasl.enabled.mechanisms"].value == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"

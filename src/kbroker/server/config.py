@@ -147,7 +147,7 @@ BROKER_CONFIG = (
     .define("fetch.max.bytes", "int", 57671680, at_least(1024))
     .define("request.timeout.ms", "int", 30000, at_least(0))
     .define("sasl.kerberos.min.time.before.relogin", "long", 60000, None,
-            "Kafka's GSSAPI relogin interval; kbroker has PLAINTEXT listeners only (see BROKER_NO_OP_CONFIGS).")
+            "Kafka's GSSAPI relogin interval; kbroker has no GSSAPI mechanism (see BROKER_NO_OP_CONFIGS).")
     # --- topics ---
     .define("auto.create.topics.enable", "boolean", True)
     .define("num.partitions", "int", 1, at_least(1))
@@ -293,8 +293,8 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "transaction.state.log.min.isr": "transactions are not implemented yet: no __transaction_state",
     "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
     "sasl.kerberos.min.time.before.relogin":
-        "PLAINTEXT listeners only: no GSSAPI login to refresh (a Kafka broker without a SASL listener "
-        "ignores it too); dynamic, as in Kafka, so librdkafka's AlterConfigs test 0081 can set it",
+        "no GSSAPI mechanism: no Kerberos login to refresh (a Kafka broker without GSSAPI ignores it "
+        "too); dynamic, as in Kafka, so librdkafka's AlterConfigs test 0081 can set it",
 }
 
 
