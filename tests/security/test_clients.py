@@ -183,3 +183,39 @@ def test_describe_configs_hides_secrets(secure_broker):
     assert entries["ssl.keystore.location"].value == secure_broker.pki.server["keystore"]
     assert entries["sasl.jaas.config"].is_sensitive and entries["sasl.jaas.config"].value is None
     assert entries["sasl.enabled.mechanisms"].value == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+
+
+def test_aiokafka_sasl_ssl_scram_512(secure_broker):
+    import asyncio
+
+    import aiokafka
+    from aiokafka.helpers import create_ssl_context
+
+    topic = _topic("aio-scram")
+    conf = dict(bootstrap_servers=secure_broker.bootstrap("SASL_SSL"), security_protocol="SASL_SSL",
+                ssl_context=create_ssl_context(cafile=secure_broker.pki.ca_file), sasl_mechanism="SCRAM-SHA-512",
+                sasl_plain_username="carol", sasl_plain_password=SCRAM_USERS["carol"])
+
+    async def run():
+        prod = aiokafka.AIOKafkaProducer(**conf)
+        await prod.start()
+        try:
+            for i in range(N):
+                await prod.send(topic, b"value-%d" % i)
+            await prod.flush()
+        finally:
+            await prod.stop()
+        cons = aiokafka.AIOKafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest", **conf)
+        await cons.start()
+        got = []
+        try:
+            async with asyncio.timeout(30):
+                async for m in cons:
+                    got.append(m.value)
+                    if len(got) == N:
+                        break
+        finally:
+            await cons.stop()
+        return got
+
+    assert sorted(asyncio.run(run())) == sorted(b"value-%d" % i for i in range(N))
