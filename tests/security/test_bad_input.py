@@ -201,3 +201,14 @@ def test_wrong_passwords_in_a_row_are_bounded_in_time(secure_broker):
     assert elapsed < 60, elapsed
     with RawClient(port) as c:
         assert _plain_auth(c, "alice", "alice-secret").error_code == 0
+
+
+def test_a_request_with_api_key_minus_one_is_not_a_bare_sasl_token(secure_broker):
+    """A client's frame with api key -1 is an unknown API (closed), never mistaken for the
+    processor's marker of a bare SASL token (it once reached the token handler and raised)."""
+    bad = struct.pack(">hhi", -1, 3, 4242) + struct.pack(">h", 4) + b"fuzz" + b"\0" * 7
+    for listener in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        with RawClient(secure_broker.ports[listener]) as c:
+            c.sock.sendall(struct.pack(">i", len(bad)) + bad)
+            assert closed_soon(c.sock), listener
+    assert "AttributeError" not in secure_broker.proc.read_log()

@@ -44,8 +44,9 @@ REQUEST_HEADER_PREFIX_SIZE = 8
 
 _unpack_header_prefix = struct.Struct(">hhi").unpack_from
 
-#: ``Request.api_key`` of a bare SASL token frame (SaslHandshake v0 framing): it has no header
-RAW_SASL_TOKEN = -1
+#: ``Request.api_key`` of a bare SASL token frame (SaslHandshake v0 framing): it has no header.
+#: Outside int16, so no request a client sends (api key -1 included) can pass for one.
+RAW_SASL_TOKEN = -(1 << 16)
 
 BytesLike = Union[bytes, bytearray, memoryview]
 ResponsePart = Union[bytes, bytearray, memoryview, FileRegion]
