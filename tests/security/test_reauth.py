@@ -66,3 +66,14 @@ def test_librdkafka_reauthenticates_and_keeps_producing(secure_broker):
     assert len(delivered) == n and not any(delivered), delivered[:3]
     assert not [e for e in errors if e.code() == ck.KafkaError._AUTHENTICATION], errors
     assert secure_broker.proc.read_log().count("SASL session expired") == expired_before
+
+
+def test_a_reauthentication_begun_before_the_end_may_finish_after_it(secure_broker):
+    with RawClient(secure_broker.ports["REAUTH"]) as c:
+        assert _auth(c, "alice", "alice-secret").error_code == 0
+        time.sleep(REAUTH_MS / 1000 * 0.8)
+        assert c.call(ApiKey.SASL_HANDSHAKE, 1, sh.SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+        time.sleep(REAUTH_MS / 1000 * 0.4)                      # the old session has ended
+        r = c.call(ApiKey.SASL_AUTHENTICATE, 1, sa.SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret"))
+        assert r.error_code == 0 and r.session_lifetime_ms == REAUTH_MS
+        assert c.call(ApiKey.METADATA, 12, md.MetadataRequest(topics=None)).brokers

@@ -128,6 +128,7 @@ _TLS_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, Inter
 #: what an unauthenticated SASL connection may send (Kafka's SaslServerAuthenticator):
 #: SaslHandshake, ApiVersions, SaslAuthenticate
 _PRE_AUTH_APIS = frozenset((17, 18, 36))
+_REAUTH_APIS = frozenset((17, 36))
 
 # _write results
 _WRITE_DONE = 1
@@ -1133,9 +1134,10 @@ class Processor(threading.Thread):
         session = conn.session
         raw = False
         if (session is not None and session.session_expiry_ns and session.authenticated
-                and _monotonic_ns() > session.session_expiry_ns and _unpack_size(frame, 0)[0] >> 16 != 17):
-            # KIP-368: the session ended and the client did not re-authenticate (a SaslHandshake
-            # starts a re-authentication)
+                and _monotonic_ns() > session.session_expiry_ns
+                and _unpack_size(frame, 0)[0] >> 16 not in _REAUTH_APIS):
+            # KIP-368: the session ended and the client did not re-authenticate (SaslHandshake
+            # and SaslAuthenticate are a re-authentication)
             log.info("processor %d: closing %s from %s: SASL session expired (connections.max.reauth.ms)",
                      self.processor_id, conn.connection_id, conn.client_address)
             self._disconnected.append((conn, "SASL session expired"))
