@@ -37,7 +37,7 @@ def test_retention_precedence():
     ({"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT", "sasl.enabled.mechanisms": "PLAIN"},
      "listener.name.plaintext.plain.sasl.jaas.config"),
     ({"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT",
-      "listener.name.plaintext.sasl.enabled.mechanisms": "OAUTHBEARER"},
+      "listener.name.plaintext.sasl.enabled.mechanisms": "GSSAPI"},
      "listener.name.plaintext.sasl.enabled.mechanisms"),
     ({"listener.name.plaintext.ssl.no.such.key": "1"}, "listener.name.plaintext.ssl.no.such.key"),
     ({"listener.name.other.ssl.client.auth": "required"}, "listener.name.other"),

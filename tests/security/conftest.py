@@ -2,7 +2,7 @@
 
 Listeners: PLAINTEXT (admin), SSL (server auth), MTLS (SSL, ssl.client.auth=required, through the
 listener.name.mtls.* overrides), SASL_SSL (PLAIN from JAAS, SCRAM-SHA-256/512) and SASL_PLAINTEXT
-(SCRAM-SHA-256/512, PLAIN), REAUTH (SASL_PLAINTEXT with a session lifetime, KIP-368). A small failed-authentication delay and sasl.server.max.receive.size
+(SCRAM-SHA-256/512, PLAIN), REAUTH (SASL_PLAINTEXT with a session lifetime, KIP-368, and OAUTHBEARER with unsecured JWTs). A small failed-authentication delay and sasl.server.max.receive.size
 keep the bad-input tests short.
 """
 from __future__ import annotations
@@ -54,6 +54,10 @@ def secure_broker(pki):
         "connection.failed.authentication.delay.ms": FAILED_AUTH_DELAY_MS,
         "sasl.server.max.receive.size": MAX_RECEIVE,
         "listener.name.reauth.connections.max.reauth.ms": REAUTH_MS,
+        "listener.name.reauth.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,OAUTHBEARER",
+        "listener.name.reauth.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            "unsecuredValidatorAllowableClockSkewMs=\"1000\";",
     })
     proc.start()
     from kbroker.security import scram

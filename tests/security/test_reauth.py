@@ -77,3 +77,43 @@ def test_a_reauthentication_begun_before_the_end_may_finish_after_it(secure_brok
         r = c.call(ApiKey.SASL_AUTHENTICATE, 1, sa.SaslAuthenticateRequest(auth_bytes=b"\0alice\0alice-secret"))
         assert r.error_code == 0 and r.session_lifetime_ms == REAUTH_MS
         assert c.call(ApiKey.METADATA, 12, md.MetadataRequest(topics=None)).brokers
+
+
+def test_confluent_oauthbearer_unsecured_jwt(secure_broker):
+    """librdkafka's unsecured JWT (development set-up): produce and consume, re-authenticating."""
+    conf = {"bootstrap.servers": secure_broker.bootstrap("REAUTH"), "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+            "sasl.oauthbearer.config": "principal=oauth-user"}
+    from tests.security.test_clients import _roundtrip
+    _roundtrip(conf, f"sec-oauth-{uuid.uuid4().hex[:8]}", n=10)
+
+
+def _oauth(c: RawClient, token: str, authzid: str = ""):
+    assert c.call(ApiKey.SASL_HANDSHAKE, 1, sh.SaslHandshakeRequest(mechanism="OAUTHBEARER")).error_code == 0
+    msg = f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}\x01\x01".encode()
+    return c.call(ApiKey.SASL_AUTHENTICATE, 1, sa.SaslAuthenticateRequest(auth_bytes=msg))
+
+
+def _jwt(claims: dict, alg: str = "none") -> str:
+    import base64
+    import json
+
+    enc = lambda d: base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+    return f"{enc({'alg': alg})}.{enc(claims)}."
+
+
+def test_oauthbearer_bad_tokens_get_the_error_challenge_then_fail(secure_broker):
+    now = int(time.time())
+    with RawClient(secure_broker.ports["REAUTH"]) as c:
+        r = _oauth(c, _jwt({"sub": "bob", "exp": now + 60, "iat": now}))
+        assert r.error_code == 0 and r.auth_bytes == b"" and r.session_lifetime_ms <= REAUTH_MS
+        assert c.call(ApiKey.METADATA, 12, md.MetadataRequest(topics=None)).brokers
+    for bad, authzid in ((_jwt({"sub": "bob", "exp": now - 60}), ""), (_jwt({"exp": now + 60}), ""),
+                         (_jwt({"sub": "bob", "exp": now + 60}, alg="HS256"), ""),
+                         (_jwt({"sub": "bob", "exp": now + 60}), "eve"), ("not-a-jwt", "")):
+        with RawClient(secure_broker.ports["REAUTH"]) as c:
+            r = _oauth(c, bad, authzid)
+            assert r.error_code == 0 and r.auth_bytes == b'{"status": "invalid_token"}', (bad, r)
+            r = c.call(ApiKey.SASL_AUTHENTICATE, 1, sa.SaslAuthenticateRequest(auth_bytes=b"\x01"))
+            assert r.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+            assert closed_soon(c.sock)

@@ -181,3 +181,45 @@ def test_metadata_store_keeps_scram_credentials(tmp_path):
     assert set(again.scram_credentials()) == {"alice"}
     text = (tmp_path / "__cluster_metadata.json").read_text()
     assert "stored_key" in text and "salted" not in text
+
+
+def test_oauthbearer_unsecured_validation():
+    import json
+    import time as _time
+
+    from kbroker.security.oauthbearer import OAuthBearerUnsecuredServer
+    from tests.security.test_reauth import _jwt
+
+    now = int(_time.time())
+
+    def run(token, options=None):
+        s = OAuthBearerUnsecuredServer(options or {})
+        out = s.evaluate(f"n,,\x01auth=Bearer {token}\x01\x01".encode())
+        return s, out
+
+    s, out = run(_jwt({"sub": "alice", "exp": now + 30, "scope": "read kafka"}),
+                 {"unsecuredValidatorRequiredScope": "kafka"})
+    assert out == b"" and s.complete and s.authorization_id == "alice" and s.expiry_ms == (now + 30) * 1000
+    s, out = run(_jwt({"sub": "alice", "exp": now + 30, "scope": "read"}), {"unsecuredValidatorRequiredScope": "kafka"})
+    assert json.loads(out) == {"status": "invalid_token"} and not s.complete
+    with pytest.raises(SaslAuthenticationError):
+        s.evaluate(b"\x01")
+    s, out = run(_jwt({"user": "carol", "exp": now + 30}), {"unsecuredValidatorPrincipalClaimName": "user"})
+    assert s.authorization_id == "carol"
+    s, out = run(_jwt({"sub": "alice", "exp": now - 1}), {"unsecuredValidatorAllowableClockSkewMs": "5000"})
+    assert s.complete                                  # within the allowed skew
+    s, out = run(_jwt({"sub": "alice", "exp": now + 30, "iat": now + 120}))
+    assert not s.complete                              # issued in the future
+
+
+def test_oauthbearer_token_expiry_caps_the_session_lifetime():
+    import time as _time
+
+    from tests.security.test_reauth import _jwt
+
+    cfg = SaslListenerConfig(["OAUTHBEARER"], max_reauth_ms=3_600_000)
+    s = ChannelSession("SASL_PLAINTEXT", "L", cfg)
+    assert s.handshake("OAUTHBEARER", False)
+    token = _jwt({"sub": "alice", "exp": int(_time.time()) + 20})
+    assert s.evaluate(f"n,,\x01auth=Bearer {token}\x01\x01".encode()) == b""
+    assert s.principal == "User:alice" and 15_000 <= s.session_lifetime_ms <= 20_000

@@ -14,7 +14,7 @@ import ssl
 from typing import Any, Callable, Mapping, Optional
 
 from kbroker.config_def import ConfigError
-from kbroker.security.jaas import plain_users
+from kbroker.security.jaas import OAUTHBEARER_LOGIN_MODULE, parse_jaas, plain_users
 from kbroker.security.sasl import SUPPORTED_MECHANISMS, SaslListenerConfig
 from kbroker.security.tls import SslPrincipalMapper, TlsConfigError, build_server_context
 
@@ -38,7 +38,7 @@ SECURITY_KEYS = (
     ("ssl.principal.mapping.rules", "string", "DEFAULT", "Kafka's RULE:pattern/replacement/[LU] list."),
     ("ssl.keymanager.algorithm", "string", "SunX509", "Java only; accepted."),
     ("ssl.trustmanager.algorithm", "string", "PKIX", "Java only; accepted."),
-    ("sasl.enabled.mechanisms", "list", ["GSSAPI"], "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
+    ("sasl.enabled.mechanisms", "list", ["GSSAPI"], "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (unsecured JWTs)."),
     ("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", "Single node: no inter-broker traffic."),
     ("sasl.jaas.config", "password", None, "Kafka's JAAS text (PlainLoginModule user_<name>=\"...\")."),
     ("sasl.server.max.receive.size", "int", 524288, "Largest frame before authentication completes."),
@@ -140,8 +140,19 @@ def build_listener_security(name: str, protocol: str, values: Mapping[str, Any],
                 users = plain_users(text)
             except ValueError as e:
                 raise SecurityConfigError(where, f"invalid JAAS configuration: {e}") from None
+        oauth = {}
+        if "OAUTHBEARER" in mechanisms:
+            jaas_key = "oauthbearer.sasl.jaas.config"
+            text = overrides.get(jaas_key) or get("sasl.jaas.config")
+            if text:
+                try:
+                    oauth = {k: v for m in parse_jaas(text) if m.class_name == OAUTHBEARER_LOGIN_MODULE
+                             for k, v in m.options.items()}
+                except ValueError as e:
+                    raise SecurityConfigError(prefix + jaas_key if overrides.get(jaas_key) else "sasl.jaas.config",
+                                              f"invalid JAAS configuration: {e}") from None
         sec.sasl = SaslListenerConfig(
-            mechanisms, users, None,
+            mechanisms, users, None, oauthbearer_options=oauth,
             max_receive_size=get("sasl.server.max.receive.size"),
             failed_authentication_delay_ms=get("connection.failed.authentication.delay.ms"),
             max_reauth_ms=get("connections.max.reauth.ms") or 0)

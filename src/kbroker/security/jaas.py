@@ -14,6 +14,7 @@ import re
 FLAGS = ("required", "requisite", "sufficient", "optional")
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
 _TOKEN = re.compile(r'\s*(?:(?P<q>"(?:\\.|[^"\\])*")|(?P<semi>;)|(?P<eq>=)|(?P<word>[^\s=;"]+))', re.S)
 

@@ -42,7 +42,7 @@ AUTHENTICATE = "AUTHENTICATE"
 COMPLETE = "COMPLETE"
 FAILED = "FAILED"
 
-SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 def auth_failed_message(mechanism: str) -> str:
@@ -62,13 +62,14 @@ class SaslListenerConfig:
     def __init__(self, mechanisms: list[str], plain_users: Mapping[str, str] | None = None,
                  scram_credentials: ScramCredentialSource | None = None,
                  max_receive_size: int = 524288, failed_authentication_delay_ms: int = 100,
-                 max_reauth_ms: int = 0):
+                 max_reauth_ms: int = 0, oauthbearer_options: Mapping[str, str] | None = None):
         self.mechanisms = list(mechanisms)
         self.plain_users = dict(plain_users or {})
         self.scram_credentials = scram_credentials
         self.max_receive_size = max_receive_size
         self.failed_authentication_delay_ms = failed_authentication_delay_ms
         self.max_reauth_ms = max_reauth_ms
+        self.oauthbearer_options = dict(oauthbearer_options or {})
         self._fake_salt_key = os.urandom(32)
 
     def new_server(self, mechanism: str):
@@ -76,6 +77,10 @@ class SaslListenerConfig:
             return PlainServer(self.plain_users)
         if mechanism in scram.MECHANISMS:
             return ScramServer(mechanism, self._scram_lookup, self._fake_salt_key)
+        if mechanism == "OAUTHBEARER":
+            from kbroker.security.oauthbearer import OAuthBearerUnsecuredServer
+
+            return OAuthBearerUnsecuredServer(self.oauthbearer_options)
         raise ValueError(mechanism)
 
     def _scram_lookup(self, user: str, mechanism: str):
@@ -97,7 +102,7 @@ class ChannelSession:
 
     __slots__ = ("security_protocol", "listener_name", "principal", "authenticated", "state",
                  "sasl", "mechanism", "server", "raw_tokens", "close_delay_ms",
-                 "session_expiry_ns")
+                 "session_expiry_ns", "_lifetime_ms")
 
     def __init__(self, security_protocol: str, listener_name: str,
                  sasl: Optional[SaslListenerConfig] = None, principal: str = "User:ANONYMOUS"):
@@ -112,6 +117,7 @@ class ChannelSession:
         self.raw_tokens = False
         self.close_delay_ms: Optional[int] = None
         self.session_expiry_ns = 0
+        self._lifetime_ms = 0
 
     @property
     def max_receive_size(self) -> int:
@@ -155,15 +161,20 @@ class ChannelSession:
             self.state = COMPLETE
             self.authenticated = True
             self.raw_tokens = False
-            self.server = None
             lifetime = self.sasl.max_reauth_ms
-            self.session_expiry_ns = time.monotonic_ns() + lifetime * 1_000_000 if lifetime > 0 else 0
+            token_expiry_ms = getattr(self.server, "expiry_ms", 0)
+            if lifetime > 0 and token_expiry_ms:
+                # KIP-368: the session ends with the token (Kafka: min of both)
+                lifetime = max(0, min(lifetime, token_expiry_ms - int(time.time() * 1000)))
+            self._lifetime_ms = lifetime
+            self.server = None
+            self.session_expiry_ns = time.monotonic_ns() + lifetime * 1_000_000 if self.sasl.max_reauth_ms > 0 else 0
         return challenge
 
     @property
     def session_lifetime_ms(self) -> int:
         """What SaslAuthenticate v1+ tells the client (0: no re-authentication needed)."""
-        return self.sasl.max_reauth_ms if self.state == COMPLETE and self.sasl.max_reauth_ms > 0 else 0
+        return self._lifetime_ms if self.state == COMPLETE and self.sasl.max_reauth_ms > 0 else 0
 
     def fail(self) -> None:
         self.state = FAILED
