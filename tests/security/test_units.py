@@ -223,3 +223,22 @@ def test_oauthbearer_token_expiry_caps_the_session_lifetime():
     token = _jwt({"sub": "alice", "exp": int(_time.time()) + 20})
     assert s.evaluate(f"n,,\x01auth=Bearer {token}\x01\x01".encode()) == b""
     assert s.principal == "User:alice" and 15_000 <= s.session_lifetime_ms <= 20_000
+
+
+def test_sasl_ssl_takes_client_auth_only_from_its_listener_prefix(tmp_path):
+    """KIP-684: the broker-wide ssl.client.auth applies to SSL listeners, not SASL_SSL ones."""
+    import ssl
+
+    from tests.security.certs import TestPKI
+
+    pki = TestPKI(str(tmp_path))
+    base = {"listeners": "A://127.0.0.1:0,B://127.0.0.1:0,C://127.0.0.1:0",
+            "listener.security.protocol.map": "A:SSL,B:SASL_SSL,C:SASL_SSL",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": pki.server["keystore"],
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": pki.ca_file,
+            "ssl.client.auth": "required", "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "listener.name.c.ssl.client.auth": "requested"}
+    sec = KafkaConfig(base).listener_security
+    assert sec["A"].ssl_context.verify_mode == ssl.CERT_REQUIRED
+    assert sec["B"].ssl_context.verify_mode == ssl.CERT_NONE
+    assert sec["C"].ssl_context.verify_mode == ssl.CERT_OPTIONAL

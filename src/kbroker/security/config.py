@@ -110,6 +110,10 @@ def build_listener_security(name: str, protocol: str, values: Mapping[str, Any],
     sec = ListenerSecurity(protocol)
     if protocol in ("SSL", "SASL_SSL"):
         settings = {k: get(k) for k in _KEY_NAMES if k.startswith("ssl.")}
+        if protocol == "SASL_SSL":
+            # KIP-684: a SASL_SSL listener asks for client certificates only when its own
+            # listener.name.<l>.ssl.client.auth says so; the broker-wide key is for SSL listeners
+            settings["ssl.client.auth"] = overrides.get("ssl.client.auth") or "none"
         try:
             sec.ssl_context = build_server_context(settings)
         except TlsConfigError as e:
