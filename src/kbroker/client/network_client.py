@@ -58,7 +58,7 @@ class NetworkClient:
         self._unwritten: set[BrokerConnection] = set()   # frames queued with defer_write
         self._wakeup_requested = False
         self.closed = False
-        protocol = config["security.protocol"]
+        protocol = config.get("security.protocol", "PLAINTEXT")   # plain dicts too (inter_node)
         self._ssl_context = None
         if protocol in ("SSL", "SASL_SSL"):
             from kbroker.security.sasl_client import client_ssl_context
@@ -66,7 +66,7 @@ class NetworkClient:
                 self._ssl_context = client_ssl_context(config)
             except (OSError, ValueError) as e:
                 raise E.KafkaConfigError(f"TLS settings: {e}") from None
-        self._sasl_mechanism = config["sasl.mechanism"] if protocol.startswith("SASL_") else None
+        self._sasl_mechanism = config.get("sasl.mechanism", "GSSAPI") if protocol.startswith("SASL_") else None
 
     # -- connections --------------------------------------------------------------------
     def _conn(self, node_id: int) -> BrokerConnection | None:
@@ -334,7 +334,7 @@ class NetworkClient:
         from kbroker.protocol.messages.sasl_handshake import SaslHandshakeRequest
         from kbroker.security.sasl_client import new_sasl_client
         try:
-            c.sasl = new_sasl_client(self._sasl_mechanism, self.config["sasl.jaas.config"])
+            c.sasl = new_sasl_client(self._sasl_mechanism, self.config.get("sasl.jaas.config"))
         except ValueError as e:
             self._close(c, E.KafkaConfigError(str(e)))
             return
