@@ -10,6 +10,7 @@ RULES = {
     "log": ("kbroker.network", "kbroker.server", "kbroker.protocol", "kbroker.client", "kbroker.coordinator"),
     "protocol": ("kbroker.network", "kbroker.server", "kbroker.log", "kbroker.client", "socket", "selectors"),
     "network": ("kbroker.server", "kbroker.log", "kbroker.client"),
+    "security": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "socket", "selectors"),
     "records": ("kbroker.server", "kbroker.network", "kbroker.log"),
     "analysis": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client"),
     # pure state machines a deterministic simulation drives: no I/O, threads or clocks

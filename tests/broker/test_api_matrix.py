@@ -49,6 +49,8 @@ from kbroker.protocol.messages import (
     produce as pr, sync_group as sg, write_txn_markers as wtm,
     add_offsets_to_txn as aot, add_partitions_to_txn as apt, describe_transactions as dtx, end_txn as et,
     list_transactions as ltx, txn_offset_commit as toc,
+    sasl_handshake as sh, sasl_authenticate as sa,
+    alter_user_scram_credentials as auc, describe_user_scram_credentials as duc,
 )
 from tests.broker.raw_client import ConnectionClosed, RawClient, advertised, decode_exact
 
@@ -100,6 +102,10 @@ EXPECTED: dict[int, tuple[int, int]] = {
     K.LIST_TRANSACTIONS: (0, 1),
     K.TXN_OFFSET_COMMIT: (0, 4),
     K.WRITE_TXN_MARKERS: (0, 1),
+    K.SASL_HANDSHAKE: (0, 1),
+    K.SASL_AUTHENTICATE: (0, 2),
+    K.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    K.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # -- environment: setup helpers shared by the cases ---------------------------------------------
@@ -1369,6 +1375,52 @@ def case_consumer_group_describe(env: Env, v: int):
     assert g[group].authorized_operations not in (NOT_REQUESTED, 0)
     assert g[ghost].error_code == E.GROUP_ID_NOT_FOUND
     _cg_heartbeat(env, hv, group, r.member_id, -1)
+
+
+@case(K.SASL_HANDSHAKE)
+def case_sasl_handshake(env: Env, v: int):
+    # a PLAINTEXT listener: Kafka's KafkaApis answers ILLEGAL_SASL_STATE
+    r = env.call(K.SASL_HANDSHAKE, v, sh.SaslHandshakeRequest(mechanism="PLAIN"))
+    assert r.error_code == E.ILLEGAL_SASL_STATE, r
+
+
+@case(K.SASL_AUTHENTICATE)
+def case_sasl_authenticate(env: Env, v: int):
+    r = env.call(K.SASL_AUTHENTICATE, v, sa.SaslAuthenticateRequest(auth_bytes=b"\0u\0p"))
+    assert r.error_code == E.ILLEGAL_SASL_STATE and r.error_message, r
+
+
+@case(K.ALTER_USER_SCRAM_CREDENTIALS)
+def case_alter_user_scram_credentials(env: Env, v: int):
+    user = f"mx-user-{uuid.uuid4().hex[:8]}"
+    r = env.call(K.ALTER_USER_SCRAM_CREDENTIALS, v, auc.AlterUserScramCredentialsRequest(
+        deletions=[auc.ScramCredentialDeletion(name="nobody-" + user, mechanism=1)],
+        upsertions=[auc.ScramCredentialUpsertion(name=user, mechanism=2, iterations=4096, salt=b"s" * 16,
+                                                 salted_password=b"p" * 64),
+                    auc.ScramCredentialUpsertion(name="few-" + user, mechanism=1, iterations=10, salt=b"s",
+                                                 salted_password=b"p" * 32)]))
+    got = {x.user: x.error_code for x in r.results}
+    assert got == {"nobody-" + user: E.RESOURCE_NOT_FOUND, user: E.NONE,
+                   "few-" + user: E.UNACCEPTABLE_CREDENTIAL}, r
+    up = auc.ScramCredentialUpsertion(name="dup-" + user, mechanism=1, iterations=4096, salt=b"s",
+                                      salted_password=b"p" * 32)
+    r = env.call(K.ALTER_USER_SCRAM_CREDENTIALS, v, auc.AlterUserScramCredentialsRequest(
+        deletions=[], upsertions=[up, up]))
+    assert [(x.user, x.error_code) for x in r.results] == [("dup-" + user, E.DUPLICATE_RESOURCE)], r
+
+
+@case(K.DESCRIBE_USER_SCRAM_CREDENTIALS)
+def case_describe_user_scram_credentials(env: Env, v: int):
+    user = f"mx-user-{uuid.uuid4().hex[:8]}"
+    env.call(K.ALTER_USER_SCRAM_CREDENTIALS, 0, auc.AlterUserScramCredentialsRequest(
+        deletions=[], upsertions=[auc.ScramCredentialUpsertion(name=user, mechanism=1, iterations=8192,
+                                                               salt=b"s" * 16, salted_password=b"p" * 32)]))
+    r = env.call(K.DESCRIBE_USER_SCRAM_CREDENTIALS, v, duc.DescribeUserScramCredentialsRequest(
+        users=[duc.UserName(name=user), duc.UserName(name="ghost-" + user)]))
+    got = {x.user: x for x in r.results}
+    assert got[user].error_code == E.NONE
+    assert [(c.mechanism, c.iterations) for c in got[user].credential_infos] == [(1, 8192)]
+    assert got["ghost-" + user].error_code == E.RESOURCE_NOT_FOUND
 
 
 # -- the matrix -----------------------------------------------------------------------------------

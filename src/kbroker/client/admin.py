@@ -574,6 +574,53 @@ class Admin:
             out[b] = dirs
         return out
 
+    # -- SCRAM credentials (KIP-554) ----------------------------------------------------
+    def alter_user_scram_credentials(self, upsertions=(), deletions=(), timeout: float | None = None,
+                                     raise_on_error: bool = True) -> dict:
+        """``upsertions``: (user, mechanism name, iterations, password); ``deletions``: (user,
+        mechanism name). The salt and salted password are made here, as Kafka's Admin does; the
+        password never leaves this process. Returns {user: None or KafkaError}."""
+        import os
+
+        from kbroker.protocol.messages import alter_user_scram_credentials as auc
+        from kbroker.security import scram
+        deadline = self._deadline(timeout)
+        ups = []
+        for user, mech, iterations, password in upsertions:
+            salt = os.urandom(32)
+            ups.append(auc.ScramCredentialUpsertion(
+                name=user, mechanism=scram.MECHANISMS[mech][1], iterations=iterations, salt=salt,
+                salted_password=scram.salted_password(mech, password, salt, iterations)))
+        dels = [auc.ScramCredentialDeletion(name=user, mechanism=scram.MECHANISMS[mech][1])
+                for user, mech in deletions]
+        req = auc.AlterUserScramCredentialsRequest(deletions=dels, upsertions=ups)
+        r = self._to_controller(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, lambda: req, deadline)
+        return _check({x.user: E.for_code(x.error_code, x.error_message or None) if x.error_code else None
+                       for x in r.results}, raise_on_error)
+
+    def describe_user_scram_credentials(self, users=None, timeout: float | None = None,
+                                        raise_on_error: bool = True) -> dict:
+        """{user: {mechanism name: iterations} or KafkaError} (None: every user with credentials)."""
+        from kbroker.protocol.messages import describe_user_scram_credentials as duc
+        from kbroker.security import scram
+        deadline = self._deadline(timeout)
+        req = duc.DescribeUserScramCredentialsRequest(
+            users=None if users is None else [duc.UserName(name=u) for u in users])
+        r = self.client.request(self._any_node(deadline), ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, req,
+                                self._left(deadline))
+        if r.error_code:
+            raise E.for_code(r.error_code, r.error_message or None)
+        out = {}
+        for x in r.results:
+            out[x.user] = (E.for_code(x.error_code, x.error_message or None) if x.error_code else
+                           {scram.MECHANISM_BY_TYPE.get(c.mechanism, str(c.mechanism)): c.iterations
+                            for c in x.credential_infos})
+        if raise_on_error:
+            for v in out.values():
+                if isinstance(v, E.KafkaError):
+                    raise v
+        return out
+
     def close(self) -> None:
         self.client.close()
 

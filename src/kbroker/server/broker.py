@@ -70,7 +70,14 @@ class KafkaBroker:
     # -- what handlers use ---------------------------------------------------------------
     @property
     def advertised_endpoint(self) -> tuple[str, int]:
-        adv = self.config.advertised_listeners[0]
+        return self.endpoint()
+
+    def endpoint(self, listener_name: str | None = None) -> tuple[str, int]:
+        """(host, port) advertised for ``listener_name`` (Kafka answers Metadata and
+        FindCoordinator with the endpoint of the listener the request came in on), else the
+        first advertised listener's."""
+        advertised = self.config.advertised_listeners
+        adv = next((l for l in advertised if l.name == listener_name), advertised[0])
         port = adv.port
         if port == 0:  # advertise the port actually bound
             port = self.socket_server.bound_port(adv.name)
@@ -102,6 +109,9 @@ class KafkaBroker:
             os.makedirs(d, exist_ok=True)
         self.cluster_id = self._load_cluster_id()
         self.metadata = MetadataStore(os.path.abspath(c.log_dirs[0]))
+        for security in c.listener_security.values():
+            if security.sasl is not None:      # SCRAM credentials live in the metadata
+                security.sasl.scram_credentials = self.metadata
         self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
         self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
                                                          topic_overrides=self._topic_overrides)
@@ -150,6 +160,7 @@ class KafkaBroker:
             max_connections_per_ip=c["max.connections.per.ip"],
             max_connections_per_ip_overrides=c.max_connections_per_ip_overrides,
             queued_max_request_bytes=c["queued.max.request.bytes"],
+            listener_security=c.listener_security,
         ))
         self.apis = _required("request handlers (kbroker.server.apis)",
                               lambda: KafkaApis(self, self.socket_server.channel))

@@ -135,8 +135,8 @@ BROKER_CONFIG = (
     .define("advertised.listeners", "list", None)
     .define("listener.security.protocol.map", "list",
             ["SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT"], None,
-            "listener name -> security protocol; only PLAINTEXT is implemented, a listener mapped to "
-            "another protocol stops start-up.")
+            "listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; a KRaft node "
+            "serves PLAINTEXT only for now).")
     .define("inter.broker.listener.name", "string", None, None,
             "The listener brokers use to reach each other (default: the PLAINTEXT listener).")
     .define("num.network.threads", "int", 3, between(1, 64))
@@ -161,7 +161,7 @@ BROKER_CONFIG = (
     .define("fetch.max.bytes", "int", 57671680, at_least(1024))
     .define("request.timeout.ms", "int", 30000, at_least(0))
     .define("sasl.kerberos.min.time.before.relogin", "long", 60000, None,
-            "Kafka's GSSAPI relogin interval; kbroker has PLAINTEXT listeners only (see BROKER_NO_OP_CONFIGS).")
+            "Kafka's GSSAPI relogin interval; kbroker has no GSSAPI mechanism (see BROKER_NO_OP_CONFIGS).")
     # --- topics ---
     .define("auto.create.topics.enable", "boolean", True)
     .define("num.partitions", "int", 1, at_least(1))
@@ -273,6 +273,15 @@ BROKER_CONFIG = (
             "asking the registry again (a registered id is cached for the life of the process).")
 )
 
+# --- security (issue #18): Kafka's ssl.* / sasl.* keys, defined in kbroker.security.config;
+# listener.name.<listener>.<key> overrides are split off before parsing (see KafkaConfig) ---
+from kbroker.security.config import (  # noqa: E402
+    SECURITY_KEYS, SecurityConfigError, build_listener_security, split_listener_overrides,
+)
+
+for _name, _type, _default, _doc in SECURITY_KEYS:
+    BROKER_CONFIG.define(_name, _type, _default, None, _doc)
+
 
 #: Broker-only keys kbroker accepts but that change nothing today, with the reason (topic-config
 #: synonyms such as ``log.retention.ms`` act through their topic config; kbroker/log/config.py
@@ -304,8 +313,8 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "transaction.state.log.replication.factor": "single node: __transaction_state has one replica",
     "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
     "sasl.kerberos.min.time.before.relogin":
-        "PLAINTEXT listeners only: no GSSAPI login to refresh (a Kafka broker without a SASL listener "
-        "ignores it too); dynamic, as in Kafka, so librdkafka's AlterConfigs test 0081 can set it",
+        "no GSSAPI mechanism: no Kerberos login to refresh (a Kafka broker without GSSAPI ignores it "
+        "too); dynamic, as in Kafka, so librdkafka's AlterConfigs test 0081 can set it",
 }
 
 
@@ -372,7 +381,9 @@ class KafkaConfig:
 
     def __init__(self, props: Mapping[str, Any] | None = None):
         self.originals = dict(props or {})
-        self.values = BROKER_CONFIG.parse(self.originals)
+        props, self.listener_overrides = split_listener_overrides(
+            self.originals, lambda k, raw: BROKER_CONFIG.keys[k].parse(raw))
+        self.values = BROKER_CONFIG.parse(props)
         v = self.values
         roles = v["process.roles"]
         if len(set(roles)) != len(roles):
@@ -413,7 +424,10 @@ class KafkaConfig:
         self.advertised_listeners = [Listener(l.name, l.host or "127.0.0.1", l.port) for l in advertised
                                      if l.name not in controller_names]
         self._advertised = advertised
-        self._refuse_other_protocols(advertised)
+        if self.cluster_mode:
+            self._refuse_other_protocols(advertised)
+        #: listener name -> kbroker.security.config.ListenerSecurity (SSL contexts built, JAAS read)
+        self.listener_security = self._listener_security()
         if self.cluster_mode:
             self._validate_kraft(v, advertised)
         self._validate_common(v)
@@ -481,9 +495,24 @@ class KafkaConfig:
                     out.setdefault(n, "PLAINTEXT")
         return out
 
+    def _listener_security(self) -> dict:
+        """Each listener's security (zero-config mode serves all four protocols); a listener whose
+        TLS or SASL settings are missing or wrong stops start-up with a ConfigError naming the key."""
+        out = {}
+        for l in self.listeners:
+            try:
+                out[l.name] = build_listener_security(l.name, self.security_protocols[l.name], self.values,
+                                                      self.listener_overrides.get(l.name, {}))
+            except SecurityConfigError as e:
+                raise ConfigError(e.key, str(e).split(": ", 1)[1]) from None
+        for name in self.listener_overrides:
+            if name not in out:
+                raise ConfigError(f"listener.name.{name.lower()}", f"no listener named {name} in listeners")
+        return out
+
     def _refuse_other_protocols(self, advertised: list[Listener]) -> None:
-        """Only PLAINTEXT is implemented: a listener kbroker would serve or connect to over
-        another protocol stops start-up (map entries no listener uses are accepted, as in
+        """KRaft nodes: only PLAINTEXT is wired there yet (the zero-config node serves SSL and SASL);
+        a listener a KRaft node would serve or connect to over another protocol stops start-up (map entries no listener uses are accepted, as in
         Kafka's own default map)."""
         used = ([l.name for l in self.listeners] + [l.name for l in advertised]
                 + (self.controller_listener_names if self.cluster_mode else []))

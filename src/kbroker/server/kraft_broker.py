@@ -262,6 +262,14 @@ class KRaftBroker:
         a = adv.get(l.name, l)
         return (a.host or "127.0.0.1", a.port or self.socket_server.bound_port(l.name))
 
+    def endpoint(self, listener_name: str | None = None) -> tuple[str, int]:
+        """(host, port) advertised for ``listener_name`` (the listener a request came in on),
+        else the first broker listener's."""
+        adv = {l.name: l for l in self.config.advertised_listeners}
+        l = next((x for x in self.listeners if x.name == listener_name), self.listeners[0])
+        a = adv.get(l.name, l)
+        return (a.host or "127.0.0.1", a.port or self.socket_server.bound_port(l.name))
+
     def learn_controller(self, node_id: int, hp: tuple[str, int]) -> None:
         """A controller's endpoint learnt from the quorum (a broker configured with only
         controller.quorum.bootstrap.servers learns the leader's this way, KIP-853)."""

@@ -76,11 +76,11 @@ class SingleNodeMetadataCache:
         return None if part is None else (self.broker.node_id, part.leader_epoch)
 
     def alive_brokers(self, listener_name: str | None = None) -> list:
-        host, port = self.broker.advertised_endpoint
+        host, port = self.broker.endpoint(listener_name)
         return [(self.broker.node_id, host, port, self.broker.config["broker.rack"])]
 
     def endpoint(self, broker_id: int, listener_name: str | None = None):
-        return self.broker.advertised_endpoint if broker_id == self.broker.node_id else None
+        return self.broker.endpoint(listener_name) if broker_id == self.broker.node_id else None
 
     def controller_id(self, alive=None) -> int:
         return self.broker.node_id

@@ -9,8 +9,8 @@ call → response, per-version field rules). The logic is in
 What the handlers need from ``broker``:
 
 * ``broker.group_coordinator``: the :class:`GroupCoordinator` (started).
-* ``broker.node``: ``(node_id, host, port)`` of this node on the listener clients use
-  (FindCoordinator's answer when this node coordinates the group); otherwise
+* ``broker.endpoint(listener_name)``: ``(host, port)`` of this node on the listener the
+  request came in on (FindCoordinator's answer when this node coordinates the key); otherwise
   ``broker.metadata_cache`` names the leader of the group's ``__consumer_offsets``
   partition (a KRaft broker, which asks ``broker.topic_manager.create_offsets_topic()``
   when that topic does not exist yet).
@@ -84,12 +84,12 @@ def _find(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, in
             # never returns); this fatal code makes them fail at once with a clear error.
             return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
         if coordinator.is_serving(key):
-            node_id, host, port = broker.node
-            return E.NONE, node_id, host, port
+            host, port = broker.endpoint(getattr(ctx.request, "listener_name", None))
+            return E.NONE, broker.node_id, host, port
         return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_serving(key):
-        node_id, host, port = broker.node
-        return E.NONE, node_id, host, port
+        host, port = broker.endpoint(getattr(ctx.request, "listener_name", None))
+        return E.NONE, broker.node_id, host, port
     if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_active:
         # the leader of the group's __consumer_offsets partition coordinates it (KRaft: another broker)
         view = broker.metadata_cache
