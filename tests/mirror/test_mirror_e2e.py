@@ -142,3 +142,40 @@ def test_active_active_without_loops(cluster_a, cluster_b, mirror):
     assert "A.B.ledger" not in topics(a) and "B.A.ledger" not in topics(b)
     assert count(a, "ledger") == 30 and count(b, "ledger") == 20
     assert m.terminate() == 0
+
+
+def _records_by_partition(port: int, topic: str) -> dict[int, float]:
+    import re
+    import urllib.request
+
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for m in re.finditer(r'MirrorSourceConnector_record_count_total\{partition="(\d+)",source="A",target="B",'
+                         r'topic="' + re.escape(topic) + r'"\} ([0-9.e+]+)', body):
+        if float(m.group(2)) > 0:
+            out[int(m.group(1))] = float(m.group(2))
+    return out
+
+
+def test_two_instances_split_the_partitions(cluster_a, cluster_b, mirror):
+    a, b = cluster_a.bootstrap, cluster_b.bootstrap
+    with Admin({"bootstrap.servers": a}) as admin:
+        admin.create_topics([NewTopic("split", 4, 1)])
+    props = mm2_props(cluster_a, cluster_b, topics="split", heartbeats_replication_enabled="false",
+                      emit_heartbeats_enabled="false",
+                      **{"A.consumer.session.timeout.ms": 6000, "A.consumer.heartbeat.interval.ms": 500})
+    m1, m2 = mirror(props), mirror(props)
+
+    def both_assigned():
+        with Admin({"bootstrap.servers": a}) as admin:
+            d = admin.describe_consumer_groups(["mm2-A->B"])["mm2-A->B"]
+        return d.state == "Stable" and len(d.members) == 2 and all(len(mb.assignment) == 2 for mb in d.members)
+    wait_until(both_assigned, 40, "two mirror instances sharing the 4 partitions")
+    _produce(a, "split", 400, 4)
+    wait_until(lambda: count(b, "A.split") == 400, 30, "A.split on B")
+    _same(read_partitions(a, "split"), read_partitions(b, "A.split"))
+    p1 = wait_until(lambda: _records_by_partition(m1.metrics_port, "A.split"), 10, "instance 1 metrics")
+    p2 = wait_until(lambda: _records_by_partition(m2.metrics_port, "A.split"), 10, "instance 2 metrics")
+    assert set(p1) | set(p2) == {0, 1, 2, 3} and not set(p1) & set(p2), (p1, p2)
+    assert sum(p1.values()) + sum(p2.values()) == 400
+    assert m1.terminate() == 0 and m2.terminate() == 0

@@ -35,21 +35,13 @@ SYNCS_PER_PARTITION = 64
 
 
 class _PartitionState:
-    __slots__ = ("previous_upstream", "previous_downstream", "last_sync_downstream", "should_sync")
+    """MM2's OffsetSyncWriter.PartitionState (its shouldSyncOffsets flag is reset as soon
+    as the sync is queued, so it is implicit here)."""
+
+    __slots__ = ("previous_upstream", "previous_downstream", "last_sync_downstream")
 
     def __init__(self):
         self.previous_upstream = self.previous_downstream = self.last_sync_downstream = -1
-        self.should_sync = False
-
-    def update(self, upstream: int, downstream: int, max_offset_lag: int) -> bool:
-        if (self.last_sync_downstream == -1
-                or downstream - (self.last_sync_downstream + 1) >= max_offset_lag
-                or upstream - self.previous_upstream != 1
-                or downstream < self.previous_downstream):
-            self.last_sync_downstream = downstream
-            self.should_sync = True
-        self.previous_upstream, self.previous_downstream = upstream, downstream
-        return self.should_sync
 
 
 class OffsetSyncWriter:
@@ -65,20 +57,27 @@ class OffsetSyncWriter:
         self.sent = 0
 
     def maybe_queue(self, tp: TopicPartition, upstream: int, downstream: int) -> None:
+        """Upstream offset ``upstream`` of ``tp`` is acknowledged at ``downstream`` (called
+        once per record, in offset order per partition: kept cheap)."""
         st = self._states.get(tp)
         if st is None:
             st = self._states[tp] = _PartitionState()
-        sync = OffsetSync(tp, upstream, downstream)
-        if st.update(upstream, downstream, self.max_offset_lag):
+        if (st.last_sync_downstream == -1
+                or downstream - (st.last_sync_downstream + 1) >= self.max_offset_lag
+                or upstream - st.previous_upstream != 1
+                or downstream < st.previous_downstream):
+            st.last_sync_downstream = downstream
+            st.previous_upstream, st.previous_downstream = upstream, downstream
             self._delayed.pop(tp, None)
-            self._pending[tp] = sync
-            st.should_sync = False
+            self._pending[tp] = OffsetSync(tp, upstream, downstream)
             self.fire_pending()     # as MM2's commitRecord: at once, so a burst keeps its syncs
         else:
-            self._delayed[tp] = sync
+            st.previous_upstream, st.previous_downstream = upstream, downstream
+            self._delayed[tp] = (upstream, downstream)
 
     def promote_delayed(self) -> None:
-        self._pending.update(self._delayed)
+        for tp, (up, down) in self._delayed.items():
+            self._pending[tp] = OffsetSync(tp, up, down)
         self._delayed.clear()
 
     def forget(self, tps) -> None:

@@ -138,7 +138,7 @@ class MirrorSourceTask:
         """Retire acknowledged records in order; emit offset syncs; on a failure, re-seek."""
         now_ms = time.time_ns() // 1_000_000
         failed = {}
-        writer = self.sync_writer
+        queue_sync = self.sync_writer.maybe_queue if self.sync_writer is not None else None
         for tp, dq in self._inflight.items():
             if not dq:
                 continue
@@ -146,6 +146,8 @@ class MirrorSourceTask:
             if st is None:
                 st = self.stats[tp] = PartitionStats()
             last = None
+            n = nbytes = lat_sum = 0
+            lat_max = st.latency_max_ms
             while dq:
                 upstream, fut, ts, size = dq[0]
                 r = fut[0]
@@ -157,16 +159,20 @@ class MirrorSourceTask:
                     failed[tp] = upstream
                     break
                 dq.popleft()
-                if writer is not None:
-                    writer.maybe_queue(tp, upstream, r.base_offset + fut[1])
-                st.records += 1
-                st.bytes += size
+                if queue_sync is not None:
+                    queue_sync(tp, upstream, r.base_offset + fut[1])
+                n += 1
+                nbytes += size
                 lat = now_ms - ts
-                st.latency_sum_ms += lat
-                if lat > st.latency_max_ms:
-                    st.latency_max_ms = lat
+                lat_sum += lat
+                if lat > lat_max:
+                    lat_max = lat
                 last = upstream
             if last is not None:
+                st.records += n
+                st.bytes += nbytes
+                st.latency_sum_ms += lat_sum
+                st.latency_max_ms = lat_max
                 self._committable[tp] = last + 1
         if failed:
             self._recover(failed)
