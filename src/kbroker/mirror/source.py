@@ -120,8 +120,9 @@ class MirrorSourceTask:
                 dq = inflight[tp] = collections.deque()
             topic = remote[tp.topic]
             for r in records.records(tp):
-                try:
-                    fut = send(topic, r.value, r.key, r.partition, r.timestamp, r.headers or None)
+                try:   # a record without a timestamp (-1, message format v0) gets the send time
+                    fut = send(topic, r.value, r.key, r.partition, r.timestamp if r.timestamp >= 0 else None,
+                               r.headers or None)
                 except E.KafkaError as e:
                     log.warning("%s: send to %s-%d failed: %s", self.fc.flow, topic, r.partition, e)
                     self._recover({tp: r.offset})
