@@ -85,7 +85,10 @@ def _end_total(c: Consumer, topic: str) -> int:
 def _watch(bootstrap: str, topic: str, n: int, lo: float = 0.1, hi: float = 0.9) -> tuple[float, float]:
     """Wall-clock times when B holds ``lo`` and ``hi`` of the n records (start-up and the
     tail excluded; polled every 10 ms)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-mirror-watch"})
+    # the mirror creates the topic after this starts watching: refresh metadata often, or
+    # librdkafka keeps the topic unknown for topic.metadata.refresh.interval.ms (5 min)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-mirror-watch",
+                  "topic.metadata.refresh.interval.ms": 200})
     t_lo = None
     deadline = time.time() + PHASE_TIMEOUT_S
     try:
