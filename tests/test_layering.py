@@ -20,6 +20,9 @@ RULES = {
                    "socket", "selectors", "threading", "time"),
     "raft": ("kbroker.server", "kbroker.network", "kbroker.client", "kbroker.controller", "kbroker.cluster",
              "socket", "selectors", "threading"),
+    # MirrorMaker 2 is a client application: it talks to clusters only through kbroker.client
+    "mirror": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.coordinator", "kbroker.raft",
+               "kbroker.controller", "kbroker.cluster"),
     "cluster": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "kbroker.raft",
                 "kbroker.controller", "socket", "selectors", "threading", "time"),
 }
