@@ -48,7 +48,8 @@ class TopicMetadataCache:
     """
 
     def __init__(self):
-        self._entries: dict[str, tuple] = {}   # name -> (image, partitions map, parts, {key: bytes})
+        #: name -> (TopicImage, states token, partition states, {(version, ops): bytes}, cluster token)
+        self._entries: dict[str, tuple] = {}
 
     def get(self, broker, t, v: int, include_ops: bool):
         view = broker.metadata_cache
