@@ -30,8 +30,7 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
 Not yet: follower fetching (replication), so on a partition with RF > 1 the leader's
 high watermark waits for followers that never fetch: acks=all times out
 (REQUEST_TIMED_OUT) and consumers see nothing past it; transactions; metadata snapshots
-on the broker; deleting stray logs (on disk, not placed here: logged and left alone); the
-metrics endpoint.
+on the broker; the metrics endpoint (``kbroker.metrics.port``).
 """
 from __future__ import annotations
 
