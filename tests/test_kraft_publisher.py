@@ -215,3 +215,13 @@ def test_a_log_without_topic_id_is_kept_and_adopts_the_image_id(node, tmp_path):
     node.publisher.publish(None, node.image)
     assert lm.logs[("a", 1)] is lg and lg.topic_id == T1
     assert lm.logs[("x", 0)] is orphan
+
+
+def test_no_stray_deletion_when_the_image_skipped_a_snapshot(node):
+    """A broker that could not load a metadata snapshot has an image missing whatever the
+    snapshot holds: a log of a topic absent from it is not proof of a deleted topic."""
+    lm = node.log_manager
+    kept = lm.get_or_create_log(("older", 0), topic_id=uuid.UUID(int=97))
+    node.metadata_listener = types.SimpleNamespace(incomplete=True)
+    node.publisher.publish(None, node.image)
+    assert lm.logs[("older", 0)] is kept

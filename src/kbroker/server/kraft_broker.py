@@ -77,6 +77,8 @@ class BrokerMetadataListener(Listener):
         self.image = MetadataImage()
         self.highest_offset = -1
         self.leader_id = -1
+        #: True once a snapshot was skipped: the image may lack topics that exist
+        self.incomplete = False
         self.changed = threading.Condition()
         #: publishers: ``publish(delta, image)`` after each batch, on the raft thread;
         #: ``_publish_lock`` orders installs against publishes
@@ -116,6 +118,9 @@ class BrokerMetadataListener(Listener):
         self.leader_id = leader_id
 
     def handle_load_snapshot(self, snapshot_id, data) -> None:
+        # the image then lacks what the snapshot holds: the publisher must not take a topic
+        # missing from it for a deleted one (no stray-log deletion)
+        self.incomplete = True
         log.warning("metadata snapshots are not loaded by the broker yet (snapshot %s ignored)", snapshot_id)
 
 

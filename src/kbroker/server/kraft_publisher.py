@@ -57,7 +57,10 @@ class BrokerMetadataPublisher:
             b.dynamic_config.reload(b.log_manager)
         changes = delta.local_changes(self.node_id)
         if first:
-            self._delete_stray_logs(image)
+            if getattr(getattr(b, "metadata_listener", None), "incomplete", False):
+                log.warning("the metadata image skipped a snapshot: stray logs are not looked for")
+            else:
+                self._delete_stray_logs(image)
         if changes.deletes or changes.leaders or changes.followers:
             log.info("broker %d applying metadata offset %d: %d leader(s), %d follower(s), %d deleted",
                      self.node_id, image.offset, len(changes.leaders), len(changes.followers), len(changes.deletes))
