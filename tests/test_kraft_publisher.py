@@ -4,6 +4,7 @@ with leader epochs, replicas and ISR from the registrations; handlers' view answ
 leaders, offline replicas, alive brokers and configs from the image."""
 from __future__ import annotations
 
+import os
 import types
 import uuid
 
@@ -140,7 +141,6 @@ def test_leadership_changes_and_deletes_follow_the_deltas(node):
     node.publish(R.RemoveTopicRecord(topic_id=T1))
     assert not any(tp[0] == "a" for tp in rm.partitions)
     assert ("a", 1) not in node.log_manager.logs
-    import os
     assert not os.path.exists(log_dir)
     assert node.deleted_topics == ["a"]
 
@@ -185,3 +185,43 @@ def test_log_manager_leaves_the_metadata_log_to_the_raft_manager(tmp_path):
         assert sorted(again.logs) == [("t", 0)]
     finally:
         again.shutdown()
+
+
+def test_first_publish_deletes_stray_logs(node):
+    """A topic deleted (and re-created under the same name) while this broker was down, or a
+    replica moved away: its old log must not be served as the new one's data."""
+    lm = node.log_manager
+    stale = lm.get_or_create_log(("a", 0), topic_id=uuid.UUID(int=99))   # "a" re-created since: T1 now
+    gone = lm.get_or_create_log(("gone", 0), topic_id=uuid.UUID(int=98))
+    moved = lm.get_or_create_log(("a", 2), topic_id=T1)                  # a-2 lives on broker 2 only
+    kept = lm.get_or_create_log(("a", 1), topic_id=T1)
+    node.publisher.publish(None, node.image)
+    logs = lm.logs
+    assert ("gone", 0) not in logs and ("a", 2) not in logs
+    assert logs[("a", 1)] is kept
+    assert logs[("a", 0)] is not stale and logs[("a", 0)].topic_id == T1
+    assert node.replica_manager.get_partition(("a", 0)).log is logs[("a", 0)]
+    assert not os.path.exists(gone.dir) or gone.dir.endswith("-delete")
+    assert moved.dir.endswith("-delete") or not os.path.exists(moved.dir)
+
+
+def test_a_log_without_topic_id_is_kept_and_adopts_the_image_id(node, tmp_path):
+    """partition.metadata of a new log is not fsynced: a log whose id cannot be read is not
+    proof of an empty one, so it is kept (Kafka would delete it) and takes the image's id."""
+    lm = node.log_manager
+    lg = lm.get_or_create_log(("a", 1))
+    orphan = lm.get_or_create_log(("x", 0))
+    assert lg.topic_id is None
+    node.publisher.publish(None, node.image)
+    assert lm.logs[("a", 1)] is lg and lg.topic_id == T1
+    assert lm.logs[("x", 0)] is orphan
+
+
+def test_no_stray_deletion_when_the_image_skipped_a_snapshot(node):
+    """A broker that could not load a metadata snapshot has an image missing whatever the
+    snapshot holds: a log of a topic absent from it is not proof of a deleted topic."""
+    lm = node.log_manager
+    kept = lm.get_or_create_log(("older", 0), topic_id=uuid.UUID(int=97))
+    node.metadata_listener = types.SimpleNamespace(incomplete=True)
+    node.publisher.publish(None, node.image)
+    assert lm.logs[("older", 0)] is kept

@@ -83,9 +83,10 @@ def _produce_all(q, topic, n_partitions, per_partition):
     assert errors == []
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    q = KRaftControllerQuorum(str(tmp_path), n=1, overrides=FAST, brokers=3)
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One cluster for the module's tests (each leaves every broker running and unfenced)."""
+    q = KRaftControllerQuorum(str(tmp_path_factory.mktemp("kraft")), n=1, overrides=FAST, brokers=3)
     try:
         q.start()
         _wait(lambda: sorted(_metadata(q).brokers) == BROKERS, what="3 brokers unfenced")
@@ -165,6 +166,17 @@ def test_kraft_data_plane(cluster):
             forgotten_topics_data=[], rack_id=""))
         assert r.responses[0].partitions[0].error_code == code
 
+    # RF 3 without follower fetching (not integrated yet): the leader's high watermark waits
+    # for followers that never fetch, so acks=all times out honestly; acks=1 is appended
+    admin.create_topics([NewTopic("rf3", num_partitions=1, replication_factor=3)])["rf3"].result(15)
+    lead3 = _wait(lambda: (lambda l: l.get(0, (-1,))[0] if l.get(0, (-1,))[0] > 0 else None)(
+        _leaders(q.broker_ports[other], "rf3")), what="rf3 led")
+    for acks, code in ((-1, ErrorCode.REQUEST_TIMED_OUT), (1, ErrorCode.NONE)):
+        r = _raw(q.broker_ports[lead3], ApiKey.PRODUCE, 9, pr.ProduceRequest(
+            transactional_id=None, acks=acks, timeout_ms=300, topic_data=[pr.TopicProduceData(
+                name="rf3", partition_data=[pr.PartitionProduceData(index=0, records=batch)])]))
+        assert r.responses[0].partition_responses[0].error_code == code
+
     # kafka-python on another topic (auto-created by its first produce, through the controller)
     from kafka import KafkaConsumer, KafkaProducer
     kp = KafkaProducer(bootstrap_servers=q.bootstrap, acks="all")
@@ -220,10 +232,12 @@ def test_kraft_data_plane(cluster):
 
 
 def test_kraft_configs_and_producer_ids(cluster):
-    """DescribeConfigs answered from the image (values and sources), IncrementalAlterConfigs
+    """Runs after test_kraft_data_plane on the same cluster (its restarted broker is back).
+    DescribeConfigs answered from the image (values and sources), IncrementalAlterConfigs
     forwarded to the controller and published back to every broker; InitProducerId ids
     come from controller-allocated blocks, so two brokers never hand out the same id."""
     q = cluster
+    _wait(lambda: sorted(_metadata(q).brokers) == BROKERS, what="3 brokers unfenced")
     admin = AdminClient({"bootstrap.servers": q.bootstrap})
     admin.create_topics([NewTopic("cfg", num_partitions=3, replication_factor=1,
                                   config={"retention.ms": "3600000"})])["cfg"].result(15)
@@ -255,3 +269,41 @@ def test_kraft_configs_and_producer_ids(cluster):
     assert len(set(ids)) == len(ids)
     assert ids[0] + 1 == ids[1]                     # one block per broker, ids from it in order
     assert len({i // 1000 for i in ids}) == 3       # three different blocks
+
+
+def test_combined_nodes_serve_data_across_a_clean_restart(tmp_path):
+    """3 combined nodes (broker,controller): a group reads what an idempotent producer wrote;
+    a node stopped cleanly (controlled shutdown) and started again leads its partitions
+    again with a higher leader epoch and its records."""
+    q = KRaftControllerQuorum(str(tmp_path), overrides=FAST, combined=True)
+    try:
+        q.start()
+        _wait(lambda: sorted(_metadata(q).brokers) == [1, 2, 3], what="3 combined nodes unfenced")
+        admin = AdminClient({"bootstrap.servers": q.bootstrap})
+        admin.create_topics([NewTopic("c6", num_partitions=6, replication_factor=1)])["c6"].result(15)
+        port = q.broker_ports[1]
+        before = _wait(lambda: (lambda l: l if all(lead > 0 for lead, _ in l.values()) else None)(
+            _leaders(port, "c6")), what="c6 led")
+        assert {lead for lead, _ in before.values()} == {1, 2, 3}
+        _produce_all(q, "c6", 6, 5)
+        node = before[0][0]
+        q.procs[node].terminate()
+        q.procs[node].start()
+        after = _wait(lambda: (lambda l: l if all(l[i][0] == node for i in l if before[i][0] == node) else None)(
+            _leaders(q.broker_ports[node % 3 + 1], "c6")), what="led again after the restart")
+        mine = [i for i in before if before[i][0] == node]
+        assert all(after[i][1] > before[i][1] for i in mine)
+        c = Consumer({"bootstrap.servers": q.bootstrap, "group.id": "g-c6", "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe(["c6"])
+            got = 0
+            deadline = time.monotonic() + 30
+            while got < 30 and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is not None and not m.error():
+                    got += 1
+            assert got == 30
+        finally:
+            c.close()
+    finally:
+        q.stop()

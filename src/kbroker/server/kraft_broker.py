@@ -30,8 +30,8 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
 
 Not yet: follower fetching (replication), so on a partition with RF > 1 the leader's
 high watermark waits for followers that never fetch: acks=all times out
-(REQUEST_TIMED_OUT) and consumers see nothing past it; transactions; deleting stray logs (on disk, not placed here: logged and left alone); the
-metrics endpoint.
+(REQUEST_TIMED_OUT) and consumers see nothing past it; transactions (no transaction
+coordinator on a KRaft broker yet); the metrics endpoint (``kbroker.metrics.port``).
 """
 from __future__ import annotations
 
@@ -81,6 +81,8 @@ class BrokerMetadataListener(Listener):
         self.image = MetadataImage()
         self.highest_offset = -1
         self.leader_id = -1
+        #: True once a snapshot was skipped: the image may lack topics that exist
+        self.incomplete = False
         self.changed = threading.Condition()
         #: publishers: ``publish(delta, image)`` after each batch, on the raft thread;
         #: ``_publish_lock`` orders installs against publishes

@@ -15,7 +15,8 @@ Runs on the raft thread (BrokerMetadataListener), once per committed batch, in l
    leading (in the background) and unloads each it stops leading; deleted topics run
    the broker's topic-deletion hooks.
 
-The first publish (``delta`` None) applies the whole image as if replayed from empty.
+The first publish (``delta`` None) deletes stray logs (on disk but not placed here by the
+image: Kafka's isStrayKraftReplica), then applies the whole image as if replayed from empty.
 """
 from __future__ import annotations
 
@@ -56,10 +57,10 @@ class BrokerMetadataPublisher:
             b.dynamic_config.reload(b.log_manager)
         changes = delta.local_changes(self.node_id)
         if first:
-            hosted = set(changes.leaders) | set(changes.followers)
-            stray = [tp for tp in b.log_manager.logs if tp not in hosted]
-            for tp in stray:
-                log.warning("log %s-%d is on disk but this broker hosts no such replica; not served", tp[0], tp[1])
+            if getattr(getattr(b, "metadata_listener", None), "incomplete", False):
+                log.warning("the metadata image skipped a snapshot: stray logs are not looked for")
+            else:
+                self._delete_stray_logs(image)
         if changes.deletes or changes.leaders or changes.followers:
             log.info("broker %d applying metadata offset %d: %d leader(s), %d follower(s), %d deleted",
                      self.node_id, image.offset, len(changes.leaders), len(changes.followers), len(changes.deletes))
@@ -77,6 +78,34 @@ class BrokerMetadataPublisher:
         cache = getattr(b, "topic_metadata_cache", None)
         if cache is not None and removed:
             cache.retain(image.topics.by_name)
+
+    def _delete_stray_logs(self, image) -> None:
+        """Kafka's LogManager.isStrayKraftReplica, at the first publish (before any request
+        is served): a log whose topic id is not in the image (the topic was deleted while
+        this broker was down; one re-created under the same name has another id), or whose
+        partition no longer lists this broker, is deleted, so it can never be served as a
+        re-created topic's data. Unlike Kafka, a log without a readable topic id is kept:
+        ``partition.metadata`` of a new log is not fsynced (kbroker/log: a torn one is
+        rewritten from the metadata), so a missing id does not prove the log empty; if
+        the image places the partition here, the log adopts the image's id."""
+        lm = self.broker.log_manager
+        for tp, lg in list(lm.logs.items()):
+            tid = lg.topic_id
+            if tid is None:
+                t = image.topics.by_name.get(tp[0])
+                reg = None if t is None else t.partitions.get(tp[1])
+                if reg is None or self.node_id not in reg.replicas:
+                    log.warning("log %s-%d has no topic id and is not placed on this broker; left alone",
+                                tp[0], tp[1])
+                continue
+            reg = image.topics.partition(tid, tp[1])
+            kt = image.topics.by_id.get(tid)
+            if reg is not None and kt.name == tp[0] and self.node_id in reg.replicas:
+                continue
+            why = ("its topic id is not in the metadata" if reg is None or kt.name != tp[0] else
+                   "the replicas no longer include this broker")
+            log.warning("deleting stray log %s-%d (topic id %s): %s", tp[0], tp[1], tid, why)
+            lm.delete_log(tp)
 
     def _on_leader(self, tp) -> None:
         if tp[0] == OFFSETS_TOPIC and self.broker.group_coordinator is not None:

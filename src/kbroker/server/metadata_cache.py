@@ -47,13 +47,14 @@ class SingleNodeMetadataCache:
 
     def __init__(self, broker):
         self.broker = broker
+        self._rm = broker.replica_manager
 
     @property
     def image(self) -> MetadataImage:
         return self.broker.metadata.image
 
     def states_token(self, t):
-        return self.broker.replica_manager.partitions
+        return self._rm._partitions   # the map object: replaced on every change (ReplicaManager)
 
     def partition_states(self, t) -> list:
         pmap = self.broker.replica_manager.partitions

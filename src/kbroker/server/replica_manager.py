@@ -2,18 +2,23 @@
 
 Kafka: ``core/.../server/ReplicaManager.scala``, ``core/.../cluster/Partition.scala``.
 
-Single broker today: every partition has one replica, this node, which is the
-leader and the whole ISR. The high watermark is the minimum log end offset over
-the ISR, so here it follows the leader's log end offset right after each append
-(and, in fsync mode, after the fsync the log does before returning). The seams
-for replication: ``Partition.isr``, ``Partition.remote_log_end_offsets`` (what
-followers' fetches report), ``Partition.maybe_increment_high_watermark`` (min
-over ISR replicas' LEO metadata, handed to ``Log.maybe_increment_high_watermark``,
-which only moves it forward, under the log's lock: concurrent appends to one
-partition may compute their proposals in any order) and the produce purgatory,
-where acks=all waits for the high watermark to pass the last appended offset.
-Today that wait completes at once; with followers it completes when their
-fetches advance it.
+Zero-config: every partition has one replica, this node, which is the leader and
+the whole ISR (``apply_topic``). A KRaft broker hosts the partitions the controller
+placed on it (``apply_delta``, from each published metadata image): leaders serve
+clients, followers only keep their logs (follower fetching is not wired yet), and a
+partition not led here answers NOT_LEADER_OR_FOLLOWER (``partition_error``).
+
+The high watermark is the minimum log end offset over the ISR; with one replica it
+follows the leader's log end offset right after each append (and, in fsync mode,
+after the fsync the log does before returning). The seams for replication:
+``Partition.isr``, ``Partition.remote_log_end_offsets`` (what followers' fetches
+report; an in-sync follower with none yet holds the high watermark),
+``Partition.maybe_increment_high_watermark`` (min over ISR replicas' LEO metadata,
+handed to ``Log.maybe_increment_high_watermark``, which only moves it forward, under
+the log's lock: concurrent appends to one partition may compute their proposals in
+any order) and the produce purgatory, where acks=all waits for the high watermark to
+pass the last appended offset: at once with one replica, when followers' fetches
+advance it otherwise.
 
 Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
 (a dict read is atomic); each Partition's log has its own append lock.
@@ -203,30 +208,37 @@ class ReplicaManager:
                 on_stop(old.tp)
         for tp in changes.deletes:
             self.log_manager.delete_log(tp)
-        became = []
-        for role, infos in ((True, changes.leaders), (False, changes.followers)):
+        # open or create every log first, then publish all new Partitions in one map swap
+        # (a topic of many partitions costs one copy of the map, not one per partition)
+        made = []
+        for infos in (changes.leaders, changes.followers):
             for tp, info in infos.items():
                 reg = info.partition
                 lg = self.log_manager.get_or_create_log(tp, topic_id=info.topic_id)
-                with self._lock:
-                    old = self._partitions.get(tp)
-                    part = Partition(tp[0], tp[1], info.topic_id, lg, self.node_id, reg.leader_epoch,
-                                     replicas=reg.replicas, isr=reg.isr, leader=reg.leader)
-                    if old is not None and old.log is lg:
-                        part.remote_log_end_offsets = {r: leo for r, leo in old.remote_log_end_offsets.items()
-                                                       if r in part.replicas}
-                    parts = dict(self._partitions)
-                    parts[tp] = part
-                    self._partitions = parts
-                if role:
-                    part.maybe_increment_high_watermark()
-                    if old is None or not old.is_leader:
-                        became.append(tp)
-                else:
-                    if old is not None and old.is_leader and on_stop is not None:
-                        on_stop(tp)
-                self.produce_purgatory.check_and_complete(tp)
-                self.fetch_purgatory.check_and_complete(tp)
+                made.append(Partition(tp[0], tp[1], info.topic_id, lg, self.node_id, reg.leader_epoch,
+                                      replicas=reg.replicas, isr=reg.isr, leader=reg.leader))
+        if not made:
+            return
+        with self._lock:
+            parts = dict(self._partitions)
+            olds = [parts.get(part.tp) for part in made]
+            for part, old in zip(made, olds):
+                if old is not None and old.log is part.log:
+                    part.remote_log_end_offsets = {r: leo for r, leo in old.remote_log_end_offsets.items()
+                                                   if r in part.replicas}
+                parts[part.tp] = part
+            self._partitions = parts
+        became = []
+        for part, old in zip(made, olds):
+            tp = part.tp
+            if part.is_leader:
+                part.maybe_increment_high_watermark()
+                if old is None or not old.is_leader:
+                    became.append(tp)
+            elif old is not None and old.is_leader and on_stop is not None:
+                on_stop(tp)
+            self.produce_purgatory.check_and_complete(tp)
+            self.fetch_purgatory.check_and_complete(tp)
         if on_leader is not None:
             for tp in became:
                 on_leader(tp)

@@ -48,11 +48,15 @@ class TopicMetadataCache:
     """
 
     def __init__(self):
-        self._entries: dict[str, tuple] = {}   # name -> (image, partitions map, parts, {key: bytes})
+        #: name -> (TopicImage, states token, partition states, {(version, ops): bytes}, cluster token)
+        self._entries: dict[str, tuple] = {}
 
-    def get(self, broker, t, v: int, include_ops: bool):
-        view = broker.metadata_cache
-        cluster = view.cluster_token
+    def get(self, broker, t, v: int, include_ops: bool, view=None, cluster=None):
+        """``t``'s entry encoded at ``v``; ``view`` / ``cluster``: the broker's metadata_cache
+        and its cluster_token, when the caller read them once for many topics."""
+        if view is None:
+            view = broker.metadata_cache
+            cluster = view.cluster_token
         token = view.states_token(t)
         key = (v, include_ops)
         e = self._entries.get(t.name)
@@ -118,10 +122,13 @@ def handle_metadata(broker, ctx, req) -> None:
     topics = []
     if req.topics is None or (v == 0 and not req.topics):
         names = sorted(image.topics)
-        topics = [topic_metadata(broker, n, include_ops=include_ops, version=v) for n in names]
         cache = getattr(broker, "topic_metadata_cache", None)
         if cache is not None:
+            get, by_name, cluster = cache.get, image.topics, view.cluster_token
+            topics = [get(broker, by_name[n], v, include_ops, view, cluster) for n in names]
             cache.retain(image.topics)
+        else:
+            topics = [topic_metadata(broker, n, include_ops=include_ops, version=v) for n in names]
     else:
         allow_auto = (req.allow_auto_topic_creation if v >= 4 else True) and broker.config["auto.create.topics.enable"]
         for rt in req.topics:
