@@ -738,6 +738,7 @@ class FakeCtx:
         self.api_version = version
         self.client_id = "client"
         self.client_host = "127.0.0.1"
+        self.request = types.SimpleNamespace(listener_name="PLAINTEXT")
         self.responses = []
 
     def respond(self, body, version=None):
@@ -747,7 +748,8 @@ class FakeCtx:
 
 def _broker(env):
     topics = {"t": types.SimpleNamespace(num_partitions=2)}
-    return types.SimpleNamespace(group_coordinator=env.c, node=(1, "127.0.0.1", 9092),
+    return types.SimpleNamespace(group_coordinator=env.c, node=(1, "127.0.0.1", 9092), node_id=1,
+                                 endpoint=lambda listener_name=None: ("127.0.0.1", 9092),
                                  metadata=types.SimpleNamespace(image=types.SimpleNamespace(topics=topics)))
 
 
