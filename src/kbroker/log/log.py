@@ -774,6 +774,19 @@ class Log:
                     return found
         return None
 
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """A replica becoming leader of ``epoch``: record that the epoch starts at
+        ``start_offset`` (its log end offset) before anything is appended in it, so a
+        follower's diverging-epoch check sees the new epoch at once (Kafka's
+        assignEpochStartOffset). Written to the checkpoint now: once per leader change."""
+        with self._lock:
+            if self.leader_epoch_cache.latest_epoch != epoch:
+                self.leader_epoch_cache.assign(epoch, start_offset)
+        try:
+            self.leader_epoch_cache.flush()
+        except OSError as e:
+            raise KafkaStorageError(f"error writing the leader-epoch checkpoint of {self.name}: {e}") from e
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset) — see LeaderEpochFileCache.end_offset_for."""
         return self.leader_epoch_cache.end_offset_for(epoch, self._view.end.message_offset)
