@@ -237,3 +237,18 @@ def test_truncation_is_durable_before_it_returns(tmp_path, monkeypatch, full):
     assert os.path.realpath(lg.dir) in synced
     if not full:
         assert os.path.realpath(lg.active_segment.log_path) in synced
+
+
+def test_truncate_to_the_log_end_drops_an_epoch_entry_without_batches(tmp_path):
+    """A replica that led epoch 4 without writing in it (assign_epoch_start_offset) and
+    is told its epoch-3 data ends at its log end: the log keeps every batch, the epoch
+    cache loses (4, end), else its next fetch names epoch 4 again, forever."""
+    lg = open_log(tmp_path / "t-0")
+    lg.append_as_follower(lbatch(0, 3, epoch=3))
+    lg.assign_epoch_start_offset(4, 3)
+    assert lg.leader_epoch_cache.epoch_entries() == [(3, 0), (4, 3)]
+    assert lg.truncate_to(3) is False
+    assert lg.log_end_offset == 3
+    assert lg.latest_epoch == 3
+    lg = reopened(lg, "crash")
+    assert lg.leader_epoch_cache.epoch_entries() == [(3, 0)]

@@ -887,6 +887,13 @@ class Log:
             raise ValueError(f"Cannot truncate partition {self.name} to a negative offset ({target_offset}).")
         with self._lock:
             if target_offset >= self._leo:
+                # Nothing to cut, but an epoch entry at the log end with no batches (a
+                # leader's, assign_epoch_start_offset) may conflict with the new leader's
+                # log: Kafka truncates the epoch cache here too.
+                cache = self.leader_epoch_cache
+                if cache.latest_epoch is not None and cache.epoch_entries()[-1][1] >= target_offset:
+                    cache.truncate_from_end(target_offset)
+                    self._sync_truncation_locked(None)
                 return False
             if target_offset < self._segments[0].base_offset:
                 self._truncate_fully_locked(target_offset)
