@@ -354,3 +354,15 @@ def test_alter_partition_answers():
     assert lead.make_leader(10, leader_epoch=3, partition_epoch=4, replicas=[1, 2], isr=[1],
                             leader_end_offset=10) is False
     assert lead.state.isr == {1, 2}
+
+
+def test_alter_partition_request_encodes_at_v3():
+    """The manager's request goes on the wire as AlterPartition v3 (ISR with broker
+    epochs, KIP-903): it must encode there (v3 has no new_isr)."""
+    from kbroker.protocol.messages.alter_partition import AlterPartitionRequest
+    mgr = AlterPartitionManager(1, lambda: 100)
+    mgr.submit("t", TOPIC_ID, 0, LeaderAndIsr(1, 3, ((1, 100), (2, 200)), 4), lambda r, e: None)
+    req = AlterPartitionRequest.decode(mgr.poll(0).encode(3), 3)
+    (p,) = req.topics[0].partitions
+    assert [(s.broker_id, s.broker_epoch) for s in p.new_isr_with_epochs] == [(1, 100), (2, 200)]
+    assert (req.broker_id, req.broker_epoch, p.leader_epoch, p.partition_epoch) == (1, 100, 3, 4)

@@ -249,3 +249,20 @@ def test_complete_batches_drops_a_partial_tail():
     b = records.encode_batch([(1, b"k", b"v", [])])
     assert bytes(complete_batches(b + b[:20])) == b
     assert bytes(complete_batches(b[:5])) == b""
+
+
+def test_follower_takes_the_leaders_log_start_offset_up_to_its_high_watermark(tmp_path):
+    llog, flog = open_log(tmp_path / "l" / "t-0"), open_log(tmp_path / "f" / "t-0")
+    pl = leader_for(llog, 1)
+    produce(llog, 3, 1)
+    produce(llog, 3, 1)
+    f = ReplicaFetcher(2, 1, lambda: 12)
+    f.add_partition(TP, TID, 1, flog)
+    round_trip(f, pl, llog)
+    round_trip(f, pl, llog)
+    assert llog.high_watermark == 6
+    llog.delete_records(4)                  # DeleteRecords on the leader
+    round_trip(f, pl, llog)
+    assert (flog.high_watermark, flog.log_start_offset) == (6, 4)
+    req = FetchRequest.decode(f.poll(0).encode(V), V)
+    assert req.topics[0].partitions[0].log_start_offset == 4

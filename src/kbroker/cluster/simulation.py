@@ -49,14 +49,18 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 
+from kbroker.cluster.alter_partition import AlterPartitionManager
 from kbroker.cluster.follower_fetch import handle_follower_fetch, maybe_increment_high_watermark
-from kbroker.cluster.partition_leader import LeaderAndIsr, PartitionLeader
+from kbroker.cluster.partition_leader import PartitionLeader
 from kbroker.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from kbroker.kernels import records
 from kbroker.log import LogConfig
 from kbroker.log.log import Log
 from kbroker.log.producer_state import ProducerStateError
 from kbroker.protocol import ErrorCode
+from kbroker.protocol.messages.alter_partition import (
+    AlterPartitionRequest, AlterPartitionResponse, AlterPartitionResponsePartitionData, AlterPartitionResponseTopicData,
+)
 from kbroker.protocol.messages.fetch import FetchableTopicResponse, FetchRequest, FetchResponse
 
 log = logging.getLogger(__name__)
@@ -188,29 +192,39 @@ class Controller:
         if b in self.fenced and self.sim.brokers[b].alive:
             self.unfence(b)
 
-    def alter_partition(self, b: int, broker_epoch: int, proposal: LeaderAndIsr):
-        """(result, error) with Kafka's checks."""
+    def alter_partition(self, req: AlterPartitionRequest) -> AlterPartitionResponse:
+        """Kafka's checks, per partition: the sender's broker epoch, its leader epoch,
+        the partition epoch (a request for the current ISR is answered with it), and new
+        members alive, unfenced and in their current broker epoch."""
+        b = req.broker_id
+        if req.broker_epoch != self.broker_epochs[b] or b in self.fenced:
+            return AlterPartitionResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
+        topics = []
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                err = self._alter(b, p)
+                s = self.state
+                parts.append(AlterPartitionResponsePartitionData(
+                    partition_index=p.partition_index, error_code=err, leader_id=s.leader,
+                    leader_epoch=s.leader_epoch, isr=sorted(s.isr), partition_epoch=s.partition_epoch))
+            topics.append(AlterPartitionResponseTopicData(topic_id=t.topic_id, partitions=parts))
+        return AlterPartitionResponse(error_code=ErrorCode.NONE, topics=topics)
+
+    def _alter(self, b: int, p) -> int:
         s = self.state
-        if broker_epoch != self.broker_epochs[b] or b in self.fenced:
-            return None, ErrorCode.STALE_BROKER_EPOCH
-        if proposal.leader != s.leader or proposal.leader_epoch != s.leader_epoch:
-            return None, ErrorCode.FENCED_LEADER_EPOCH
-        new = dict(proposal.isr_with_epochs)
-        if proposal.partition_epoch != s.partition_epoch:
-            if frozenset(new) == s.isr:
-                return self._leader_and_isr(), ErrorCode.NONE
-            return None, ErrorCode.INVALID_UPDATE_VERSION
+        if b != s.leader or p.leader_epoch != s.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        new = {x.broker_id: x.broker_epoch for x in p.new_isr_with_epochs}
+        if p.partition_epoch != s.partition_epoch:
+            return ErrorCode.NONE if frozenset(new) == s.isr else ErrorCode.INVALID_UPDATE_VERSION
         for r, e in new.items():
             if r not in s.isr and (r in self.fenced or not self.sim.brokers[r].alive
                                    or (e != -1 and e != self.broker_epochs[r])):
-                return None, ErrorCode.INELIGIBLE_REPLICA
+                return ErrorCode.INELIGIBLE_REPLICA
         if frozenset(new) != s.isr:
             self._publish(isr=frozenset(new))
-        return self._leader_and_isr(), ErrorCode.NONE
-
-    def _leader_and_isr(self) -> LeaderAndIsr:
-        s = self.state
-        return LeaderAndIsr(s.leader, s.leader_epoch, tuple((r, -1) for r in sorted(s.isr)), s.partition_epoch)
+        return ErrorCode.NONE
 
 
 @dataclass
@@ -240,7 +254,7 @@ class Broker:
         self.pending_acks: list[PendingAck] = []
         self.applied_version = -1
         self.flushed_hw = 0
-        self.proposal_sent_at = -1
+        self.alter_partition = AlterPartitionManager(bid, lambda: self.broker_epoch, retry_backoff_ms=20)
 
     def _open(self, recovery_point: int, hw: int | None) -> Log:
         cfg = LogConfig({"segment.bytes": self.sim.cfg.segment_bytes, "file.delete.delay.ms": 0})
@@ -368,6 +382,7 @@ class Broker:
                                       self.sim.cfg.min_insync_replicas)
         self.broker_epoch = self.sim.controller.register(self.id)
         self.leader.local_broker_epoch = self.broker_epoch
+        self.alter_partition = AlterPartitionManager(self.id, lambda: self.broker_epoch, retry_backoff_ms=20)
         self.sim.push_metadata(self.id)
 
     def flush(self) -> None:
@@ -549,34 +564,52 @@ class Sim:
 
     # -- ISR proposals ------------------------------------------------------------------------------
     def submit(self, b: Broker, proposal) -> None:
-        b.proposal_sent_at = self.now
-        epoch = b.broker_epoch
+        """Queue an ISR proposal on the broker's AlterPartitionManager."""
         life = b.life
 
-        def at_controller():
-            result, err = self.controller.alter_partition(b.id, epoch, proposal.sent)
-            self.send(0, b.id, lambda: answer(result, err))
-
-        def answer(result, err):
+        def done(result, err):
             if not b.alive or b.life != life:
                 return
             outcome = b.leader.on_alter_partition_result(proposal, result, err)
             self.trace(f"broker {b.id} AlterPartition {sorted(proposal.sent.isr)}: {ErrorCode(err).name} {outcome}")
             if outcome == "retry":
-                self.after(20, lambda: self.submit(b, proposal) if b.leader.state is proposal else None)
+                self.submit(b, proposal)
             b.after_leader_change()
+
+        if not b.alter_partition.submit(TOPIC, TOPIC_ID, 0, proposal.sent, done):
+            done(None, ErrorCode.OPERATION_NOT_ATTEMPTED)
+        self.pump_alter_partition(b)
+
+    def pump_alter_partition(self, b: Broker) -> None:
+        """Send the broker's AlterPartition request, if it has one to send now; a request
+        or answer lost fails the request after the request timeout (the manager retries)."""
+        mgr = b.alter_partition
+        req = mgr.poll(self.now)
+        if req is None:
+            return
+        wire = req.encode(3)
+        state = {"answered": False}
+
+        def answer(resp):
+            if state["answered"] or b.alter_partition is not mgr or not b.alive:
+                return
+            state["answered"] = True
+            for cb, res, err in mgr.on_response(self.now, resp):
+                cb(res, err)
+            self.pump_alter_partition(b)
+
+        def at_controller():
+            resp = self.controller.alter_partition(AlterPartitionRequest.decode(wire, 3))
+            self.send(0, b.id, lambda: answer(AlterPartitionResponse.decode(resp.encode(3), 3)))
         self.send(b.id, 0, at_controller)
+        self.after(self.cfg.request_timeout_ms, lambda: answer(None))
 
     def leader_tick(self, b: Broker) -> None:
         if b.alive and b.leader.is_leader:
-            pl = b.leader
-            if pl.state.is_inflight:
-                if self.now - b.proposal_sent_at > 100:
-                    self.submit(b, pl.state)      # lost: send it again
-            else:
-                proposal = pl.maybe_shrink_isr(self.now, b.log.log_end_offset)
-                if proposal is not None:
-                    self.submit(b, proposal)
+            proposal = b.leader.maybe_shrink_isr(self.now, b.log.log_end_offset)
+            if proposal is not None:
+                self.submit(b, proposal)
+            self.pump_alter_partition(b)       # retries after the manager's backoff
             b.complete_acks()
             b.after_leader_change()
 
