@@ -266,3 +266,24 @@ def test_follower_takes_the_leaders_log_start_offset_up_to_its_high_watermark(tm
     assert (flog.high_watermark, flog.log_start_offset) == (6, 4)
     req = FetchRequest.decode(f.poll(0).encode(V), V)
     assert req.topics[0].partitions[0].log_start_offset == 4
+
+
+def test_an_empty_follower_whose_start_falls_inside_the_leaders_first_batch(tmp_path):
+    """DeleteRecords left the leader's log start (2) inside its batch 0..4: the empty
+    follower restarted at 2 gets that whole batch and restarts its log at 0 to take it
+    (Kafka's UnexpectedAppendOffsetException handling)."""
+    llog, flog = open_log(tmp_path / "l" / "t-0"), open_log(tmp_path / "f" / "t-0")
+    pl = leader_for(llog, 1, isr=(1,))
+    produce(llog, 5, 1)
+    from kbroker.cluster.follower_fetch import maybe_increment_high_watermark
+    maybe_increment_high_watermark(pl, llog, 0)
+    llog.delete_records(2)
+    f = ReplicaFetcher(2, 1, lambda: 12)
+    f.add_partition(TP, TID, 1, flog)
+    assert round_trip(f, pl, llog) == {TP: "out_of_range"}
+    f.on_leader_offsets(0, TP, 1, llog.log_start_offset, llog.log_end_offset)
+    assert (flog.log_start_offset, flog.log_end_offset) == (2, 2)
+    assert round_trip(f, pl, llog) == {TP: "appended"}
+    assert flog.log_end_offset == 5 and read_all(flog, 2) == read_all(llog, 2)
+    round_trip(f, pl, llog)
+    assert (flog.log_start_offset, flog.high_watermark) == (2, 5)

@@ -111,6 +111,8 @@ class _Sent:
 
 
 _LENGTH = struct.Struct(">qi")
+_BASE = struct.Struct(">q")
+_DELTA = struct.Struct(">i")     # last_offset_delta, at byte 23 of a v2 batch
 
 
 def complete_batches(buf) -> memoryview:
@@ -288,6 +290,7 @@ class ReplicaFetcher:
         if records is not None:
             data = complete_batches(records)
             if len(data):
+                self._maybe_start_at_first_batch(tp, lg, data)
                 lg.append_as_follower(data)
                 outcome = "appended"
         lg.update_high_watermark(min(p.high_watermark, lg.log_end_offset))
@@ -300,6 +303,22 @@ class ReplicaFetcher:
                                       last_fetched_epoch=st.last_fetched_epoch if epoch is None else epoch,
                                       delayed_until_ms=0)
         return outcome
+
+    @staticmethod
+    def _maybe_start_at_first_batch(tp, lg: FollowerLog, data) -> None:
+        """An empty log whose start (the leader's log start offset, moved by DeleteRecords)
+        falls inside the first batch fetched restarts at that batch's base offset, so the
+        batch can be appended whole (Kafka: Partition.doAppendRecordsToFollowerOrFutureReplica
+        on UnexpectedAppendOffsetException); the next fetches move the log start back up."""
+        end = lg.log_end_offset
+        if end != lg.log_start_offset or len(data) < 27:
+            return
+        base = _BASE.unpack_from(data, 0)[0]
+        last = base + _DELTA.unpack_from(data, 23)[0]
+        if base < end <= last:
+            log.info("Restarting the empty log of %s at %d: the first batch fetched holds %d..%d", tp, base,
+                     base, last)
+            lg.truncate_fully_and_start_at(base)
 
     def _truncate_on_diverging_epoch(self, tp, st, lg: FollowerLog, leader_epoch: int, leader_end: int) -> str:
         """Kafka's getOffsetTruncationState: the leader says our last fetched epoch ends at

@@ -15,11 +15,12 @@ and a broker may be cut off from the other brokers and the controller for a whil
 
 Producers are idempotent (one batch in flight, retried with the same sequence until
 acknowledged) with acks=all and ``min.insync.replicas=2``; an ack is sent when the
-leader's high watermark passes the batch. A crash keeps only what the broker flushed:
-the reopened log is its files cut back to the recovery point (a torn partial batch
-after it, sometimes), recovered without the clean-shutdown marker. Faults keep to what
-Kafka promises to survive without data loss: a broker crashes only while every replica
-is in the ISR, so the two others hold every acknowledged record.
+leader's high watermark passes the batch. A process crash keeps every byte written;
+a power loss only what the broker flushed: the reopened log is its files cut back to
+the recovery point (a torn partial batch after it, sometimes), recovered without the
+clean-shutdown marker. Faults keep to what Kafka promises to survive without data loss:
+one broker down at a time, and a power loss only while every replica is in the ISR, so
+the two others hold every acknowledged record.
 
 Invariants, checked after every event (a violation raises :class:`InvariantViolation`
 naming the seed):
@@ -30,6 +31,8 @@ naming the seed):
   is the same batch (offsets and CRC) on every replica that ever has that offset below
   its own high watermark, followers included (their logs below their high watermark are
   prefixes of the leaders');
+* a replica's leader-epoch cache is what its batches say (checked after every restart
+  and truncation, and at the end);
 * every acknowledged record is in the log of every replica that becomes leader after
   the ack, at its acknowledged offset, and, after the faults heal, in every final log;
   two acks of one batch name the same offsets (no duplicates).
@@ -70,6 +73,7 @@ TP = (TOPIC, 0)
 TOPIC_ID = uuid.UUID(int=0x5151)
 REPLICAS = (1, 2, 3)
 FETCH_VERSION = 17
+EPOCH_MS = 1_700_000_000_000     # the wall clock at simulated time 0
 _BATCH_HEAD = struct.Struct(">qi")
 _CRC = struct.Struct(">I")
 
@@ -95,6 +99,7 @@ class SimConfig:
     crash_every_ms: int = 700       # mean gaps between fault events of each kind
     move_every_ms: int = 600
     isolate_every_ms: int = 900
+    delete_records_every_ms: int = 700   # DeleteRecords on the leader (then a retention pass)
     flush_every_ms: int = 40
     segment_bytes: int = 1500
     stale_producer_metadata: float = 0.15   # a producer sends to the previous leader
@@ -245,10 +250,11 @@ class Broker:
         self.alive = True
         self.life = 0
         self.broker_epoch = 1
-        self.log = self._open(0, None)
+        self.log = self._open(0, 0, None)
         self.leader = PartitionLeader(bid, Registry(sim.controller), sim.cfg.replica_lag_time_max_ms,
                                       sim.cfg.min_insync_replicas, local_broker_epoch=1)
         self.fetcher: ReplicaFetcher | None = None
+        self.offsets_query = None        # the leader-offsets query in flight (a token)
         self.fetch_token = 0
         self.parked: list = []           # follower fetches waiting for data (DelayedFetch)
         self.pending_acks: list[PendingAck] = []
@@ -256,10 +262,11 @@ class Broker:
         self.flushed_hw = 0
         self.alter_partition = AlterPartitionManager(bid, lambda: self.broker_epoch, retry_backoff_ms=20)
 
-    def _open(self, recovery_point: int, hw: int | None) -> Log:
+    def _open(self, log_start_offset: int, recovery_point: int, hw: int | None) -> Log:
         cfg = LogConfig({"segment.bytes": self.sim.cfg.segment_bytes, "file.delete.delay.ms": 0})
-        return Log.open(self.dir, cfg, time_ms=lambda: self.sim.now + 1_700_000_000_000,
-                        recovery_point=recovery_point, high_watermark=hw, had_clean_shutdown=False)
+        return Log.open(self.dir, cfg, time_ms=lambda: self.sim.now + EPOCH_MS,
+                        log_start_offset=log_start_offset, recovery_point=recovery_point, high_watermark=hw,
+                        had_clean_shutdown=False)
 
     # -- metadata ----------------------------------------------------------------------
     def apply_metadata(self, s: PartitionState) -> None:
@@ -329,7 +336,7 @@ class Broker:
         err = pl.check_append(-1)
         if err:
             return err, None
-        buf = bytearray(records.encode_batch([(self.sim.now, b"k", v, []) for v in values],
+        buf = bytearray(records.encode_batch([(self.sim.now + EPOCH_MS, b"k", v, []) for v in values],
                                              producer_id=producer, producer_epoch=0, base_sequence=seq))
         try:
             info = self.log.append_as_leader(buf, leader_epoch=pl.leader_epoch)
@@ -343,21 +350,25 @@ class Broker:
         return ErrorCode.NONE, ack
 
     # -- crash / restart ------------------------------------------------------------------
-    def crash(self, torn: bool) -> None:
-        """Power loss: only what was flushed survives (the files cut at the recovery point)."""
+    def crash(self, power_loss: bool, torn: bool) -> None:
+        """A process crash keeps every byte written (the page cache); a power loss only
+        what was flushed (the files cut at the recovery point, maybe a torn batch after).
+        Either way the restart recovers from the recovery point without the clean-shutdown
+        marker, with the high watermark of the last flush (its checkpoint)."""
         lg = self.log
         rp = lg.recovery_point
-        where = lg.convert_to_offset_metadata(rp)
+        # nothing durable at or above the log start offset: every segment goes
+        where = lg.convert_to_offset_metadata(rp) if rp >= lg.log_start_offset else None
         with lg._lock:
             lg._closed = True
             segs = list(lg._segments) + [s for _, s in lg._pending_deletes]
         for s in segs:
             s.close_handlers()
-        for name in os.listdir(self.dir):
+        for name in os.listdir(self.dir) if power_loss else ():
             if name.endswith(".log"):
                 base = int(name[:20])
                 path = os.path.join(self.dir, name)
-                if base > where.segment_base_offset:
+                if where is None or base > where.segment_base_offset:
                     os.unlink(path)
                 elif base == where.segment_base_offset:
                     os.truncate(path, where.relative_position_in_segment)
@@ -372,10 +383,11 @@ class Broker:
         self.leader.make_follower()
         self.applied_version = -1
         self.restart_rp = rp
+        self.restart_lso = lg.log_start_offset      # its checkpoint
 
     def restart(self) -> None:
         self.life += 1
-        self.log = self._open(self.restart_rp, None)
+        self.log = self._open(self.restart_lso, self.restart_rp, None)
         self.log.update_high_watermark(self.flushed_hw)
         self.alive = True
         self.leader = PartitionLeader(self.id, Registry(self.sim.controller), self.sim.cfg.replica_lag_time_max_ms,
@@ -424,6 +436,7 @@ class Sim:
         self.checked_hw: dict[tuple, int] = {}
         self.producing = True
         self.events = 0
+        self.deleted_below = 0          # DeleteRecords asked for: acked records below may go
         self.stats: dict[str, int] = {}
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -491,6 +504,7 @@ class Sim:
         fetcher = f.fetcher
         if not f.alive or fetcher is None:
             return
+        self.query_leader_offsets(f)
         req = fetcher.poll(self.now)
         if req is None:
             d = fetcher.next_deadline_ms()
@@ -505,6 +519,52 @@ class Sim:
         self.send(f.id, leader.id, lambda: self.serve_fetch(leader, f, tok, wire))
         self.after(self.cfg.request_timeout_ms, lambda: self.fetch_answered(f, tok, None))
 
+    def query_leader_offsets(self, f: Broker) -> None:
+        """An OUT_OF_RANGE partition asks the leader for its log start and end offsets
+        (ListOffsets EARLIEST / LATEST with the replica id, in the server)."""
+        fetcher = f.fetcher
+        queries = fetcher.offset_queries()
+        if not queries or f.offsets_query is not None:
+            return
+        (tp, epoch), = queries
+        token = object()
+        f.offsets_query = token
+        leader = self.brokers[fetcher.source_broker_id]
+
+        def at_leader():
+            if not leader.alive:
+                return
+            pl = leader.leader
+            if not pl.is_leader:
+                answer = (-1, -1, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            elif epoch > pl.leader_epoch:
+                answer = (-1, -1, ErrorCode.UNKNOWN_LEADER_EPOCH)
+            elif epoch < pl.leader_epoch:
+                answer = (-1, -1, ErrorCode.FENCED_LEADER_EPOCH)
+            else:
+                answer = (leader.log.log_start_offset, leader.log.log_end_offset, ErrorCode.NONE)
+            self.send(leader.id, f.id, lambda: answered(*answer))
+
+        def answered(start, end, err):
+            if f.offsets_query is not token:
+                return
+            f.offsets_query = None
+            if not f.alive or f.fetcher is not fetcher:
+                return
+            outcome = fetcher.on_leader_offsets(self.now, tp, epoch, start, end, err)
+            self.count(f"leader_offsets_{outcome}")
+            self.trace(f"broker {f.id}: leader offsets [{start}, {end}) {ErrorCode(err).name}: {outcome}")
+            if outcome == "truncated":
+                self.check_epoch_cache(f)
+            self.poll_fetcher(f)
+
+        def timed_out():
+            if f.offsets_query is token:
+                f.offsets_query = None
+                self.poll_fetcher(f)
+        self.send(f.id, leader.id, at_leader)
+        self.after(self.cfg.request_timeout_ms, timed_out)
+
     def fetch_answered(self, f: Broker, tok: int, resp) -> None:
         if not f.alive or f.fetch_token != tok or f.fetcher is None:
             return
@@ -512,6 +572,8 @@ class Sim:
         outcome = f.fetcher.on_fetch_response(self.now, resp)
         for v in outcome.values():
             self.count(f"fetch_{v}")
+        if "truncated" in outcome.values():
+            self.check_epoch_cache(f)
         if self.verbose and outcome and any(v not in ("empty", "appended") for v in outcome.values()):
             self.trace(f"broker {f.id} fetch: {outcome}")
         self.check_follower(f)
@@ -684,13 +746,18 @@ class Sim:
 
     def fault_crash(self) -> None:
         if self.now < self.cfg.fault_ms:
-            if self.full_isr_everyone_up():
+            # A power loss only while the two others hold every acknowledged record (Kafka
+            # needs an ISR member that did not lose its tail); a process crash any time
+            # one broker is down at most.
+            power_loss = self.rng.random() < 0.6
+            if self.full_isr_everyone_up() if power_loss else all(b.alive for b in self.brokers.values()):
                 b = self.brokers[self.rng.choice(REPLICAS)]
-                torn = self.rng.random() < 0.5
+                torn = power_loss and self.rng.random() < 0.5
                 self.trace(f"CRASH broker {b.id} (recovery point {b.log.recovery_point}, "
-                           f"log end {b.log.log_end_offset}, torn={torn})")
-                self.count("crash_lost_records" if b.log.recovery_point < b.log.log_end_offset else "crash")
-                b.crash(torn)
+                           f"log end {b.log.log_end_offset}, power loss={power_loss}, torn={torn})")
+                lost = power_loss and b.log.recovery_point < b.log.log_end_offset
+                self.count("crash_lost_records" if lost else "crash")
+                b.crash(power_loss, torn)
                 self.controller.fence(b.id)
                 self.after(self.rng.randint(50, 400), lambda: self.restart(b))
             self.after(int(self.rng.expovariate(1 / self.cfg.crash_every_ms)) + 1, self.fault_crash)
@@ -699,6 +766,7 @@ class Sim:
         self.trace(f"RESTART broker {b.id}")
         b.restart()
         self.trace(f"broker {b.id} reopened: log end {b.log.log_end_offset}, hw {b.log.high_watermark}")
+        self.check_epoch_cache(b)
         self.check_follower(b)
 
     def fault_move(self) -> None:
@@ -718,6 +786,22 @@ class Sim:
                 self.count("isolation")
                 self.after(self.rng.randint(100, 600), self.heal_isolation)
             self.after(int(self.rng.expovariate(1 / self.cfg.isolate_every_ms)) + 1, self.fault_isolate)
+
+    def fault_delete_records(self) -> None:
+        """DeleteRecords at the leader up to a random offset below its high watermark,
+        then a retention pass (segments wholly below the log start offset go): a follower
+        that lost more than that on a crash must restart its log at the leader's start."""
+        if self.now < self.cfg.fault_ms:
+            s = self.controller.state
+            b = self.brokers.get(s.leader)
+            if b is not None and b.alive and b.leader.is_leader and b.log.high_watermark > b.log.log_start_offset:
+                target = self.rng.randint(b.log.log_start_offset, b.log.high_watermark)
+                self.deleted_below = max(self.deleted_below, target)
+                b.log.delete_records(target)
+                b.log.delete_old_segments()
+                self.count("delete_records")
+                self.trace(f"broker {b.id}: DeleteRecords to {target}")
+            self.after(int(self.rng.expovariate(1 / self.cfg.delete_records_every_ms)) + 1, self.fault_delete_records)
 
     def heal_isolation(self) -> None:
         self.trace(f"HEAL broker {self.isolated}")
@@ -766,16 +850,48 @@ class Sim:
                 raise InvariantViolation(f"seed {self.seed}: cannot read {lg} at {off}")
         return out
 
+    def check_epoch_cache(self, b: Broker) -> None:
+        """The leader-epoch cache is what the batches say: the first offset of each new
+        partition leader epoch, epochs never going back; plus, on a replica that led, an
+        entry at the log end for an epoch it has not written in yet."""
+        lg = b.log
+        derived = []
+        off, end = lg.log_start_offset, lg.log_end_offset
+        while off < end:
+            data = lg.read(off, 1 << 20).records.read_bytes()
+            pos, n = 0, len(data)
+            while pos + 61 <= n:
+                base, length = _BATCH_HEAD.unpack_from(data, pos)
+                if 12 + length > n - pos:
+                    break
+                epoch = struct.unpack_from(">i", data, pos + 12)[0]
+                if derived and epoch < derived[-1][0]:
+                    self.fail(f"broker {b.id}: batch {base} has epoch {epoch} after epoch {derived[-1][0]}")
+                if not derived or epoch > derived[-1][0]:
+                    derived.append((epoch, max(base, lg.log_start_offset)))
+                off = base + struct.unpack_from(">i", data, pos + 23)[0] + 1
+                pos += 12 + length
+        entries = lg.leader_epoch_cache.epoch_entries()
+        if entries and entries[-1][1] == end and (not derived or entries[-1][0] > derived[-1][0]):
+            entries = entries[:-1]
+        if entries != derived:
+            self.fail(f"broker {b.id}: leader-epoch cache {entries} but its batches say {derived}")
+
     def _missing_acked(self, lg: Log) -> list[int]:
+        """Acknowledged offsets not in ``lg`` with their value (those below what
+        DeleteRecords removed excepted)."""
+        if lg.log_start_offset > self.deleted_below:
+            self.fail(f"{lg.name} starts at {lg.log_start_offset}: nothing deleted records above "
+                      f"{self.deleted_below}")
         leo = lg.log_end_offset
-        missing = [o for o in self.acked if o >= leo]
+        acked = {o: v for o, v in self.acked.items() if o >= lg.log_start_offset}
+        missing = [o for o in acked if o >= leo]
         if missing:
             return sorted(missing)
-        if not self.acked:
+        if not acked:
             return []
         got = {}
-        lo = min(self.acked)
-        data_off = lo
+        data_off = min(acked)
         while data_off < leo:
             data = lg.read(data_off, 1 << 20).records.read_bytes()
             bs = records.decode_batches(data)
@@ -785,7 +901,7 @@ class Sim:
                 for r in bt.records:
                     got[r.offset] = r.value
             data_off = bs[-1].base_offset + bs[-1].last_offset_delta + 1
-        return sorted(o for o, v in self.acked.items() if got.get(o) != v)
+        return sorted(o for o, v in acked.items() if got.get(o) != v)
 
     def note_committed(self, b: Broker, lg: Log, start: int, end: int, what: str) -> None:
         for base, last, crc in self._batches(lg, start, end):
@@ -827,7 +943,7 @@ class Sim:
             prev = self.leader_hw.get(key)
             if prev is not None and hw < prev:
                 self.fail(f"leader {b.id} high watermark went back from {prev} to {hw} in epoch {e}")
-            start = prev if prev is not None else hw
+            start = max(prev if prev is not None else hw, b.log.log_start_offset)
             if hw > start:
                 self.note_committed(b, b.log, start, hw, "leader")
             self.leader_hw[key] = hw
@@ -844,6 +960,7 @@ class Sim:
             self.after(self.rng.randint(50, 400), self.fault_crash)
             self.after(self.rng.randint(50, 400), self.fault_move)
             self.after(self.rng.randint(50, 400), self.fault_isolate)
+            self.after(self.rng.randint(50, 400), self.fault_delete_records)
             self.at(self.cfg.fault_ms, self.stop_producing)
             end = self.cfg.fault_ms + self.cfg.heal_ms
             while self._q and self._q[0][0] <= end:
@@ -878,15 +995,17 @@ class Sim:
         if c.isr != frozenset(REPLICAS):
             self.fail(f"the ISR is {sorted(c.isr)} after the faults healed")
         for b in self.brokers.values():
+            self.check_epoch_cache(b)
             missing = self._missing_acked(b.log)
             if missing:
                 self.fail(f"broker {b.id}'s final log lacks acknowledged records {missing[:5]}")
             if b.log.log_end_offset != leader.log.log_end_offset:
                 self.fail(f"broker {b.id} ends at {b.log.log_end_offset}, the leader at "
                           f"{leader.log.log_end_offset}")
-        ref = self._batches(leader.log, 0, leader.log.log_end_offset)
+        start = max(b.log.log_start_offset for b in self.brokers.values())
+        ref = self._batches(leader.log, start, leader.log.log_end_offset)
         for b in self.brokers.values():
-            if self._batches(b.log, 0, b.log.log_end_offset) != ref:
+            if self._batches(b.log, start, b.log.log_end_offset) != ref:
                 self.fail(f"broker {b.id}'s final log differs from the leader's")
 
     def summary(self) -> str:
