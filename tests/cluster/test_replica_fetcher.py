@@ -287,3 +287,20 @@ def test_an_empty_follower_whose_start_falls_inside_the_leaders_first_batch(tmp_
     assert flog.log_end_offset == 5 and read_all(flog, 2) == read_all(llog, 2)
     round_trip(f, pl, llog)
     assert (flog.log_start_offset, flog.high_watermark) == (2, 5)
+
+
+def test_a_follower_below_the_leaders_log_start_joins_the_isr_only_after_taking_it(tmp_path):
+    """Below the leader's log start the diverging-epoch check sees nothing (the leader's
+    epoch cache starts there): a follower joins the ISR once its log start caught up."""
+    llog = open_log(tmp_path / "l" / "t-0")
+    pl = leader_for(llog, 1, isr=(1,))
+    produce(llog, 5, 1)
+    from kbroker.cluster.follower_fetch import maybe_increment_high_watermark
+    maybe_increment_high_watermark(pl, llog, 0)
+    llog.delete_records(5)
+    kw = dict(replica_id=2, broker_epoch=12, current_leader_epoch=1, fetch_offset=5, last_fetched_epoch=1,
+              max_bytes=1000)
+    r = handle_follower_fetch(pl, llog, 10, log_start_offset=0, **kw)
+    assert r.proposal is None and r.data.log_start_offset == 5
+    r = handle_follower_fetch(pl, llog, 20, log_start_offset=5, **kw)
+    assert r.proposal is not None and r.proposal.new_in_sync_replica_id == 2

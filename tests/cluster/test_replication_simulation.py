@@ -42,6 +42,17 @@ def test_replication_keeps_every_acknowledged_record():
         assert stats.get("leader_offsets_truncated", 0) > 0, stats     # a follower behind the log start
 
 
+#: seeds beyond the default range that once failed (with the schedules of the simulation
+#: as it is): 1709, a restarted former leader whose log diverged below the leader's
+#: log start offset (DeleteRecords) joined the ISR and was elected at once.
+REGRESSION_SEEDS = [1709]
+
+
+@pytest.mark.parametrize("seed", REGRESSION_SEEDS)
+def test_regression_seeds(seed):
+    S.run_seed(seed)
+
+
 def _caught(seeds) -> list[str]:
     out = []
     for seed in seeds:

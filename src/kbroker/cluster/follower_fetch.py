@@ -19,8 +19,10 @@ Order, as Kafka's:
 3. Read up to the log end offset (followers are not bounded by the high watermark);
    outside [log start, log end]: OFFSET_OUT_OF_RANGE.
 4. The follower's log end offset is its fetch offset: its state (caught-up time), an
-   ISR expansion when it reached the high watermark, then the high watermark = the
-   least log end offset over the (maximal) ISR, moved forward only.
+   ISR expansion when it reached the high watermark (and, stricter than Kafka, once its
+   log start offset is not below ours: see PartitionLeader.update_follower_fetch_state),
+   then the high watermark = the least log end offset over the (maximal) ISR, moved
+   forward only.
 
 The answer carries the high watermark read *before* this fetch moved it (the follower
 learns a new one on its next fetch), the log start offset, and the records.
@@ -91,7 +93,8 @@ def handle_follower_fetch(leader: PartitionLeader, log, now_ms: int, *, replica_
         return FollowerFetchResult(data)
     try:
         proposal = leader.update_follower_fetch_state(now_ms, replica_id, fetch_offset, log_start_offset,
-                                                      leader_end, log.high_watermark, broker_epoch)
+                                                      leader_end, log.high_watermark, broker_epoch,
+                                                      leader_log_start_offset=data.log_start_offset)
     except NotLeaderOrFollowerError:
         return FollowerFetchResult(PartitionData(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                                  high_watermark=-1))

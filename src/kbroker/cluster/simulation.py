@@ -427,6 +427,7 @@ class Sim:
         self.controller = Controller(self)
         self.brokers = {b: Broker(self, b) for b in REPLICAS}
         self.isolated: int | None = None
+        self.isolated_from_controller = True   # else only from the other brokers
         self.producers = [Producer(1000 + i) for i in range(self.cfg.producers)]
         # checker state
         self.leader_of_epoch: dict[int, int] = {}
@@ -461,8 +462,13 @@ class Sim:
         return self.rng.random() < self.cfg.drop
 
     def cut(self, a: int, b: int) -> bool:
-        """Brokers/controller (0) a and b cannot talk (clients always reach a broker)."""
-        return self.isolated is not None and (a == self.isolated) != (b == self.isolated)
+        """Brokers/controller (0) a and b cannot talk (clients, negative ids, always reach
+        a broker; the controller too unless the isolation includes it)."""
+        if self.isolated is None or a < 0 or b < 0:
+            return False
+        if not self.isolated_from_controller and (a == 0 or b == 0):
+            return False
+        return (a == self.isolated) != (b == self.isolated)
 
     def send(self, src: int, dst: int, fn, droppable: bool = True) -> None:
         if self.cut(src, dst) or (droppable and self.lost()):
@@ -782,7 +788,9 @@ class Sim:
         if self.now < self.cfg.fault_ms:
             if self.isolated is None and all(b.alive for b in self.brokers.values()):
                 self.isolated = self.rng.choice(REPLICAS)
-                self.trace(f"ISOLATE broker {self.isolated}")
+                self.isolated_from_controller = self.rng.random() < 0.5
+                self.trace(f"ISOLATE broker {self.isolated} (from the controller too: "
+                           f"{self.isolated_from_controller})")
                 self.count("isolation")
                 self.after(self.rng.randint(100, 600), self.heal_isolation)
             self.after(int(self.rng.expovariate(1 / self.cfg.isolate_every_ms)) + 1, self.fault_isolate)
