@@ -10,8 +10,11 @@ elections), fences brokers that crash or stop heartbeating, moves leadership on 
 proposals with Kafka's checks (leader epoch, partition epoch, eligible new members).
 Brokers learn partition states late and in order (the metadata log). One seeded clock
 and network: every message is delayed at random (so messages reorder), some are lost,
-and a broker may be cut off from the other brokers and the controller for a while
-(clients still reach it: a deposed leader keeps taking writes it can never commit).
+and a broker may be cut off from the other brokers (and half of the time from the
+controller too) for a while; clients still reach it, so a deposed leader keeps taking
+writes it can never commit. The leader sometimes gets DeleteRecords (then a retention
+pass): a follower left behind its log start restarts its log there (OFFSET_OUT_OF_RANGE,
+then the leader's offsets).
 
 Producers are idempotent (one batch in flight, retried with the same sequence until
 acknowledged) with acks=all and ``min.insync.replicas=2``; an ack is sent when the
@@ -35,7 +38,12 @@ naming the seed):
   and truncation, and at the end);
 * every acknowledged record is in the log of every replica that becomes leader after
   the ack, at its acknowledged offset, and, after the faults heal, in every final log;
-  two acks of one batch name the same offsets (no duplicates).
+  two acks of one batch name the same offsets (no duplicates); records below what
+  DeleteRecords asked are exempt, and no log starts above that;
+* liveness: after the faults heal, the partition has a leader, the ISR is full, every
+  batch in flight is acknowledged and every log is the leader's.
+
+Costs about 0.12 s of CPU per seed (3 s of faults, 4 s of healing, ~2500 events).
 
 Reproduce: ``python -m kbroker.cluster.simulation SEED [--count N] [-v]``.
 """
