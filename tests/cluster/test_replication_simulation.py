@@ -44,8 +44,10 @@ def test_replication_keeps_every_acknowledged_record():
 
 #: seeds beyond the default range that once failed (with the schedules of the simulation
 #: as it is): 1709, a restarted former leader whose log diverged below the leader's
-#: log start offset (DeleteRecords) joined the ISR and was elected at once.
-REGRESSION_SEEDS = [1709]
+#: log start offset (DeleteRecords) joined the ISR and was elected at once; 3397, a
+#: leader cut off through an epoch and elected again counted a follower's log end offset
+#: from before that follower truncated.
+REGRESSION_SEEDS = [1709, 3397]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)

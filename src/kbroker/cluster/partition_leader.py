@@ -166,7 +166,13 @@ class PartitionLeader:
         if is_new_leader_epoch:
             self.leader_epoch_start_offset = leader_end_offset
             for r, st in self.remote.items():
-                self.remote[r] = st.reset(now_ms, leader_end_offset, is_new_leader, r in self.state.isr)
+                # Stricter than Kafka, which keeps the followers' log end offsets when the
+                # same broker is leader again: a leader that missed the epochs in between
+                # (cut off, its metadata late) would count a follower's offset from before
+                # it truncated following another leader, and commit records that follower
+                # no longer has (the replication simulation found it: seed 3397). A new
+                # leader epoch forgets them; each follower's next fetch tells.
+                self.remote[r] = st.reset(now_ms, leader_end_offset, True, r in self.state.isr)
             self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
         self.is_leader = True
