@@ -13,8 +13,13 @@ that only register and heartbeat (our BrokerLifecycleManager, in this process), 
 2. ``scale``: with ``--brokers`` registered brokers, CreateTopics for ``--topics`` topics of
    ``--partitions`` partitions and replication factor ``--rf`` (50 topics per request):
    time, records in the metadata log, each controller's RSS; then a SIGTERM of all three
-   and a restart, timed until the active controller answers CreateTopics again (the whole
-   log is replayed: no snapshots yet).
+   and a restart, timed until the active controller answers CreateTopics again (each node
+   loads its newest metadata snapshot, then replays the log after it); then a broker-only
+   node (a real ``kbroker serve``, stopped while the topics were created) is started and
+   timed until its Metadata lists every topic (it fetches the leader's snapshot when its
+   position is below the leader's log start, then the tail). Snapshots are taken every
+   ``--snapshot-bytes`` of records (``metadata.log.max.record.bytes.between.snapshots``;
+   Kafka's default is 20 MiB, more than a 1,000-topic log holds, so the bench lowers it).
 
 Timeouts: ``controller.quorum.election.timeout.ms`` / ``fetch.timeout.ms`` default here to
 300 / 600 ms (``--election-timeout-ms``, ``--fetch-timeout-ms``). The fetch timeout must
@@ -111,8 +116,20 @@ def failover(q, kills: int) -> dict:
             "all_ms": [round(t * 1000, 1) for t in times]} if times else {}
 
 
+def _listed_topics(port: int) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return len(AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10).topics)
+    except Exception:
+        return -1
+
+
 def scale(q, topics: int, partitions: int, rf: int) -> dict:
     names = [f"scale-{i:05d}" for i in range(topics)]
+    observers = [i for i in q.broker_ports if i not in q.ports]
+    for i in observers:
+        q.procs[i].terminate()
     t0 = time.monotonic()
     for i in range(0, topics, 50):
         _create(q, names[i:i + 50], partitions, rf)
@@ -120,14 +137,24 @@ def scale(q, topics: int, partitions: int, rf: int) -> dict:
     leader, _ = q.leader()
     end = q.describe(leader).high_watermark
     rss = {i: round(_rss_mb(p.pid), 1) for i, p in q.procs.items() if p.proc is not None}
-    for p in q.procs.values():
-        p.terminate()
+    for i in q.ports:
+        q.procs[i].terminate()
     t0 = time.monotonic()
-    q.start()
+    for i in q.ports:
+        q.start(i)
     _create(q, [f"after-restart-{uuid.uuid4().hex[:6]}"], 1, 1, timeout_s=300)
     restart_s = time.monotonic() - t0
-    return {"topics": topics, "partitions": partitions, "rf": rf, "create_s": round(create_s, 3),
-            "metadata_log_end_offset": end, "controller_rss_mb": rss, "restart_to_create_s": round(restart_s, 3)}
+    out = {"topics": topics, "partitions": partitions, "rf": rf, "create_s": round(create_s, 3),
+           "metadata_log_end_offset": end, "controller_rss_mb": rss, "restart_to_create_s": round(restart_s, 3)}
+    for i in observers:
+        t0 = time.monotonic()
+        q.start(i)
+        deadline = t0 + 300
+        while _listed_topics(q.broker_ports[i]) < topics + 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out[f"broker_{i}_start_to_full_metadata_s"] = round(time.monotonic() - t0, 3)
+        out[f"broker_{i}_rss_mb"] = round(_rss_mb(q.procs[i].pid), 1)
+    return out
 
 
 def main(argv=None) -> int:
@@ -140,14 +167,17 @@ def main(argv=None) -> int:
     ap.add_argument("--election-timeout-ms", type=int, default=300)
     ap.add_argument("--fetch-timeout-ms", type=int, default=600)
     ap.add_argument("--kafka-defaults", action="store_true", help="election 1000 ms, fetch 2000 ms")
+    ap.add_argument("--snapshot-bytes", type=int, default=262144,
+                    help="metadata.log.max.record.bytes.between.snapshots (Kafka's default: 20971520)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     el, fe = (1000, 2000) if args.kafka_defaults else (args.election_timeout_ms, args.fetch_timeout_ms)
     overrides = {"controller.quorum.election.timeout.ms": el, "controller.quorum.fetch.timeout.ms": fe,
-                 "controller.quorum.election.backoff.max.ms": el, "controller.quorum.request.timeout.ms": fe}
-    out = {"election_timeout_ms": el, "fetch_timeout_ms": fe}
+                 "controller.quorum.election.backoff.max.ms": el, "controller.quorum.request.timeout.ms": fe,
+                 "metadata.log.max.record.bytes.between.snapshots": args.snapshot_bytes}
+    out = {"election_timeout_ms": el, "fetch_timeout_ms": fe, "snapshot_bytes": args.snapshot_bytes}
     with tempfile.TemporaryDirectory(prefix="kbroker-quorum-") as d:
-        q = KRaftControllerQuorum(d, overrides=overrides)
+        q = KRaftControllerQuorum(d, overrides=overrides, brokers=1 if args.topics else 0)
         sender = mgrs = None
         try:
             q.start()

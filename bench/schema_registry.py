@@ -12,6 +12,15 @@ first). Registrations: distinct Avro schemas (compatibility NONE, so the check d
 dominate) on one connection, one at a time; with ``--subjects-per-schema`` > 1 also the
 BACKWARD check against the previous version. The registry's CPU per request comes from
 ``/proc/<pid>/stat``. Bounded by counts and ``--duration`` seconds per step.
+
+``--produce-validation``: instead, produce throughput with broker-side schema id validation
+(``kbroker.value.schema.validation``) on versus off, for Avro-framed values of
+``--sizes`` bytes (default 100 and 1024): a broker started with
+``kbroker.schema.registry.url``, one topic of each kind, librdkafka (acks=all, linger.ms 5)
+sending ``--produce-count`` records per round, rounds alternating off/on ``--rounds``
+times; reported: records/s, the broker's CPU µs per record (``/proc``), the records
+kernel alone (``validate_batches`` over a 1,000-record batch, in this process) and the
+optional payload check (``...validation.payload``: decode + fastavro, per record).
 """
 from __future__ import annotations
 
@@ -115,6 +124,151 @@ def bench_client_cache(url: str, ids: list[int], count: int) -> dict:
     return {"step": "SchemaRegistryClient.get_schema (client cache)", "requests": count, "per_s": count / wall}
 
 
+def _avro_value(size: int, schema_id: int) -> bytes:
+    """A Confluent-framed Avro record ({"id": long, "payload": string}) of ``size`` bytes."""
+    import io
+
+    import fastavro
+
+    parsed = fastavro.parse_schema(json.loads(_PRODUCE_SCHEMA))
+    pad = size - 5 - 1 - 2  # header, the long 0, the string's length varint (2 bytes up to 8191)
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parsed, {"id": 0, "payload": "x" * pad})
+    out = b"\x00" + schema_id.to_bytes(4, "big") + buf.getvalue()
+    assert len(out) == size, (len(out), size)
+    return out
+
+
+_PRODUCE_SCHEMA = json.dumps({"type": "record", "name": "Payload", "namespace": "bench",
+                              "fields": [{"name": "id", "type": "long"}, {"name": "payload", "type": "string"}]})
+
+
+def _produce_round(bootstrap: str, topic: str, value: bytes, count: int, duration: float, broker_pid: int) -> dict:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "queue.buffering.max.messages": 1_000_000})
+    failed = []
+    cb = lambda err, msg: failed.append(err) if err is not None else None  # noqa: E731
+    cpu0, t0 = process_cpu_seconds(broker_pid), time.perf_counter()
+    sent = 0
+    while sent < count and time.perf_counter() - t0 < duration:
+        try:
+            p.produce(topic, value, on_delivery=cb)
+            sent += 1
+        except BufferError:
+            p.poll(0.01)
+        if sent % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0 and not failed, failed[:3]
+    wall = time.perf_counter() - t0
+    cpu = process_cpu_seconds(broker_pid) - cpu0
+    return {"records": sent, "per_s": sent / wall, "broker_cpu_us_per_record": cpu / sent * 1e6}
+
+
+def _kernel_us_per_record(value: bytes, n: int = 1000, reps: int = 200) -> tuple[float, float]:
+    from kbroker.kernels import records as R
+
+    batch = R.encode_batch([(1_700_000_000_000, None, value, [])] * n)
+    out = []
+    for on in (False, True):
+        R.validate_batches(batch, timestamp_type=0, value_schema=on)
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                R.validate_batches(batch, timestamp_type=0, now_ms=1_700_000_000_000, value_schema=on)
+            best = min(best, (time.perf_counter() - t0) / reps / n * 1e6)
+        out.append(best)
+    return out[0], out[1]
+
+
+def _check_validation_is_on(bootstrap: str, topic: str) -> None:
+    """The "on" topic refuses a value without the header (else the comparison is void)."""
+    from confluent_kafka import KafkaError, Producer
+
+    p = Producer({"bootstrap.servers": bootstrap})
+    got = []
+    p.produce(topic, b"no header", on_delivery=lambda err, msg: got.append(err))
+    p.flush(30)
+    assert got and got[0] is not None and got[0].code() == KafkaError.INVALID_RECORD, got
+
+
+def _payload_us_per_record(value: bytes, n: int = 1000, reps: int = 20) -> float:
+    """The payload check (kbroker.value.schema.validation.payload) over a 1,000-record batch:
+    records decoded, each value read with fastavro, per record."""
+    from kbroker.kernels import records as R
+    from kbroker.server import schema_validation as sv
+
+    dec = sv._make_decoder({"schema": _PRODUCE_SCHEMA}, None)
+
+    class Cached:
+        def decoder(self, sid):
+            return dec
+
+    batch = R.encode_batch([(1_700_000_000_000, None, value, [])] * n)
+    infos = R.validate_batches(batch)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            assert sv._payload_errors(Cached(), batch, infos, (False, True)) == []
+        best = min(best, (time.perf_counter() - t0) / reps / n * 1e6)
+    return best
+
+
+def bench_produce_validation(args) -> list[dict]:
+    from kbroker.schema_registry.testing import SchemaRegistryProcess
+    from kbroker.testing import KBrokerProcess, free_port
+
+    sr_port = free_port()
+    b = KBrokerProcess(overrides={"num.partitions": 1, "group.initial.rebalance.delay.ms": 0,
+                                  "kbroker.schema.registry.url": f"http://127.0.0.1:{sr_port}"}).start()
+    r = None
+    try:
+        r = SchemaRegistryProcess(b.bootstrap, port=sr_port).start()
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        tag = uuid.uuid4().hex[:6]
+        topics = {False: f"bench-off-{tag}", True: f"bench-on-{tag}"}
+        futs = admin.create_topics([NewTopic(t, 1, 1, config={"kbroker.value.schema.validation": str(on).lower()})
+                                    for on, t in topics.items()])
+        for f in futs.values():
+            f.result(30)
+        h = Http(sr_port)
+        ids = set()
+        for t in topics.values():
+            st, body = h.call("POST", f"/subjects/{t}-value/versions", {"schema": _PRODUCE_SCHEMA})
+            assert st == 200, body
+            ids.add(body["id"])
+        (sid,) = ids
+        _check_validation_is_on(b.bootstrap, topics[True])
+        results = []
+        for size in (int(x) for x in args.sizes.split(",")):
+            value = _avro_value(size, sid)
+            k_off, k_on = _kernel_us_per_record(value)
+            rounds = {False: [], True: []}
+            for _ in range(args.rounds):
+                for on in (False, True):
+                    rounds[on].append(_produce_round(b.bootstrap, topics[on], value, args.produce_count,
+                                                     args.duration, b.pid))
+            med = {on: sorted(x["per_s"] for x in rs)[len(rs) // 2] for on, rs in rounds.items()}
+            cpu = {on: sorted(x["broker_cpu_us_per_record"] for x in rs)[len(rs) // 2] for on, rs in rounds.items()}
+            results.append({"step": f"produce {size} B Avro, validation off", "requests": args.produce_count,
+                            "per_s": med[False], "broker_cpu_us": cpu[False], "kernel_us": k_off})
+            results.append({"step": f"produce {size} B Avro, validation on", "requests": args.produce_count,
+                            "per_s": med[True], "broker_cpu_us": cpu[True], "kernel_us": k_on,
+                            "ratio_on_off": med[True] / med[False], "payload_check_us": _payload_us_per_record(value)})
+        return results
+    finally:
+        if r is not None:
+            r.terminate()
+            r.__exit__(None, None, None)
+        b.terminate()
+        b.__exit__(None, None, None)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.schema_registry", description=__doc__.split("\n")[0])
     ap.add_argument("--bootstrap", help="an existing kbroker/Kafka (default: start a temporary kbroker)")
@@ -124,7 +278,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,4")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds per step at most")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--produce-validation", action="store_true",
+                    help="produce throughput with broker-side schema validation on vs off (see the docstring)")
+    ap.add_argument("--sizes", default="100,1024", help="--produce-validation: value sizes in bytes")
+    ap.add_argument("--produce-count", type=int, default=100_000, help="--produce-validation: records per round")
+    ap.add_argument("--rounds", type=int, default=3, help="--produce-validation: off/on rounds per size")
     args = ap.parse_args(argv)
+    if args.produce_validation:
+        return _print(bench_produce_validation(args), args.json)
 
     from kbroker.schema_registry.testing import SchemaRegistryProcess
     from kbroker.testing import KBrokerProcess
@@ -157,7 +318,11 @@ def main(argv=None) -> int:
         for p in reversed(procs):
             p.terminate()
             p.__exit__(None, None, None)
-    if args.json:
+    return _print(results, args.json)
+
+
+def _print(results: list[dict], as_json: bool) -> int:
+    if as_json:
         print(json.dumps(results, indent=2))
     else:
         for r in results:

@@ -10,6 +10,7 @@ RULES = {
     "log": ("kbroker.network", "kbroker.server", "kbroker.protocol", "kbroker.client", "kbroker.coordinator"),
     "protocol": ("kbroker.network", "kbroker.server", "kbroker.log", "kbroker.client", "socket", "selectors"),
     "network": ("kbroker.server", "kbroker.log", "kbroker.client"),
+    "security": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "socket", "selectors"),
     "records": ("kbroker.server", "kbroker.network", "kbroker.log"),
     "analysis": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client"),
     # pure state machines a deterministic simulation drives: no I/O, threads or clocks
@@ -19,6 +20,9 @@ RULES = {
                    "socket", "selectors", "threading", "time"),
     "raft": ("kbroker.server", "kbroker.network", "kbroker.client", "kbroker.controller", "kbroker.cluster",
              "socket", "selectors", "threading"),
+    # MirrorMaker 2 is a client application: it talks to clusters only through kbroker.client
+    "mirror": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.coordinator", "kbroker.raft",
+               "kbroker.controller", "kbroker.cluster"),
     "cluster": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "kbroker.raft",
                 "kbroker.controller", "socket", "selectors", "threading", "time"),
 }

@@ -305,3 +305,139 @@ def test_log_manager_runs_the_cleaner(tmp_path):
     assert off.cleaner is None
     with pytest.raises(Exception):
         LogManagerConfig.from_broker({"log.cleaner.dedupe.buffer.size": "1000"})
+
+
+def _txn_append(lg, clock, pid, seq, items):
+    info = lg.append(bytearray(records.encode_batch([(clock.now, k, v, []) for k, v in items], producer_id=pid,
+                                                    producer_epoch=0, base_sequence=seq, is_transactional=True)))
+    lg.update_high_watermark(lg.log_end_offset)
+    return info
+
+
+def _batches(lg):
+    out = []
+    for seg in lg.segments:
+        with open(seg.log_path, "rb") as f:
+            data = f.read()[:seg.size]
+        out += records.decode_batches(data)
+    return out
+
+
+def test_aborted_transactions_are_removed_and_never_shadow_committed_data(tmp_path):
+    """Kafka's cleaner: the batches of aborted transactions go (their keys never enter the
+    offset map, so a later aborted record cannot remove a committed one); markers stay and
+    so do their .txnindex entries; nothing at or above the last stable offset is cleaned."""
+    clock = Clock()
+    lg = open_log(tmp_path, clock, **{"segment.bytes": 400})
+    keys = [b"k%d" % i for i in range(4)]
+    _txn_append(lg, clock, 1, 0, [(k, b"committed") for k in keys])
+    lg.append_end_txn_marker(1, 0, 0, True)
+    _txn_append(lg, clock, 2, 0, [(k, b"aborted") for k in keys])
+    _txn_append(lg, clock, 2, 4, [(b"only-aborted", b"x")])
+    lg.append_end_txn_marker(2, 0, 0, False)
+    for i in range(12):
+        append(lg, clock, [(b"filler%d" % (i % 3), b"f" * 40)])
+    lso_txn = _txn_append(lg, clock, 3, 0, [(b"k0", b"open")])      # holds the LSO
+    for i in range(12):
+        append(lg, clock, [(b"late%d" % (i % 3), b"f" * 40)])
+    lg.update_high_watermark(lg.log_end_offset)
+    assert lg.last_stable_offset == lso_txn.first_offset
+    aborted_before = lg.collect_aborted_transactions(0, lg.log_end_offset)
+    assert [(a.producer_id, a.first_offset) for a in aborted_before] == [(2, 5)]
+    cl = cleaner_for(tmp_path, lg, clock)
+    assert cl.clean_once() is not None
+    bs = _batches(lg)
+    data = [(b.producer_id, r.key, r.value) for b in bs if not b.is_control for r in b.records]
+    assert not [d for d in data if d[0] == 2]                          # the aborted transaction is gone
+    assert [(k, v) for pid, k, v in data if pid == 1] == [(k, b"committed") for k in keys]
+    assert (3, b"k0", b"open") in data                                  # above the LSO: untouched
+    markers = [(b.producer_id, b.records[0].key) for b in bs if b.is_control]
+    assert markers == [(1, b"\x00\x00\x00\x01"), (2, b"\x00\x00\x00\x00")]
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == aborted_before
+    assert any(n.endswith(".txnindex") for n in os.listdir(lg.dir))
+    assert not [n for n in os.listdir(lg.dir) if ".txnindex." in n]
+    # a crash and recovery keep the cleaned segment's index
+    lg2 = Log.open(lg.dir, lg.config, time_ms=clock, had_clean_shutdown=False)
+    assert lg2.collect_aborted_transactions(0, lg2.log_end_offset) == aborted_before
+    lg2.update_high_watermark(lg2.log_end_offset)
+    assert lg2.last_stable_offset == lso_txn.first_offset
+    lg2.close()
+
+
+def test_markers_go_after_delete_retention_once_their_data_is_gone(tmp_path):
+    """Kafka's cleaner: a marker whose transaction has no data left gets a delete horizon
+    (delete.retention.ms), and the first cleaning after it removes the marker; the ABORT
+    entry leaves the .txnindex with its data."""
+    clock = Clock()
+    lg = open_log(tmp_path, clock, **{"segment.bytes": 400})
+    _txn_append(lg, clock, 1, 0, [(b"k", b"committed")])
+    lg.append_end_txn_marker(1, 0, 0, True)
+    _txn_append(lg, clock, 2, 0, [(b"j", b"aborted")])
+    lg.append_end_txn_marker(2, 0, 0, False)
+    cl = cleaner_for(tmp_path, lg, clock)
+
+    def dirty_and_clean():
+        for i in range(12):
+            append(lg, clock, [(b"filler%d" % (i % 3), b"f" * 40)])
+        assert cl.clean_once() is not None
+
+    def markers():
+        return [(b.producer_id, b.has_delete_horizon) for b in _batches(lg) if b.is_control and b.producer_id < 5]
+
+    dirty_and_clean()           # data of both read: markers stay, the aborted data goes
+    assert markers() == [(1, False), (2, False)]
+    assert len(lg.collect_aborted_transactions(0, lg.log_end_offset)) == 1
+    append(lg, clock, [(b"k", b"newer")])        # the committed record's key is overwritten
+    # producers expired: emptied batches are not kept for them (Kafka's lastRecordsOfActiveProducers)
+    assert lg.remove_expired_producers(clock.now + 10 * 86_400_000) == [1, 2]
+    # a transactional workload goes on (the cleaner runs its transaction pass for logs whose
+    # producers write markers): pid 5's transaction and marker are read every time and stay
+    _txn_append(lg, clock, 5, 0, [(b"z", b"z")])
+    lg.append_end_txn_marker(5, 0, 0, True)
+    dirty_and_clean()           # pid 1's data is read (and goes): its COMMIT stays this time
+    assert not [b for b in _batches(lg) if b.producer_id == 1 and not b.is_control]
+    assert markers() == [(1, False), (2, True)]   # the ABORT's data went in the first cleaning
+    assert lg.collect_aborted_transactions(0, lg.log_end_offset) == []
+    dirty_and_clean()
+    assert markers() == [(1, True), (2, True)]    # before the horizon: both stay
+    clock.now += 1001                             # delete.retention.ms = 1000
+    dirty_and_clean()
+    assert markers() == []
+    values = [v for _, v in read_all(lg)]
+    assert b"newer" in values and b"committed" not in values and b"aborted" not in values
+
+
+@pytest.mark.parametrize("crash_at", range(5))
+def test_crash_during_swap_keeps_the_aborted_transactions(tmp_path, monkeypatch, crash_at):
+    """A crash after any rename of the swap: recovery keeps (or completes) the .txnindex
+    that travels with the cleaned segment (.cleaned -> .swap -> live)."""
+    from kbroker.log.cleaner import Cleaner
+    clock = Clock()
+    lg = open_log(tmp_path, clock, **{"segment.bytes": 1000})
+    _txn_append(lg, clock, 7, 0, [(b"k", b"aborted")])
+    lg.append_end_txn_marker(7, 0, 0, False)
+    for i in range(60):
+        append(lg, clock, [(b"k%d" % (i % 5), b"v" * 30)])
+    aborted = lg.collect_aborted_transactions(0, lg.log_end_offset)
+    assert len(aborted) == 1
+    cl = cleaner_for(tmp_path, lg, clock)
+    calls = [0]
+    real = LogSegment.change_file_suffixes
+
+    def crashing(self, old, new):
+        if calls[0] == crash_at:
+            raise _Crash()
+        calls[0] += 1
+        return real(self, old, new)
+
+    monkeypatch.setattr(LogSegment, "change_file_suffixes", crashing)
+    monkeypatch.setattr(LogSegment, "delete_if_exists", lambda self: None)
+    try:
+        Cleaner(cl.config, clock, lambda tp: None).clean(cl.grab_filthiest_log())
+    except _Crash:
+        pass
+    monkeypatch.undo()
+    lg2 = Log.open(lg.dir, lg.config, time_ms=clock, had_clean_shutdown=False)
+    assert lg2.collect_aborted_transactions(0, lg2.log_end_offset) == aborted, os.listdir(lg.dir)
+    assert not [n for n in os.listdir(lg2.dir) if n.endswith((".cleaned", ".swap", ".deleted"))]
+    lg2.close()

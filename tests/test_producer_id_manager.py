@@ -158,13 +158,16 @@ def test_transactional_checks_and_seam(gen):
     calls = []
 
     class Coordinator:
-        def handle_init_producer_id(self, transactional_id, timeout_ms, expected):
+        def handle_init_producer_id(self, transactional_id, timeout_ms, expected, callback):
             calls.append((transactional_id, timeout_ms, expected))
-            return InitProducerIdResult(0, 77, 3)
+            callback(InitProducerIdResult(0, 77, 3))
 
     c = Coordinator()
-    assert handle_init_producer_id(gen, "tx", 1000, transaction_coordinator=c) == (0, 77, 3)
-    assert handle_init_producer_id(gen, "tx", 1000, 77, 2, transaction_coordinator=c) == (0, 77, 3)
+    answers = []
+    assert handle_init_producer_id(gen, "tx", 1000, transaction_coordinator=c, respond=answers.append) is None
+    assert handle_init_producer_id(gen, "tx", 1000, 77, 2, transaction_coordinator=c,
+                                   respond=answers.append) is None
+    assert answers == [(0, 77, 3), (0, 77, 3)]
     assert calls == [("tx", 1000, None), ("tx", 1000, (77, 2))]
 
 

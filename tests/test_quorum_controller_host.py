@@ -161,3 +161,42 @@ def test_a_new_cluster_starts_with_the_formatted_bootstrap_records():
     written = [deserialize(v) for _, v in raft.log if v is not None]
     assert [(r.message.name, r.message.feature_level) for r in written] == [("metadata.version", 19)]
     assert host.controller.features.finalized["metadata.version"] == 19
+
+
+def test_snapshots_replace_the_committed_records_kept_and_rebuild_the_same_controller():
+    """After this node writes a snapshot the host keeps it instead of the records it covers;
+    a renounce then rebuilds from snapshot + tail; a snapshot installed from the leader
+    (a voter that fell behind) replaces the controller, and commits continue after it."""
+    from kbroker.metadata.snapshot import encode_snapshot
+    from kbroker.raft.replicated_log import OffsetAndEpoch
+
+    raft = FakeRaft()
+    host = QuorumControllerHost(ControllerConfig(cluster_id=CID, node_id=1), seed=1)
+    host.attach(raft)
+    raft.become_leader(1)
+    host.handle_leader_change(1, 1)
+    _commit(host, raft, raft.end)
+    _commit(host, raft, raft.end)
+    for b in (4, 5):
+        host._on_request(Ctx(ApiKey.BROKER_REGISTRATION, 3), _registration(b))
+    _commit(host, raft, raft.end)
+    before = host.controller.image()
+    snap_at = host.next_commit_offset
+    host.snapshot_written(OffsetAndEpoch(snap_at, 1), before.to_records())
+    assert host.committed == [] and host.snapshot[0] == snap_at - 1
+    ctx = Ctx(ApiKey.BROKER_REGISTRATION, 3)
+    host._on_request(ctx, _registration(6))
+    _commit(host, raft, raft.end)
+    assert ctx.answers[0].error_code == ErrorCode.NONE
+    assert [o for o, _ in host.committed] == list(range(snap_at, raft.end))
+    after = host.controller.image()
+    host._renounce()
+    assert host.controller.image().same_state(after) and host.active
+
+    # a follower installing a snapshot: the controller is what the snapshot holds
+    other = QuorumControllerHost(ControllerConfig(cluster_id=CID, node_id=2), seed=2)
+    other.attach(FakeRaft())
+    other.handle_load_snapshot(OffsetAndEpoch(snap_at, 1), encode_snapshot(before.to_records(), 0))
+    assert other.controller.image().same_state(before) and other.next_commit_offset == snap_at
+    _commit(other, raft, raft.end)
+    assert other.controller.image().same_state(after)

@@ -146,3 +146,39 @@ def test_corrupt_batch_fails_unless_ignored(kb, tmp_path):   # noqa: F811
         kb.read.format("kbroker").load(str(part)).collect()
     _, got = spark_rows(kb, part, ignoreCorrupt="true")
     assert [r[2] for r in got] == [0]
+
+
+def test_isolation_level_read_committed_skips_aborted_transactions(kb, tmp_path):   # noqa: F811
+    """isolationLevel=read_committed: the records of aborted transactions (from the
+    .txnindex, also when their ABORT marker is in a later segment) are not read."""
+    import time
+    import kbroker.log.log as log_mod
+    from kbroker.log.config import LogConfig
+    now = int(time.time() * 1000)
+    lg = log_mod.Log.open(str(tmp_path / "tx-0"), LogConfig({"segment.bytes": 400}))
+
+    def txn(pid, seq, value):
+        lg.append(bytearray(records.encode_batch([(now, None, value, [])], producer_id=pid, producer_epoch=0,
+                                                 base_sequence=seq, is_transactional=True)))
+
+    def plain(value):
+        lg.append(bytearray(records.encode_batch([(now, None, value, [])])))
+    try:
+        txn(1, 0, b"c1")
+        txn(2, 0, b"a1")
+        for i in range(8):
+            plain(b"p%d" % i)
+        txn(2, 1, b"a2")
+        txn(1, 1, b"c2")
+        lg.append_end_txn_marker(1, 0, 0, True, timestamp_ms=now)
+        lg.append_end_txn_marker(2, 0, 0, False, timestamp_ms=now)
+        plain(b"end")
+        assert lg.num_segments > 2
+    finally:
+        lg.close()
+    _, everything = spark_rows(kb, tmp_path)
+    _, committed = spark_rows(kb, tmp_path, isolationLevel="read_committed")
+    assert [r[6] for r in everything] == [b"c1", b"a1"] + [b"p%d" % i for i in range(8)] + [b"a2", b"c2", b"end"]
+    assert [r[6] for r in committed] == [b"c1"] + [b"p%d" % i for i in range(8)] + [b"c2", b"end"]
+    with pytest.raises(Exception, match="isolationLevel"):
+        spark_rows(kb, tmp_path, isolationLevel="serializable")

@@ -187,3 +187,18 @@ def test_topics_config_argument_parsing():
         "a": "1", "b": "2", "cleanup.policy": "compact,delete", "x": "p,q", "y": "3"}
     with pytest.raises(SystemExit):
         kbroker_topics._kv(["novalue"])
+
+
+def test_dump_txn_index_and_markers(tmp_path):
+    """kafka-dump-log's .txnindex lines, and the marker line of a control batch."""
+    d = str(tmp_path / "txn-0")
+    lg = Log.open(d, LogConfig({}))
+    lg.append(bytearray(records.encode_batch([(TS, None, b"t", [])], producer_id=9, producer_epoch=1,
+                                             base_sequence=0, is_transactional=True)))
+    lg.append_end_txn_marker(9, 1, 4, False, timestamp_ms=TS)
+    lg.close()
+    lines = _run(dump_log.dump_txn_index, os.path.join(d, "00000000000000000000.txnindex"))
+    assert lines == ["version: 0 producerId: 9 firstOffset: 0 lastOffset: 1 lastStableOffset: 2"]
+    data = [l for l in _run(dump_log.dump_log_segment, os.path.join(d, "00000000000000000000.log"),
+                            print_data=True) if l.startswith("|")]
+    assert data[-1].endswith("endTxnMarker: ABORT coordinatorEpoch: 4"), data

@@ -1216,8 +1216,10 @@ def generate(out_root: Path) -> dict[Path, str]:
     for base in sorted(pairs):
         group = sorted(pairs[base], key=lambda m: (not m.name.endswith("Key"), m.name))
         modname = module_name_for(base)
-        doc = ("%s: __consumer_offsets record schemas (%s) from Kafka 3.9's group-coordinator "
-               "specs." % (base, ", ".join(m.name for m in group)))
+        where = (("__transaction_state", "transaction-coordinator") if base.startswith("TransactionLog")
+                 else ("__consumer_offsets", "group-coordinator"))
+        doc = ("%s: %s record schemas (%s) from Kafka 3.9's %s "
+               "specs." % (base, where[0], ", ".join(m.name for m in group), where[1]))
         files[Path("kbroker/coordinator/records/%s.py" % modname)] = gen_module(group, doc)
         cindex.append((modname, [m.name for m in group]))
     files[Path("kbroker/coordinator/records/__init__.py")] = gen_records_index(cindex)
@@ -1283,7 +1285,7 @@ def gen_messages_index(mod_index) -> str:
 def gen_records_index(cindex, pkg="kbroker.coordinator.records",
                       src="kbroker/coordinator/specs/*.json", doc=None) -> str:
     if doc is None:
-        doc = ['"""__consumer_offsets key/value schemas (Kafka 3.9 group coordinator), generated.',
+        doc = ['"""__consumer_offsets and __transaction_state key/value schemas (Kafka 3.9 coordinators), generated.',
                "",
                "Kafka writes each record key as int16 key version + key struct, and each value as",
                "int16 value version + value struct; the classes here encode/decode the struct at a",

@@ -18,6 +18,8 @@ TOOLS = {
     "console-producer": ("console_producer", "kafka-console-producer.sh"),
     "console-consumer": ("console_consumer", "kafka-console-consumer.sh"),
     "log-dirs": ("log_dirs", "kafka-log-dirs.sh"),
+    "leader-election": ("leader_election", "kafka-leader-election.sh"),
+    "reassign-partitions": ("reassign_partitions", "kafka-reassign-partitions.sh"),
     "dev-cluster": ("dev_cluster", "a local 3-node KRaft cluster: start / status / stop"),
 }
 
@@ -39,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     for name, (_, like) in TOOLS.items():
         sub.add_parser(name, help=like if " " in like else f"like {like}", add_help=False)
+    mm = sub.add_parser("mirror", help="MirrorMaker 2: replicate topics, configs and group offsets "
+                                       "between clusters (like connect-mirror-maker.sh)",
+                        description="Run MirrorMaker 2 flows from an mm2.properties (MM2's property names).")
+    from kbroker.mirror.cli import add_arguments as _mirror_arguments
+    _mirror_arguments(mm)
     sr = sub.add_parser("schema-registry", help="serve a Confluent-compatible Schema Registry "
                                                 "stored in a kbroker topic")
     from kbroker.schema_registry.server import add_arguments as _sr_arguments
@@ -107,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "mirror":
+        from kbroker.mirror.cli import run as run_mirror
+
+        return run_mirror(args)
     if args.command == "schema-registry":
         from kbroker.schema_registry.server import run as run_schema_registry
 

@@ -177,14 +177,17 @@ class KRaftControllerQuorum:
     broker,controller), plus ``brokers`` broker-only nodes (ids n+1..), each formatted with
     ``kbroker storage format`` into ``base_dir/c<i>``.
 
-    ``overrides`` apply to every node (e.g. shorter ``controller.quorum.*`` timeouts).
+    ``overrides`` apply to every node (e.g. shorter ``controller.quorum.*`` timeouts);
+    ``brokers_bootstrap_only`` gives broker-only nodes ``controller.quorum.bootstrap.servers``
+    instead of the voters (KIP-853 discovery).
     ``ports[i]`` is node i's controller listener, ``broker_ports[i]`` its broker listener.
     ``to_controller`` sends one request to whichever node is the active controller (the
     others answer NOT_CONTROLLER); ``leader`` asks DescribeQuorum until a node says it
     leads. Stopped by PID (``stop``), SIGCONT first in case a test paused one."""
 
     def __init__(self, base_dir: str, n: int = 3, cluster_id: str = "MkU3OEVBNTcwNTJENDM2Qg",
-                 overrides: dict | None = None, brokers: int = 0, combined: bool = False):
+                 overrides: dict | None = None, brokers: int = 0, combined: bool = False,
+                 brokers_bootstrap_only: bool = False):
         from kbroker.tools import storage
 
         self.cluster_id = cluster_id
@@ -206,6 +209,11 @@ class KRaftControllerQuorum:
             props = {"process.roles": ",".join(roles), "node.id": i, "controller.quorum.voters": voters,
                      "listeners": ",".join(listeners), "controller.listener.names": "CONTROLLER",
                      "log.dirs": os.path.join(d, "logs"), **(overrides or {})}
+            if brokers_bootstrap_only and i not in self.ports:
+                # KIP-853: the broker knows the controllers only as bootstrap endpoints
+                del props["controller.quorum.voters"]
+                props["controller.quorum.bootstrap.servers"] = ",".join(
+                    f"127.0.0.1:{p}" for p in self.ports.values())
             if i in self.broker_ports:
                 props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.broker_ports[i]}"
             conf = os.path.join(d, "node.properties")

@@ -46,7 +46,11 @@ from kbroker.protocol.messages import (
     find_coordinator as fc, heartbeat as hb, incremental_alter_configs as iac, init_producer_id as ipi,
     join_group as jg, leave_group as lg, list_groups as lgr, list_offsets as lo, metadata as md,
     offset_commit as oc, offset_delete as od, offset_fetch as of, offset_for_leader_epoch as ofle,
-    produce as pr, sync_group as sg,
+    produce as pr, sync_group as sg, write_txn_markers as wtm,
+    add_offsets_to_txn as aot, add_partitions_to_txn as apt, describe_transactions as dtx, end_txn as et,
+    list_transactions as ltx, txn_offset_commit as toc,
+    sasl_handshake as sh, sasl_authenticate as sa,
+    alter_user_scram_credentials as auc, describe_user_scram_credentials as duc,
 )
 from tests.broker.raw_client import ConnectionClosed, RawClient, advertised, decode_exact
 
@@ -59,7 +63,8 @@ CLIENT_ID = "kbroker-matrix"
 #: What kbroker implements: {api key: (min version, max version)}, written down here (not read
 #: from the broker) so that losing a handler fails the matrix. Reviewed against Kafka 3.9's
 #: ranges: Produce starts at v3 and Fetch at v4 (message format v2 only, as Kafka 4.0);
-#: Fetch v17 (KIP-853 replica directory ids) and the transaction/ACL/SASL APIs are absent.
+#: Fetch v17 (KIP-853 replica directory ids) and the ACL/SASL APIs are absent; of the transaction
+#: APIs, the coordinator's are here (WriteTxnMarkers and TxnOffsetCommit come with the log side).
 EXPECTED: dict[int, tuple[int, int]] = {
     K.PRODUCE: (3, 11),
     K.FETCH: (4, 16),
@@ -90,6 +95,17 @@ EXPECTED: dict[int, tuple[int, int]] = {
     K.DESCRIBE_CLUSTER: (0, 1),
     K.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     K.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    K.ADD_PARTITIONS_TO_TXN: (0, 5),
+    K.ADD_OFFSETS_TO_TXN: (0, 4),
+    K.END_TXN: (0, 4),
+    K.DESCRIBE_TRANSACTIONS: (0, 0),
+    K.LIST_TRANSACTIONS: (0, 1),
+    K.TXN_OFFSET_COMMIT: (0, 4),
+    K.WRITE_TXN_MARKERS: (0, 1),
+    K.SASL_HANDSHAKE: (0, 1),
+    K.SASL_AUTHENTICATE: (0, 2),
+    K.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    K.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # -- environment: setup helpers shared by the cases ---------------------------------------------
@@ -140,6 +156,20 @@ class Env:
         t = self.topic_meta(name)
         assert t.error_code == E.NONE and t.topic_id != ZERO_UUID, t
         return t.topic_id
+
+    def init_txn(self, transactional_id: str, version: int | None = None, timeout_ms: int = 60000):
+        """InitProducerId for a transactional id -> (producer id, epoch); retries while the
+        coordinator's partitions load."""
+        v = self.top(K.INIT_PRODUCER_ID) if version is None else version
+        deadline = time.monotonic() + 15
+        while True:
+            r = self.call(K.INIT_PRODUCER_ID, v, ipi.InitProducerIdRequest(
+                transactional_id=transactional_id, transaction_timeout_ms=timeout_ms))
+            if r.error_code != E.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert r.error_code == E.NONE and r.producer_id >= 0 and r.producer_epoch >= 0, r
+        return r.producer_id, r.producer_epoch
 
     def exists(self, name: str) -> bool:
         return self.topic_meta(name).error_code == E.NONE
@@ -874,10 +904,14 @@ def case_find_coordinator(env: Env, v: int):
         if v >= 1:
             r = env.call(K.FIND_COORDINATOR, v, fc.FindCoordinatorRequest(key="g", key_type=9))
             assert r.error_code == E.INVALID_REQUEST
+            r = env.call(K.FIND_COORDINATOR, v, fc.FindCoordinatorRequest(key=gname("fctx"), key_type=1))
+            assert (r.error_code, (r.node_id, r.host, r.port)) == (E.NONE, me)  # the transaction coordinator
     else:
         keys = [gname("fc1"), gname("fc2")]
         r = env.call(K.FIND_COORDINATOR, v, fc.FindCoordinatorRequest(key_type=0, coordinator_keys=keys))
         assert sorted(c.key for c in r.coordinators) == sorted(keys)
+        assert all((c.error_code, (c.node_id, c.host, c.port)) == (E.NONE, me) for c in r.coordinators)
+        r = env.call(K.FIND_COORDINATOR, v, fc.FindCoordinatorRequest(key_type=1, coordinator_keys=keys))
         assert all((c.error_code, (c.node_id, c.host, c.port)) == (E.NONE, me) for c in r.coordinators)
 
 
@@ -1106,6 +1140,165 @@ def case_init_producer_id(env: Env, v: int):
         return r.producer_id
 
     assert init() != init()  # an idempotent producer gets a fresh id each time
+    tid = gname(f"ipt{v}")
+    first = env.init_txn(tid, v)
+    again = env.init_txn(tid, v)
+    assert again == (first[0], first[1] + 1)  # a transactional id: same producer id, epoch bumped
+
+
+def _fenced(v: int, first_version: int = 2) -> int:
+    """PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH for versions before it existed."""
+    return E.PRODUCER_FENCED if v >= first_version else E.INVALID_PRODUCER_EPOCH
+
+
+def _add_partitions(env: Env, v: int, tid: str, pid: int, epoch: int, parts: list, verify_only: bool = False):
+    """-> {(topic, partition): error} of one transaction, in the version's form."""
+    by_topic: dict = {}
+    for t, p in parts:
+        by_topic.setdefault(t, []).append(p)
+    topics = [apt.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()]
+    if v < 4:
+        r = env.call(K.ADD_PARTITIONS_TO_TXN, v, apt.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=topics))
+        results = r.results_by_topic_v3_and_below
+    else:
+        r = env.call(K.ADD_PARTITIONS_TO_TXN, v, apt.AddPartitionsToTxnRequest(transactions=[
+            apt.AddPartitionsToTxnTransaction(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                              verify_only=verify_only, topics=topics)]))
+        assert r.error_code == E.NONE, r
+        (txn,) = r.results_by_transaction
+        assert txn.transactional_id == tid
+        results = txn.topic_results
+    return {(t.name, p.partition_index): p.partition_error_code for t in results for p in t.results_by_partition}
+
+
+@case(K.ADD_PARTITIONS_TO_TXN)
+def case_add_partitions_to_txn(env: Env, v: int):
+    name, _ = env.new_topic(f"apt{v}", partitions=2)
+    tid = gname(f"apt{v}")
+    pid, epoch = env.init_txn(tid)
+    if v >= 4:  # KIP-890 part 1: a partition not yet in the transaction is not verified
+        assert _add_partitions(env, v, tid, pid, epoch, [(name, 0)], verify_only=True) == \
+            {(name, 0): E.TRANSACTION_ABORTABLE}
+    assert _add_partitions(env, v, tid, pid, epoch, [(name, 0), (name, 1)]) == \
+        {(name, 0): E.NONE, (name, 1): E.NONE}
+    if v >= 4:
+        assert _add_partitions(env, v, tid, pid, epoch, [(name, 0)], verify_only=True) == {(name, 0): E.NONE}
+    assert _add_partitions(env, v, tid, pid, epoch + 1, [(name, 0)]) == {(name, 0): _fenced(v)}
+    assert _add_partitions(env, v, tid, pid + 1, epoch, [(name, 0)]) == {(name, 0): E.INVALID_PRODUCER_ID_MAPPING}
+    # one unknown partition fails the whole request
+    assert _add_partitions(env, v, tid, pid, epoch, [(name, 0), (name, 7)]) == \
+        {(name, 0): E.OPERATION_NOT_ATTEMPTED, (name, 7): E.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+@case(K.ADD_OFFSETS_TO_TXN)
+def case_add_offsets_to_txn(env: Env, v: int):
+    tid = gname(f"aot{v}")
+    pid, epoch = env.init_txn(tid)
+
+    def add(p, e):
+        return env.call(K.ADD_OFFSETS_TO_TXN, v, aot.AddOffsetsToTxnRequest(
+            transactional_id=tid, producer_id=p, producer_epoch=e, group_id=gname("aotg"))).error_code
+
+    assert add(pid, epoch) == E.NONE
+    assert add(pid, epoch + 1) == _fenced(v)
+    assert add(pid + 1, epoch) == E.INVALID_PRODUCER_ID_MAPPING
+    (d,) = env.call(K.DESCRIBE_TRANSACTIONS, 0, dtx.DescribeTransactionsRequest(
+        transactional_ids=[tid])).transaction_states
+    assert d.transaction_state == "Ongoing" and [t.topic for t in d.topics] == ["__consumer_offsets"]
+
+
+@case(K.END_TXN)
+def case_end_txn(env: Env, v: int):
+    name, _ = env.new_topic(f"et{v}")
+    tid = gname(f"et{v}")
+    pid, epoch = env.init_txn(tid)
+
+    def end(p, e, commit):
+        return env.call(K.END_TXN, v, et.EndTxnRequest(transactional_id=tid, producer_id=p, producer_epoch=e,
+                                                      committed=commit)).error_code
+
+    assert end(pid, epoch, True) == E.INVALID_TXN_STATE  # Empty: no transaction to end
+    assert _add_partitions(env, 3, tid, pid, epoch, [(name, 0)]) == {(name, 0): E.NONE}
+    assert end(pid, epoch + 1, True) == _fenced(v)
+    assert end(pid + 1, epoch, True) == E.INVALID_PRODUCER_ID_MAPPING
+    assert end(pid, epoch, True) == E.NONE               # PrepareCommit written; the markers follow
+    # a retry: CONCURRENT_TRANSACTIONS while the markers are out, NONE once complete
+    assert end(pid, epoch, True) in (E.CONCURRENT_TRANSACTIONS, E.NONE)
+    (d,) = env.call(K.DESCRIBE_TRANSACTIONS, 0, dtx.DescribeTransactionsRequest(
+        transactional_ids=[tid])).transaction_states
+    assert d.transaction_state in ("PrepareCommit", "CompleteCommit"), d
+
+
+@case(K.TXN_OFFSET_COMMIT)
+def case_txn_offset_commit(env: Env, v: int):
+    """Runs once TXN_OFFSET_COMMIT is in EXPECTED (after the merge with the log side); until
+    then its versions are checked to be refused."""
+    name, _ = env.new_topic(f"toc{v}", partitions=2)
+    group = gname(f"toc{v}")
+    tid = gname(f"toc{v}")
+    pid, epoch = env.init_txn(tid)
+
+    def commit(p, e, offsets):
+        req = toc.TxnOffsetCommitRequest(transactional_id=tid, group_id=group, producer_id=p, producer_epoch=e,
+                                         topics=[toc.TxnOffsetCommitRequestTopic(name=t, partitions=[
+                                             toc.TxnOffsetCommitRequestPartition(partition_index=i, committed_offset=o,
+                                                                                 committed_metadata="m")
+                                             for i, o in ps.items()]) for t, ps in offsets.items()])
+        if v >= 3:
+            req.generation_id, req.member_id = -1, ""
+        r = env.call(K.TXN_OFFSET_COMMIT, v, req)
+        return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
+
+    # KIP-890 part 1: the group's partition must have been added to the transaction first
+    not_added = E.TRANSACTION_ABORTABLE if v >= 4 else E.INVALID_TXN_STATE
+    assert commit(pid, epoch, {name: {0: 5}}) == {(name, 0): not_added}
+    r = env.call(K.ADD_OFFSETS_TO_TXN, 3, aot.AddOffsetsToTxnRequest(
+        transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group))
+    assert r.error_code == E.NONE
+    assert commit(pid, epoch, {name: {0: 5, 1: 6}, "mx-nosuch-topic-x": {0: 1}}) == {
+        (name, 0): E.NONE, (name, 1): E.NONE, ("mx-nosuch-topic-x", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert commit(pid, epoch + 1, {name: {0: 7}}) == {(name, 0): E.INVALID_PRODUCER_EPOCH}
+    # not visible before the transaction commits
+    assert env.committed(group, name, [0, 1]) == {0: -1, 1: -1}
+
+
+@case(K.DESCRIBE_TRANSACTIONS)
+def case_describe_transactions(env: Env, v: int):
+    name, _ = env.new_topic(f"dtx{v}", partitions=2)
+    tid = gname(f"dtx{v}")
+    pid, epoch = env.init_txn(tid, timeout_ms=45000)
+    _add_partitions(env, 3, tid, pid, epoch, [(name, 1), (name, 0)])
+    missing = gname("dtx-none")
+    r = env.call(K.DESCRIBE_TRANSACTIONS, v, dtx.DescribeTransactionsRequest(transactional_ids=[tid, missing]))
+    d, m = r.transaction_states
+    assert (d.error_code, d.transactional_id, d.transaction_state, d.transaction_timeout_ms, d.producer_id,
+            d.producer_epoch) == (E.NONE, tid, "Ongoing", 45000, pid, epoch)
+    assert d.transaction_start_time_ms > 0
+    assert [(t.topic, sorted(t.partitions)) for t in d.topics] == [(name, [0, 1])]
+    assert (m.transactional_id, m.error_code) == (missing, E.TRANSACTIONAL_ID_NOT_FOUND)
+
+
+@case(K.LIST_TRANSACTIONS)
+def case_list_transactions(env: Env, v: int):
+    name, _ = env.new_topic(f"ltx{v}")
+    tid = gname(f"ltx{v}")
+    pid, epoch = env.init_txn(tid)
+    _add_partitions(env, 3, tid, pid, epoch, [(name, 0)])
+
+    def listed(**kw):
+        r = env.call(K.LIST_TRANSACTIONS, v, ltx.ListTransactionsRequest(**kw))
+        assert r.error_code == E.NONE, r
+        return r, {(t.transactional_id, t.producer_id, t.transaction_state) for t in r.transaction_states}
+
+    r, txns = listed(state_filters=["Ongoing", "NoSuchState"], producer_id_filters=[])
+    assert (tid, pid, "Ongoing") in txns and list(r.unknown_state_filters) == ["NoSuchState"]
+    assert listed(state_filters=[], producer_id_filters=[pid])[1] == {(tid, pid, "Ongoing")}
+    assert (tid, pid, "Ongoing") not in listed(state_filters=["Empty"], producer_id_filters=[])[1]
+    if v >= 1:  # KIP-994: only transactions running longer than the duration filter
+        assert listed(state_filters=[], producer_id_filters=[pid], duration_filter=3_600_000)[1] == set()
+        assert listed(state_filters=[], producer_id_filters=[pid], duration_filter=0)[1] == {(tid, pid, "Ongoing")}
 
 
 def _cg_heartbeat(env: Env, v: int, group: str, member_id: str, epoch: int, topics=None):
@@ -1113,6 +1306,28 @@ def _cg_heartbeat(env: Env, v: int, group: str, member_id: str, epoch: int, topi
     if epoch == 0:  # joining: the full subscription
         req.rebalance_timeout_ms, req.subscribed_topic_names, req.topic_partitions = 30000, topics, []
     return env.call(K.CONSUMER_GROUP_HEARTBEAT, v, req)
+
+
+@case(K.WRITE_TXN_MARKERS)
+def case_write_txn_markers(env: Env, v: int):
+    """A transactional batch (explicit producer id), then its COMMIT: the marker is written,
+    the partition's last stable offset moves past it; unknown partitions answer per partition."""
+    name, _ = env.new_topic(f"wtm{v}")
+    pid = random.randrange(1 << 20, 1 << 40)
+    batch = rec.encode_batch([(int(time.time() * 1000), None, b"t", [])], producer_id=pid, producer_epoch=0,
+                             base_sequence=0, is_transactional=True)
+    r = env.call(K.PRODUCE, env.top(K.PRODUCE), pr.ProduceRequest(transactional_id="tid", acks=-1, timeout_ms=5000,
+                 topic_data=[pr.TopicProduceData(name=name, partition_data=[
+                     pr.PartitionProduceData(index=0, records=batch)])]))
+    assert r.responses[0].partition_responses[0].error_code == E.NONE, r
+    r = env.call(K.WRITE_TXN_MARKERS, v, wtm.WriteTxnMarkersRequest(markers=[wtm.WritableTxnMarker(
+        producer_id=pid, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+        topics=[wtm.WritableTxnMarkerTopic(name=name, partition_indexes=[0, 9])])]))
+    (m,) = r.markers
+    assert m.producer_id == pid
+    assert {p.partition_index: p.error_code for t in m.topics for p in t.partitions} == {
+        0: E.NONE, 9: E.UNKNOWN_TOPIC_OR_PARTITION}
+    assert env.list_offset(name, 0, -1).offset == 2
 
 
 @case(K.CONSUMER_GROUP_HEARTBEAT)
@@ -1160,6 +1375,52 @@ def case_consumer_group_describe(env: Env, v: int):
     assert g[group].authorized_operations not in (NOT_REQUESTED, 0)
     assert g[ghost].error_code == E.GROUP_ID_NOT_FOUND
     _cg_heartbeat(env, hv, group, r.member_id, -1)
+
+
+@case(K.SASL_HANDSHAKE)
+def case_sasl_handshake(env: Env, v: int):
+    # a PLAINTEXT listener: Kafka's KafkaApis answers ILLEGAL_SASL_STATE
+    r = env.call(K.SASL_HANDSHAKE, v, sh.SaslHandshakeRequest(mechanism="PLAIN"))
+    assert r.error_code == E.ILLEGAL_SASL_STATE, r
+
+
+@case(K.SASL_AUTHENTICATE)
+def case_sasl_authenticate(env: Env, v: int):
+    r = env.call(K.SASL_AUTHENTICATE, v, sa.SaslAuthenticateRequest(auth_bytes=b"\0u\0p"))
+    assert r.error_code == E.ILLEGAL_SASL_STATE and r.error_message, r
+
+
+@case(K.ALTER_USER_SCRAM_CREDENTIALS)
+def case_alter_user_scram_credentials(env: Env, v: int):
+    user = f"mx-user-{uuid.uuid4().hex[:8]}"
+    r = env.call(K.ALTER_USER_SCRAM_CREDENTIALS, v, auc.AlterUserScramCredentialsRequest(
+        deletions=[auc.ScramCredentialDeletion(name="nobody-" + user, mechanism=1)],
+        upsertions=[auc.ScramCredentialUpsertion(name=user, mechanism=2, iterations=4096, salt=b"s" * 16,
+                                                 salted_password=b"p" * 64),
+                    auc.ScramCredentialUpsertion(name="few-" + user, mechanism=1, iterations=10, salt=b"s",
+                                                 salted_password=b"p" * 32)]))
+    got = {x.user: x.error_code for x in r.results}
+    assert got == {"nobody-" + user: E.RESOURCE_NOT_FOUND, user: E.NONE,
+                   "few-" + user: E.UNACCEPTABLE_CREDENTIAL}, r
+    up = auc.ScramCredentialUpsertion(name="dup-" + user, mechanism=1, iterations=4096, salt=b"s",
+                                      salted_password=b"p" * 32)
+    r = env.call(K.ALTER_USER_SCRAM_CREDENTIALS, v, auc.AlterUserScramCredentialsRequest(
+        deletions=[], upsertions=[up, up]))
+    assert [(x.user, x.error_code) for x in r.results] == [("dup-" + user, E.DUPLICATE_RESOURCE)], r
+
+
+@case(K.DESCRIBE_USER_SCRAM_CREDENTIALS)
+def case_describe_user_scram_credentials(env: Env, v: int):
+    user = f"mx-user-{uuid.uuid4().hex[:8]}"
+    env.call(K.ALTER_USER_SCRAM_CREDENTIALS, 0, auc.AlterUserScramCredentialsRequest(
+        deletions=[], upsertions=[auc.ScramCredentialUpsertion(name=user, mechanism=1, iterations=8192,
+                                                               salt=b"s" * 16, salted_password=b"p" * 32)]))
+    r = env.call(K.DESCRIBE_USER_SCRAM_CREDENTIALS, v, duc.DescribeUserScramCredentialsRequest(
+        users=[duc.UserName(name=user), duc.UserName(name="ghost-" + user)]))
+    got = {x.user: x for x in r.results}
+    assert got[user].error_code == E.NONE
+    assert [(c.mechanism, c.iterations) for c in got[user].credential_infos] == [(1, 8192)]
+    assert got["ghost-" + user].error_code == E.RESOURCE_NOT_FOUND
 
 
 # -- the matrix -----------------------------------------------------------------------------------

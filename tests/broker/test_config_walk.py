@@ -58,6 +58,10 @@ ELSEWHERE = {
     "segment.ms": "tests/test_log.py::test_roll_on_segment_ms_uses_batch_timestamps",
     "kbroker.fsync.every.append": "tests/test_log_config_effects.py::test_fsync_every_append_changed_on_a_live_log",
     "preallocate": "tests/test_log_config_effects.py::test_preallocated_tail_is_recovered_after_a_crash",
+    "kbroker.key.schema.validation": "tests/schema_registry/test_broker_validation.py",
+    "kbroker.value.schema.validation": "tests/schema_registry/test_broker_validation.py",
+    "kbroker.value.schema.validation.payload": "tests/schema_registry/test_broker_validation.py",
+    "kbroker.key.schema.validation.payload": "tests/schema_registry/test_broker_validation.py",
 }
 
 #: broker keys whose effect is KafkaConfig refusing a combination: key -> props that are refused

@@ -9,15 +9,14 @@ twice. InitProducerId never repeats an id across restarts.
 """
 import asyncio
 import os
-import random
 import socket
 import struct
-import threading
 import time
 import uuid
 
 import pytest
 
+from kbroker.chaos.proxy import FaultProxy
 from kbroker.kernels import records
 from kbroker.protocol import ApiKey, ErrorCode, decode_response, encode_request
 from kbroker.protocol.messages.api_versions import ApiVersionsRequest
@@ -121,10 +120,11 @@ def test_init_producer_id_request_errors(raw):
     assert raw.init_producer_id(version=4, transactional_id="")[0] == ErrorCode.INVALID_REQUEST
     assert raw.init_producer_id(version=4, transactional_id="tx", timeout_ms=0)[0] == \
         ErrorCode.INVALID_TRANSACTION_TIMEOUT
-    # no transactions yet: a fatal error clients report at once (COORDINATOR_NOT_AVAILABLE is retried forever)
-    for v in (0, 2, 5):
-        assert raw.init_producer_id(version=v, transactional_id="tx")[:2] == \
-            (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+    # a transactional id goes to the transaction coordinator: one producer id, the epoch bumped each time
+    answers = [raw.init_producer_id(version=v, transactional_id="tx") for v in (0, 2, 5)]
+    assert [(err, epoch) for err, _, epoch in answers] == [(ErrorCode.NONE, 0), (ErrorCode.NONE, 1),
+                                                          (ErrorCode.NONE, 2)]
+    assert len({pid for _, pid, _ in answers}) == 1
 
 
 # -- raw produce: Kafka's answers ---------------------------------------------------------------------
@@ -260,134 +260,15 @@ def test_aiokafka_idempotent_producer(broker):
     _check_exactly_once(broker.bootstrap, topic, 200)
 
 
-def test_transactional_clients_fail_within_their_timeout(broker):
-    # No transaction coordinator yet. The clients must get an error, not hang (FindCoordinator
-    # for a transactional id answers first; see the report on issue 8 for making this immediate).
+def test_transactional_clients_init_within_their_timeout(broker):
+    # The transaction coordinator answers FindCoordinator(TRANSACTION) and InitProducerId at once.
     p = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-" + uuid.uuid4().hex})
     t0 = time.monotonic()
-    with pytest.raises(ck.KafkaException):
-        p.init_transactions(3)
+    p.init_transactions(10)
     assert time.monotonic() - t0 < 10
 
 
 # -- faults: a proxy that kills connections mid-flight --------------------------------------------------
-class FaultProxy:
-    """A TCP proxy on 127.0.0.1 between clients and the broker (threads; every loop
-    polls ``stopped`` at least every 0.2 s). The broker must advertise the proxy's
-    port (advertised.listeners), else clients leave the proxy after bootstrap.
-    Faults on the broker->client direction,
-    i.e. after the broker has handled the request: ``kill`` drops a reply and closes
-    both connections, ``delay`` holds a reply back for 50-250 ms. At most
-    ``max_faults`` kills. The first ``spare_replies`` reply chunks of a connection
-    (ApiVersions, ...) are never killed: librdkafka takes a connection closed
-    during ApiVersions for a pre-0.10 broker and then refuses idempotence.
-    ``blackhole`` drops every reply (counted in ``dropped``)."""
-
-    spare_replies = 2
-
-    def __init__(self, upstream_port=None, *, seed=0, kill_probability=0.0, delay_probability=0.0, max_faults=0):
-        self.upstream_port = upstream_port
-        self.rnd = random.Random(seed)
-        self.kill_probability = kill_probability
-        self.delay_probability = delay_probability
-        self.max_faults = max_faults
-        self.kills = 0
-        self.delays = 0
-        self.dropped = 0
-        self.blackhole = threading.Event()
-        self.stopped = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = []
-        self._listener = socket.socket()
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(16)
-        self._listener.settimeout(0.2)
-        self.port = self._listener.getsockname()[1]
-
-    @property
-    def bootstrap(self):
-        return f"127.0.0.1:{self.port}"
-
-    def start(self):
-        self._spawn(self._accept_loop)
-        return self
-
-    def _spawn(self, fn, *args):
-        t = threading.Thread(target=fn, args=args, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _accept_loop(self):
-        while not self.stopped.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=1)
-            except OSError:
-                client.close()   # broker down: the client sees a closed connection and reconnects
-                continue
-            pair = (client, upstream)
-            self._spawn(self._pump, upstream, client, pair, True)
-            self._spawn(self._pump, client, upstream, pair, False)
-
-    def _fault(self, reply_number):
-        with self._lock:
-            if self.blackhole.is_set():
-                self.dropped += 1
-                return "drop"
-            x = self.rnd.random()
-            if reply_number < self.spare_replies:
-                return None
-            if self.kills < self.max_faults and x < self.kill_probability:
-                self.kills += 1
-                return "kill"
-            if x > 1 - self.delay_probability:
-                self.delays += 1
-                return self.rnd.uniform(0.05, 0.25)
-            return None
-
-    def _pump(self, src, dst, pair, replies):
-        n = 0
-        try:
-            src.settimeout(0.2)   # inside the try: the other direction may have closed src already
-            while not self.stopped.is_set():
-                try:
-                    data = src.recv(65536)
-                except socket.timeout:
-                    continue
-                if not data:
-                    break
-                if replies:
-                    fault = self._fault(n)
-                    n += 1
-                    if fault == "drop":
-                        continue
-                    if fault == "kill":
-                        break
-                    if fault is not None:
-                        time.sleep(fault)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in pair:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
-
-    def stop(self):
-        self.stopped.set()
-        self._listener.close()
-        for t in self._threads:
-            t.join(2)
-
-
 def _broker_behind(fresh_broker, proxy, **overrides):
     b = fresh_broker(**{"num.partitions": 1, "advertised.listeners": f"PLAINTEXT://{proxy.bootstrap}",
                         **overrides})

@@ -365,3 +365,49 @@ def test_subscribe_two_members_split_partitions(broker, topic_name):
     finally:
         for c in consumers:
             c.close()
+
+
+def test_commit_inside_on_revoke_uses_the_current_generation(broker, topic_name):
+    """Eager rebalance: a member's on_revoke commits with the generation it still holds
+    (Kafka's onJoinPrepare), so the next owner resumes where it stopped. A commit with
+    generation -1 would be refused while the group has members."""
+    _create(broker, topic_name, 2)
+    with _producer(broker) as p:
+        for i in range(10):
+            p.send(topic_name, b"%d" % i, partition=i % 2)
+    group = "revoke-" + topic_name
+    settings = {"group.id": group, "heartbeat.interval.ms": 200, "session.timeout.ms": 6000,
+                "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+    c1 = _consumer(broker, **settings)
+    results = []
+
+    def on_revoke(cons, tps):
+        try:
+            cons.commit()
+            results.append(None)
+        except E.KafkaError as e:
+            results.append(e)
+    c1.subscribe([topic_name], on_revoke=on_revoke)
+    recs = _consume_all(c1, 10, timeout_s=30)
+    assert len(recs) == 10
+    c2 = _consumer(broker, **settings)
+    c2.subscribe([topic_name])
+    stop = threading.Event()
+
+    def keep_polling(c):
+        while not stop.is_set():
+            c.poll(0.1)
+    t = threading.Thread(target=keep_polling, args=(c2,), daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not results and time.monotonic() < deadline:
+            c1.poll(0.1)
+        assert results == [None], results
+        committed = c1.committed([TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)])
+        assert sorted(om.offset for om in committed.values()) == [5, 5]
+    finally:
+        stop.set()
+        t.join(10)
+        c1.close()
+        c2.close()

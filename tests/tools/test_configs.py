@@ -88,11 +88,13 @@ def test_broker_configs(broker, tool):
 
 
 def test_unsupported_entities_and_usage(tool):
-    for etype in ("users", "clients"):
+    for etype in ("clients", "ips"):
         r = tool("configs", "--describe", "--entity-type", etype, "--entity-name", "alice")
         assert r.returncode == 1
-        assert r.stderr.strip() == (f"Error: entity type {etype}: quotas and SCRAM credentials are not supported "
-                                    "by kbroker yet")
+        assert r.stderr.strip() == f"Error: entity type {etype}: quotas are not supported by kbroker yet"
+    r = tool("configs", "--alter", "--entity-type", "users", "--entity-name", "alice",
+             "--add-config", "producer_byte_rate=1024")
+    assert r.returncode == 1 and "only SCRAM credentials" in r.stderr
     r = tool("configs", "--describe", "--entity-type", "tables")
     assert r.returncode == 1 and "Invalid entity type tables" in r.stderr
     r = tool("configs", "--describe", "--entity-type", "brokers", "--entity-name", "one")
@@ -101,3 +103,34 @@ def test_unsupported_entities_and_usage(tool):
     assert r.returncode == 1 and r.stderr.strip() == "Error: An entity name must be specified with --alter of topics"
     r = tool("configs", "--help", bootstrap=False)
     assert r.returncode == 0 and r.stdout.startswith("This tool helps to manipulate and describe entity config")
+
+
+def test_user_scram_credentials(broker, tool):
+    """kafka-configs.sh --entity-type users: SCRAM credentials made from a password, described
+    with their iterations, deleted; checked with confluent-kafka's AdminClient."""
+    from confluent_kafka.admin import ScramMechanism
+
+    user = name("alice")
+    r = tool("configs", "--alter", "--entity-type", "users", "--entity-name", user, "--add-config",
+             "SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=alice-secret]")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"Completed updating config for user {user}.\n"
+    r = tool("configs", "--describe", "--entity-type", "users", "--entity-name", user)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"SCRAM credential configs for user-principal '{user}' are "
+                        "SCRAM-SHA-256=iterations=8192, SCRAM-SHA-512=iterations=4096\n")
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    d = a.describe_user_scram_credentials([user])[user].result(timeout=15)
+    assert sorted((i.mechanism, i.iterations) for i in d.scram_credential_infos) == [
+        (ScramMechanism.SCRAM_SHA_256, 8192), (ScramMechanism.SCRAM_SHA_512, 4096)]
+    r = tool("configs", "--alter", "--entity-type", "users", "--entity-name", user,
+             "--delete-config", "SCRAM-SHA-512")
+    assert r.returncode == 0, r.stderr
+    r = tool("configs", "--describe", "--entity-type", "users")
+    assert f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-256=iterations=8192\n" in r.stdout
+    r = tool("configs", "--alter", "--entity-type", "users", "--entity-name", user,
+             "--add-config", "SCRAM-SHA-256=[iterations=100,password=x]")
+    assert r.returncode == 1 and "iterations" in r.stderr
+    r = tool("configs", "--alter", "--entity-type", "users", "--entity-default",
+             "--add-config", "SCRAM-SHA-256=[password=x]")
+    assert r.returncode == 1 and "not allowed with User SCRAM Credentials" in r.stderr

@@ -27,6 +27,10 @@ NO_PARTITION_LEADER_EPOCH: int
 RECORD_ERROR_NO_KEY: int
 RECORD_ERROR_TIMESTAMP: int
 RECORD_ERROR_LOG_APPEND_TIME: int
+RECORD_ERROR_KEY_SCHEMA: int
+RECORD_ERROR_VALUE_SCHEMA: int
+SCHEMA_KEY: int
+SCHEMA_VALUE: int
 
 Header = tuple[str, bytes | None]
 BytesLike = bytes | bytearray | memoryview
@@ -93,6 +97,7 @@ class BatchInfo(NamedTuple):
     max_record_timestamp: int
     has_null_key: bool
     record_errors: tuple[tuple[int, int, int], ...]  # (index in batch, RECORD_ERROR_* kind, timestamp)
+    schema_ids: tuple[tuple[int, int], ...]  # distinct (SCHEMA_KEY/SCHEMA_VALUE, schema id), sorted
 
 class BatchBuilder:
     def __init__(self, *, compression: int = ..., batch_size: int = ...,
@@ -120,7 +125,8 @@ def iter_batches(buf: BytesLike, *, check_crc: bool = ...) -> Iterator[RecordBat
 def validate_batches(buf: BytesLike, *, allow_control: bool = ..., timestamp_type: int = ...,
                      now_ms: int = ..., timestamp_before_max_ms: int = ...,
                      timestamp_after_max_ms: int = ..., compacted: bool = ...,
-                     produce_version: int = ..., max_message_bytes: int = ...) -> list[BatchInfo]: ...
+                     produce_version: int = ..., max_message_bytes: int = ...,
+                     key_schema: bool = ..., value_schema: bool = ...) -> list[BatchInfo]: ...
 def produce_records_error(buf: BytesLike | None, version: int) -> int: ...
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None: ...
 def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch: int) -> None: ...

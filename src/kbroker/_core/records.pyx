@@ -23,7 +23,8 @@ from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.stdint cimport (INT32_MAX, INT64_MAX, INT64_MIN, int8_t, int16_t,
                           int32_t, int64_t, uint32_t, uint64_t)
-from libc.string cimport memcpy
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy, memset
 
 from kbroker._core.crc32c cimport crc32c_update
 from kbroker._core.hton cimport (load_i16, load_i32, load_i64, load_u32,
@@ -50,6 +51,7 @@ __all__ = [
     "RECORD_BATCH_OVERHEAD", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH",
     "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH",
     "RECORD_ERROR_NO_KEY", "RECORD_ERROR_TIMESTAMP", "RECORD_ERROR_LOG_APPEND_TIME",
+    "RECORD_ERROR_KEY_SCHEMA", "RECORD_ERROR_VALUE_SCHEMA", "SCHEMA_KEY", "SCHEMA_VALUE",
     "CorruptRecordError", "InvalidRecordError", "UnsupportedCompressionError",
     "UnsupportedMagicError", "ProduceRecordsError",
     "Record", "RecordBatch", "LegacyBatch", "BatchInfo", "BatchBuilder",
@@ -101,10 +103,16 @@ cdef enum:
     RECORD_NO_KEY = 1
     RECORD_TIMESTAMP_OUT_OF_RANGE = 2
     RECORD_LOG_APPEND_TIME_SET = 3
+    RECORD_KEY_NO_SCHEMA = 4
+    RECORD_VALUE_NO_SCHEMA = 5
 
 RECORD_ERROR_NO_KEY = RECORD_NO_KEY
 RECORD_ERROR_TIMESTAMP = RECORD_TIMESTAMP_OUT_OF_RANGE
 RECORD_ERROR_LOG_APPEND_TIME = RECORD_LOG_APPEND_TIME_SET
+RECORD_ERROR_KEY_SCHEMA = RECORD_KEY_NO_SCHEMA
+RECORD_ERROR_VALUE_SCHEMA = RECORD_VALUE_NO_SCHEMA
+SCHEMA_KEY = 0      # BatchInfo.schema_ids kinds
+SCHEMA_VALUE = 1
 
 # record walk results
 cdef enum:
@@ -120,13 +128,14 @@ cdef enum:
     W_REC_MISMATCH
     W_TRAILING
     W_UTF8
+    W_NOMEM
 
 cdef tuple _WALK_MESSAGES = (
     "ok", "truncated or over-long varint in record", "invalid record size",
     "record offset delta not contiguous", "invalid key length",
     "invalid value length", "invalid header count", "invalid header key length",
     "invalid header value length", "record length does not match its fields",
-    "bytes left after the batch's records", "header key is not valid UTF-8",
+    "bytes left after the batch's records", "header key is not valid UTF-8", "out of memory",
 )
 
 BatchInfo = namedtuple("BatchInfo", [
@@ -135,7 +144,7 @@ BatchInfo = namedtuple("BatchInfo", [
     "producer_id", "producer_epoch", "base_sequence", "is_transactional",
     "is_control", "partition_leader_epoch",
     "min_record_timestamp", "max_record_timestamp", "has_null_key",
-    "record_errors",
+    "record_errors", "schema_ids",
 ])
 BatchInfo.__doc__ = """What ``validate_batches`` learned about one v2 batch
 (see the twin, kbroker._core.ref.records.BatchInfo)."""
@@ -373,6 +382,9 @@ cdef struct WalkStats:
     int32_t n_errors       # records that fail the RecordChecks
 
 
+cdef struct IdSet
+
+
 cdef struct RecordChecks:
     # Kafka's LogValidator.validateRecord for one batch: enabled only on a leader append
     bint enabled
@@ -384,6 +396,105 @@ cdef struct RecordChecks:
     int64_t now
     int64_t before_max
     int64_t after_max
+    bint key_schema        # non-null keys must carry the schema-registry header (ids into *ids)
+    bint value_schema      # likewise for values
+    IdSet* ids
+
+
+# -- schema-registry framing (kbroker.key/value.schema.validation) ---------------
+
+cdef enum:
+    IDSET_INLINE = 16
+
+cdef struct IdSet:
+    # the distinct (kind << 32 | id) + 1 codes seen in one batch: open addressing, 0 = empty
+    uint64_t* slots
+    Py_ssize_t cap         # a power of two; kept under half full
+    Py_ssize_t n
+    uint64_t last          # the last key added: most batches carry one id
+    uint64_t inline_slots[IDSET_INLINE]
+
+
+@cython.final
+cdef class _IdSet:
+    """Owns an IdSet (its grown table is freed on dealloc)."""
+    cdef IdSet s
+
+    def __cinit__(self):
+        self.s.slots = self.s.inline_slots
+        self.reset()
+
+    cdef void reset(self) noexcept:
+        if self.s.slots != self.s.inline_slots:
+            free(self.s.slots)
+            self.s.slots = self.s.inline_slots
+        memset(self.s.inline_slots, 0, sizeof(self.s.inline_slots))
+        self.s.cap = IDSET_INLINE
+        self.s.n = 0
+        self.s.last = 0
+
+    cdef tuple items(self):
+        """((kind, schema id), ...) sorted."""
+        cdef Py_ssize_t i
+        cdef uint64_t k
+        out = []
+        for i in range(self.s.cap):
+            k = self.s.slots[i]
+            if k:
+                k -= 1
+                out.append((<int>(k >> 32), <int32_t><uint32_t>(k & 0xFFFFFFFFu)))
+        out.sort()
+        return tuple(out)
+
+    def __dealloc__(self):
+        if self.s.slots != self.s.inline_slots:
+            free(self.s.slots)
+
+
+cdef inline Py_ssize_t _idset_slot(const uint64_t* slots, Py_ssize_t mask, uint64_t key) noexcept nogil:
+    cdef Py_ssize_t i = <Py_ssize_t>((key * <uint64_t>0x9E3779B97F4A7C15u) >> 40) & mask
+    while slots[i] != 0 and slots[i] != key:
+        i = (i + 1) & mask
+    return i
+
+
+cdef int _idset_add(IdSet* s, uint64_t code) noexcept nogil:
+    """Add ``code`` (kind << 32 | id); -1 when the table cannot grow."""
+    cdef uint64_t key = code + 1
+    cdef Py_ssize_t i, j
+    cdef uint64_t* grown
+    if key == s.last:
+        return 0
+    s.last = key
+    i = _idset_slot(s.slots, s.cap - 1, key)
+    if s.slots[i] == key:
+        return 0
+    s.slots[i] = key
+    s.n += 1
+    if s.n * 2 > s.cap:
+        grown = <uint64_t*>calloc(s.cap * 2, sizeof(uint64_t))
+        if grown == NULL:
+            return -1
+        for j in range(s.cap):
+            if s.slots[j]:
+                grown[_idset_slot(grown, s.cap * 2 - 1, s.slots[j])] = s.slots[j]
+        if s.slots != s.inline_slots:
+            free(s.slots)
+        s.slots = grown
+        s.cap *= 2
+    return 0
+
+
+cdef inline int64_t _schema_header(const unsigned char* p, int32_t n, int32_t* sid) noexcept nogil:
+    """Confluent's wire format: magic byte 0, then the schema id (4 bytes, big-endian).
+    -1 when ``p[:n]`` starts with it (the id in ``sid``), else what is wrong: the first
+    byte (1..255) or 256 + n when fewer than 5 bytes."""
+    if n < 5:
+        return 256 + n
+    if p[0] != 0:
+        return p[0]
+    sid[0] = load_i32(p + 1)
+    return -1
 
 
 cdef inline int _record_error(const RecordChecks* ck, bint null_key,
@@ -410,12 +521,16 @@ cdef int _scan_records(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end,
     ``ck.enabled``, also applies ``ck`` to each record as it is walked (the
     same single pass) and counts failures in ``st.n_errors``; when
     ``err_index``/``err_kind``/``err_ts`` are given (room for every failure),
-    the failing records' indexes, kinds and timestamps are stored there too."""
+    the failing records' indexes, kinds and timestamps are stored there too
+    (a schema-header failure stores what is wrong instead of the timestamp, see
+    ``_schema_header``). With ``ck.key_schema``/``ck.value_schema``, each non-null
+    key/value's schema-registry header is checked and its id added to ``ck.ids``."""
     cdef int32_t i, length, off_delta, klen, vlen, nh, hklen, hvlen, j
     cdef int64_t ts_delta
     cdef Py_ssize_t rend
     cdef int kind
-    cdef int64_t ts
+    cdef int64_t ts, kbad, vbad
+    cdef int32_t sid
     st.min_delta = INT64_MAX
     st.max_delta = INT64_MIN
     st.has_null_key = False
@@ -436,6 +551,7 @@ cdef int _scan_records(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end,
             return W_VARINT
         if off_delta != i:
             return W_OFFSET_DELTA
+        kbad = vbad = -1
         pos = read_varint(buf, pos, rend, &klen)
         if pos < 0:
             return W_VARINT
@@ -446,6 +562,10 @@ cdef int _scan_records(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end,
         else:
             if klen > rend - pos:
                 return W_KEY_LEN
+            if ck.key_schema:
+                kbad = _schema_header(buf + pos, klen, &sid)
+                if kbad < 0 and _idset_add(ck.ids, <uint32_t>sid) < 0:
+                    return W_NOMEM
             pos += klen
         pos = read_varint(buf, pos, rend, &vlen)
         if pos < 0:
@@ -456,6 +576,10 @@ cdef int _scan_records(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end,
         else:
             if vlen > rend - pos:
                 return W_VALUE_LEN
+            if ck.value_schema:
+                vbad = _schema_header(buf + pos, vlen, &sid)
+                if vbad < 0 and _idset_add(ck.ids, (<uint64_t>1 << 32) | <uint32_t>sid) < 0:
+                    return W_NOMEM
             pos += vlen
         pos = read_varint(buf, pos, rend, &nh)
         if pos < 0:
@@ -488,6 +612,10 @@ cdef int _scan_records(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end,
         if ck.enabled:
             ts = ck.header_max_ts if ck.batch_log_append else _wrap_add(ck.base_ts, ts_delta)
             kind = _record_error(ck, klen < 0, ts)
+            if kind == 0 and kbad >= 0:
+                kind, ts = RECORD_KEY_NO_SCHEMA, kbad
+            elif kind == 0 and vbad >= 0:
+                kind, ts = RECORD_VALUE_NO_SCHEMA, vbad
             if kind:
                 if err_index != NULL:
                     err_index[st.n_errors] = i
@@ -1214,7 +1342,8 @@ def produce_records_error(buf, int version):
 def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
                      int64_t now_ms=0, int64_t timestamp_before_max_ms=INT64_MAX,
                      int64_t timestamp_after_max_ms=INT64_MAX, bint compacted=False,
-                     int produce_version=-1, int64_t max_message_bytes=INT64_MAX):
+                     int produce_version=-1, int64_t max_message_bytes=INT64_MAX,
+                     bint key_schema=False, bint value_schema=False):
     """Validate a ProduceRequest partition's records without building Record
     objects; return one BatchInfo per batch. See the twin's docstring for the
     full list of checks, the record checks ``timestamp_type`` >= 0 turns on,
@@ -1240,6 +1369,7 @@ def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
     cdef object data
     cdef object errors
     cdef list infos = []
+    cdef _IdSet ids = _IdSet() if checks and (key_schema or value_schema) else None
     if timestamp_type > 1:
         raise ValueError(f"bad timestamp_type {timestamp_type}")
     ck.compacted = compacted
@@ -1247,6 +1377,9 @@ def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
     ck.now = now_ms
     ck.before_max = timestamp_before_max_ms
     ck.after_max = timestamp_after_max_ms
+    ck.key_schema = ids is not None and key_schema
+    ck.value_schema = ids is not None and value_schema
+    ck.ids = &ids.s if ids is not None else NULL
     if produce_version >= 0:
         # one walk: the request's checks, the first batch's base offset and size, then the batches
         code = _produce_records_error(b.ptr, b.size, produce_version)
@@ -1301,10 +1434,14 @@ def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
         ck.batch_log_append = (attributes & TIMESTAMP_TYPE_MASK) != 0
         # no record can fail when no check applies (the defaults: unbounded window, not
         # compacted, no LogAppendTime bit): the walk then skips the per-record test
-        ck.enabled = checks and (compacted or window or ck.batch_log_append)
+        ck.enabled = checks and (compacted or window or ck.batch_log_append or ids is not None)
+        if ids is not None:
+            ids.reset()
         ck.base_ts = base_ts
         ck.header_max_ts = max_ts
         rc = _scan_records(rbuf, rpos, rend, count, &st, &ck, NULL, NULL, NULL)
+        if rc == W_NOMEM:
+            raise MemoryError()
         if rc != W_OK:
             raise InvalidRecordError(_WALK_MESSAGES[rc])
         errors = ()
@@ -1316,7 +1453,7 @@ def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
             bseq, (attributes & TRANSACTIONAL_MASK) != 0,
             (attributes & CONTROL_MASK) != 0, ple,
             _wrap_add(base_ts, st.min_delta), _wrap_add(base_ts, st.max_delta),
-            <bint>st.has_null_key, errors))
+            <bint>st.has_null_key, errors, ids.items() if ids is not None else ()))
         pos = batch_end
     return infos
 

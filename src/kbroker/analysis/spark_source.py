@@ -31,7 +31,12 @@ control batches (transaction markers) are skipped. A corrupt batch fails the
 read with ``CorruptRecordError`` naming the file and position, unless the
 option ``ignoreCorrupt`` is ``"true"``, which ends that segment there.
 
-Options: ``topic`` (only this topic), ``ignoreCorrupt`` ("false").
+Options: ``topic`` (only this topic), ``ignoreCorrupt`` ("false"),
+``isolationLevel`` ("read_uncommitted"; "read_committed" skips the records of
+aborted transactions, found in the partition's ``.txnindex`` files as a Kafka
+consumer finds them in a fetch response; the data of transactions still open
+when the files were written is read, since there is no last stable offset in
+the files alone).
 Rows are read on the executors, so ``kbroker`` must be importable there
 (installed, or on ``PYTHONPATH`` / ``spark.executorEnv.PYTHONPATH``).
 """
@@ -53,6 +58,9 @@ _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 _LOG_OVERHEAD = 12          # int64 base_offset + int32 batch_length
 _FRAME = struct.Struct(">qi")
+#: a ``.txnindex`` entry (kbroker/log/txn_index.py): version, producer id, first offset,
+#: last (marker) offset, last stable offset
+_ABORTED_TXN = struct.Struct(">hqqqq")
 
 
 @dataclass(frozen=True)
@@ -120,9 +128,42 @@ def iter_segment_batches(path: str, ignore_corrupt: bool = False) -> Iterator:
                 pos += _LOG_OVERHEAD + length
 
 
-def segment_rows(part: SegmentPartition, ignore_corrupt: bool = False) -> Iterator[tuple]:
-    """Rows (see SCHEMA) of one segment; control batches skipped."""
+def aborted_transactions(part: SegmentPartition) -> list[tuple[int, int]]:
+    """(first offset, producer id) of every aborted transaction that may have data in
+    ``part``: the entries of the ``.txnindex`` of this segment and the later ones of its
+    partition whose ABORT marker is at or after the segment's base offset."""
+    d = os.path.dirname(part.path)
+    out = []
+    for name in os.listdir(d):
+        if name.endswith(".txnindex") and name[:20].isdigit() and int(name[:20]) >= part.base_offset:
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+            data = data[: len(data) // _ABORTED_TXN.size * _ABORTED_TXN.size]   # a torn last entry
+            out += [(first, pid) for _, pid, first, last, _ in _ABORTED_TXN.iter_unpack(data)
+                    if last >= part.base_offset]
+    return sorted(out)
+
+
+def segment_rows(part: SegmentPartition, ignore_corrupt: bool = False,
+                 read_committed: bool = False) -> Iterator[tuple]:
+    """Rows (see SCHEMA) of one segment; control batches skipped; with ``read_committed``,
+    the batches of aborted transactions too (a producer is aborted from the first offset
+    of one of its aborted transactions to its ABORT marker, as in Kafka's consumer)."""
+    pending = aborted_transactions(part) if read_committed else []
+    k = 0
+    aborting: set = set()
     for batch in iter_segment_batches(part.path, ignore_corrupt):
+        if pending and batch.is_transactional:
+            last = batch.next_offset - 1
+            while k < len(pending) and pending[k][0] <= last:
+                aborting.add(pending[k][1])
+                k += 1
+            if batch.is_control:
+                if batch.records and bytes(batch.records[0].key or b"")[:4] == b"\x00\x00\x00\x00":
+                    aborting.discard(batch.producer_id)     # ABORT (ControlRecordType 0)
+                continue
+            if batch.producer_id in aborting:
+                continue
         if batch.is_control:
             continue
         tt = batch.timestamp_type
@@ -134,10 +175,11 @@ def segment_rows(part: SegmentPartition, ignore_corrupt: bool = False) -> Iterat
 
 
 class KbrokerReader(DataSourceReader):
-    def __init__(self, path: str, topic: str | None, ignore_corrupt: bool) -> None:
+    def __init__(self, path: str, topic: str | None, ignore_corrupt: bool, read_committed: bool = False) -> None:
         self.path = path
         self.topic = topic
         self.ignore_corrupt = ignore_corrupt
+        self.read_committed = read_committed
 
     def partitions(self) -> list[SegmentPartition]:
         segs = find_segments(self.path, self.topic)
@@ -147,7 +189,7 @@ class KbrokerReader(DataSourceReader):
     def read(self, partition: SegmentPartition) -> Iterator[tuple]:
         if not partition.path:
             return iter(())
-        return segment_rows(partition, self.ignore_corrupt)
+        return segment_rows(partition, self.ignore_corrupt, self.read_committed)
 
 
 class KbrokerDataSource(DataSource):
@@ -165,7 +207,11 @@ class KbrokerDataSource(DataSource):
         if not path:
             raise ValueError("kbroker data source needs a path: .load(<partition or data dir>)")
         ignore = str(self.options.get("ignoreCorrupt", "false")).lower() == "true"
-        return KbrokerReader(path, self.options.get("topic"), ignore)
+        isolation = str(self.options.get("isolationLevel", "read_uncommitted")).lower()
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise ValueError(f"kbroker data source: isolationLevel must be read_uncommitted or read_committed, "
+                             f"not {isolation!r}")
+        return KbrokerReader(path, self.options.get("topic"), ignore, isolation == "read_committed")
 
 
 def register(spark) -> None:

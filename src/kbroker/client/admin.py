@@ -5,8 +5,8 @@ Synchronous: each method sends its requests and waits (default.api.timeout.ms, o
 ``raise_on_error=True`` (the default) the first per-item error is raised as the
 KafkaError subclass named by its code (TopicAlreadyExistsError, ...).
 
-Routing as in Kafka: CreateTopics / DeleteTopics / CreatePartitions go to the
-controller (retried on NOT_CONTROLLER after a metadata refresh), DescribeConfigs /
+Routing as in Kafka: CreateTopics / DeleteTopics / CreatePartitions / ElectLeaders /
+(Alter|List)PartitionReassignments go to the controller (retried on NOT_CONTROLLER after a metadata refresh), DescribeConfigs /
 IncrementalAlterConfigs for a broker resource to that broker, group requests to the
 group's coordinator, ListGroups to every broker, ListOffsets to each partition's leader.
 
@@ -26,8 +26,11 @@ from kbroker.client.network_client import NetworkClient
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages import create_partitions as cp
 from kbroker.protocol.messages import create_topics as ct
+from kbroker.protocol.messages import alter_partition_reassignments as apr
 from kbroker.protocol.messages import describe_configs as dc
+from kbroker.protocol.messages import elect_leaders as el
 from kbroker.protocol.messages import incremental_alter_configs as iac
+from kbroker.protocol.messages import list_partition_reassignments as lpr
 from kbroker.protocol.messages.delete_groups import DeleteGroupsRequest
 from kbroker.protocol.messages.delete_topics import DeleteTopicsRequest
 from kbroker.protocol.messages.describe_cluster import DescribeClusterRequest
@@ -42,6 +45,8 @@ RESOURCE_BROKER = 4
 #: IncrementalAlterConfigs operations
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+#: ElectLeaders election types (Kafka's ElectionType)
+PREFERRED, UNCLEAN = 0, 1
 
 
 class NewTopic(NamedTuple):
@@ -115,6 +120,12 @@ class LogDirDescription(NamedTuple):
     replicas: dict                     # {TopicPartition: ReplicaInfo}
     total_bytes: int                   # -1: unknown (DescribeLogDirs < v4)
     usable_bytes: int
+
+
+class PartitionReassignment(NamedTuple):
+    replicas: list                     # the full replica set while moving (target + those leaving)
+    adding_replicas: list
+    removing_replicas: list
 
 
 class ClusterDescription(NamedTuple):
@@ -226,6 +237,66 @@ class Admin:
         results = {r.name: E.for_code(r.error_code, r.error_message) if r.error_code else None
                    for r in resp.results}
         return _check(results, raise_on_error)
+
+    # -- leaders and replica placement (sent to the controller: forwarded by a KRaft broker) ---
+    def elect_leaders(self, election_type: int = PREFERRED, partitions=None, timeout: float | None = None,
+                      raise_on_error: bool = False) -> dict:
+        """Kafka's Admin.electLeaders: {TopicPartition: None or KafkaError} (None: a new leader
+        was elected; ElectionNotNeededError: the preferred replica already leads). ``partitions``
+        None elects every partition that needs it (the answer then lists only those)."""
+        deadline = self._deadline(timeout)
+        tps = None
+        if partitions is not None:
+            by_topic: dict = {}
+            for tp in partitions:
+                by_topic.setdefault(tp[0], []).append(tp[1])
+            tps = [el.TopicPartitions(topic=t, partitions=sorted(ps)) for t, ps in sorted(by_topic.items())]
+        resp = self._to_controller(ApiKey.ELECT_LEADERS, lambda: el.ElectLeadersRequest(
+            election_type=election_type, topic_partitions=tps, timeout_ms=int(self._left(deadline) * 1000)),
+            deadline)
+        if resp.error_code:
+            raise E.for_code(resp.error_code, None)
+        results = {TopicPartition(r.topic, p.partition_id): E.for_code(p.error_code, p.error_message)
+                   if p.error_code else None
+                   for r in resp.replica_election_results for p in r.partition_result}
+        return _check(results, raise_on_error)
+
+    def alter_partition_reassignments(self, reassignments: dict, timeout: float | None = None,
+                                      raise_on_error: bool = True) -> dict:
+        """Kafka's Admin.alterPartitionReassignments: ``{TopicPartition: [replica ids] or None}``
+        (None cancels an ongoing reassignment) -> {TopicPartition: None or KafkaError}."""
+        deadline = self._deadline(timeout)
+        by_topic: dict = {}
+        for tp, replicas in reassignments.items():
+            by_topic.setdefault(tp[0], []).append(apr.ReassignablePartition(
+                partition_index=tp[1], replicas=None if replicas is None else [int(r) for r in replicas]))
+        resp = self._to_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, lambda: apr.AlterPartitionReassignmentsRequest(
+            timeout_ms=int(self._left(deadline) * 1000),
+            topics=[apr.ReassignableTopic(name=t, partitions=ps) for t, ps in sorted(by_topic.items())]), deadline)
+        if resp.error_code:
+            raise E.for_code(resp.error_code, resp.error_message)
+        results = {TopicPartition(t.name, p.partition_index): E.for_code(p.error_code, p.error_message)
+                   if p.error_code else None for t in resp.responses for p in t.partitions}
+        return _check(results, raise_on_error)
+
+    def list_partition_reassignments(self, partitions=None, timeout: float | None = None) -> dict:
+        """Kafka's Admin.listPartitionReassignments: {TopicPartition: PartitionReassignment}
+        for the reassignments in progress (``partitions`` None: all of them)."""
+        deadline = self._deadline(timeout)
+        topics = None
+        if partitions is not None:
+            by_topic: dict = {}
+            for tp in partitions:
+                by_topic.setdefault(tp[0], []).append(tp[1])
+            topics = [lpr.ListPartitionReassignmentsTopics(name=t, partition_indexes=sorted(ps))
+                      for t, ps in sorted(by_topic.items())]
+        resp = self._to_controller(ApiKey.LIST_PARTITION_REASSIGNMENTS, lambda: lpr.ListPartitionReassignmentsRequest(
+            timeout_ms=int(self._left(deadline) * 1000), topics=topics), deadline)
+        if resp.error_code:
+            raise E.for_code(resp.error_code, resp.error_message)
+        return {TopicPartition(t.name, p.partition_index): PartitionReassignment(
+            list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for t in resp.topics for p in t.partitions}
 
     def describe_topics(self, names=None, timeout: float | None = None) -> dict:
         """{topic: [PartitionMetadata]} from a fresh metadata response; raises for a
@@ -501,6 +572,53 @@ class Admin:
                 dirs[d.log_dir] = LogDirDescription(E.for_code(d.error_code) if d.error_code else None, replicas,
                                                     getattr(d, "total_bytes", -1), getattr(d, "usable_bytes", -1))
             out[b] = dirs
+        return out
+
+    # -- SCRAM credentials (KIP-554) ----------------------------------------------------
+    def alter_user_scram_credentials(self, upsertions=(), deletions=(), timeout: float | None = None,
+                                     raise_on_error: bool = True) -> dict:
+        """``upsertions``: (user, mechanism name, iterations, password); ``deletions``: (user,
+        mechanism name). The salt and salted password are made here, as Kafka's Admin does; the
+        password never leaves this process. Returns {user: None or KafkaError}."""
+        import os
+
+        from kbroker.protocol.messages import alter_user_scram_credentials as auc
+        from kbroker.security import scram
+        deadline = self._deadline(timeout)
+        ups = []
+        for user, mech, iterations, password in upsertions:
+            salt = os.urandom(32)
+            ups.append(auc.ScramCredentialUpsertion(
+                name=user, mechanism=scram.MECHANISMS[mech][1], iterations=iterations, salt=salt,
+                salted_password=scram.salted_password(mech, password, salt, iterations)))
+        dels = [auc.ScramCredentialDeletion(name=user, mechanism=scram.MECHANISMS[mech][1])
+                for user, mech in deletions]
+        req = auc.AlterUserScramCredentialsRequest(deletions=dels, upsertions=ups)
+        r = self._to_controller(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, lambda: req, deadline)
+        return _check({x.user: E.for_code(x.error_code, x.error_message or None) if x.error_code else None
+                       for x in r.results}, raise_on_error)
+
+    def describe_user_scram_credentials(self, users=None, timeout: float | None = None,
+                                        raise_on_error: bool = True) -> dict:
+        """{user: {mechanism name: iterations} or KafkaError} (None: every user with credentials)."""
+        from kbroker.protocol.messages import describe_user_scram_credentials as duc
+        from kbroker.security import scram
+        deadline = self._deadline(timeout)
+        req = duc.DescribeUserScramCredentialsRequest(
+            users=None if users is None else [duc.UserName(name=u) for u in users])
+        r = self.client.request(self._any_node(deadline), ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, req,
+                                self._left(deadline))
+        if r.error_code:
+            raise E.for_code(r.error_code, r.error_message or None)
+        out = {}
+        for x in r.results:
+            out[x.user] = (E.for_code(x.error_code, x.error_message or None) if x.error_code else
+                           {scram.MECHANISM_BY_TYPE.get(c.mechanism, str(c.mechanism)): c.iterations
+                            for c in x.credential_infos})
+        if raise_on_error:
+            for v in out.values():
+                if isinstance(v, E.KafkaError):
+                    raise v
         return out
 
     def close(self) -> None:

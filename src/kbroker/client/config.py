@@ -53,8 +53,18 @@ COMMON = [
     _int("connections.max.idle.ms", 540000, -1),
     _int("send.buffer.bytes", 131072, -1),
     _int("receive.buffer.bytes", 65536, -1),
-    ConfigDef("security.protocol", str, "PLAINTEXT", _in("PLAINTEXT"),
-              "only PLAINTEXT is implemented"),
+    ConfigDef("security.protocol", str, "PLAINTEXT", _in("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    ConfigDef("ssl.truststore.type", str, "PEM", _in("PEM"), "PEM only"),
+    ConfigDef("ssl.truststore.location", (str, type(None)), None, None, "PEM file of trusted CAs"),
+    ConfigDef("ssl.truststore.certificates", (str, type(None)), None, None, "inline PEM CAs"),
+    ConfigDef("ssl.keystore.type", str, "PEM", _in("PEM"), "PEM only"),
+    ConfigDef("ssl.keystore.location", (str, type(None)), None, None, "PEM key + certificate (mutual TLS)"),
+    ConfigDef("ssl.key.password", (str, type(None)), None),
+    ConfigDef("ssl.endpoint.identification.algorithm", (str, type(None)), "https", None,
+              "https: check the broker's certificate names its host; empty: do not"),
+    ConfigDef("sasl.mechanism", str, "GSSAPI", None, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    ConfigDef("sasl.jaas.config", (str, type(None)), None, None,
+              'e.g. org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'),
     ConfigDef("client.dns.lookup", str, "use_all_dns_ips",
               _in("use_all_dns_ips", "resolve_canonical_bootstrap_servers_only")),
 ]
@@ -76,8 +86,9 @@ PRODUCER = COMMON + [
               "callable(topic, key_bytes, num_partitions) -> partition, or None for the built-in"),
     ConfigDef("key.serializer", (type(None), object), None, lambda v: v is None or callable(v)),
     ConfigDef("value.serializer", (type(None), object), None, lambda v: v is None or callable(v)),
-    ConfigDef("transactional.id", (type(None), str), None, lambda v: v is None,
-              "transactions are not implemented"),
+    ConfigDef("transactional.id", (type(None), str), None, lambda v: v is None or len(v) > 0,
+              "a non-empty id; needs enable.idempotence (the default)"),
+    _int("transaction.timeout.ms", 60000, 1),
 ]
 
 CONSUMER = COMMON + [
@@ -187,6 +198,9 @@ class ClientConfig:
             if v.get("enable.idempotence") and v["max.in.flight.requests.per.connection"] > 5:
                 raise KafkaConfigError("max.in.flight.requests.per.connection must be at most 5 "
                                        "with enable.idempotence")
+            if v.get("transactional.id") is not None and not v.get("enable.idempotence"):
+                raise KafkaConfigError("Cannot set a transactional.id without also enabling idempotence "
+                                       "(configuration enable.idempotence)")
             if v["delivery.timeout.ms"] < v["linger.ms"] + v["request.timeout.ms"]:
                 raise KafkaConfigError("delivery.timeout.ms should be equal to or larger than "
                                        "linger.ms + request.timeout.ms (configuration delivery.timeout.ms)")

@@ -6,7 +6,10 @@ in-flight deque and a correlation-id mismatch is a protocol error that closes th
 connection (Kafka's NetworkClient.correlate).
 
 States: DISCONNECTED -> CONNECTING (non-blocking connect) -> CHECKING_API_VERSIONS (our
-ApiVersions request is the first in flight) -> READY. ``versions`` maps api_key to the
+ApiVersions request is the first in flight) -> [AUTHENTICATING: SASL, see NetworkClient] -> READY.
+TLS (security.protocol SSL / SASL_SSL): the handshake runs when the TCP connect completes,
+blocking this client's network thread for at most socket.connection.setup.timeout.ms (a
+simplification: the client is for tools and tests, not thousands of brokers). ``versions`` maps api_key to the
 version we use with this broker: min(our max, broker max), the negotiation Kafka's
 ApiVersions.latestUsableVersion does.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -24,8 +28,10 @@ from kbroker.client.errors import KafkaConnectionError
 from kbroker.protocol import API_INFO, ApiKey, ProtocolDecodeError, decode_response
 from kbroker.protocol.frames import encode_request_parts
 
-DISCONNECTED, CONNECTING, CHECKING_API_VERSIONS, READY = range(4)
-_STATE_NAMES = ("DISCONNECTED", "CONNECTING", "CHECKING_API_VERSIONS", "READY")
+DISCONNECTED, CONNECTING, CHECKING_API_VERSIONS, READY, AUTHENTICATING = range(5)
+_STATE_NAMES = ("DISCONNECTED", "CONNECTING", "CHECKING_API_VERSIONS", "READY", "AUTHENTICATING")
+_SSL_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError)
+_SSL_CHUNK = 1 << 18
 
 _unpack_i32 = struct.Struct(">i").unpack_from
 
@@ -41,6 +47,16 @@ CLIENT_MAX_VERSIONS = {
     int(ApiKey.OFFSET_FETCH): 7,
     int(ApiKey.FIND_COORDINATOR): 3,
 }
+
+
+def _join(parts) -> bytes:
+    """Up to _SSL_CHUNK bytes of the queued parts, in one buffer."""
+    buf = bytearray()
+    for p in parts:
+        buf += p
+        if len(buf) >= _SSL_CHUNK:
+            break
+    return buf
 
 
 def our_max_version(api_key: int) -> int:
@@ -90,6 +106,8 @@ class BrokerConnection:
         self._send_buf = config["send.buffer.bytes"]
         self._recv_buf = config["receive.buffer.bytes"]
         self._setup_timeout_s = config["socket.connection.setup.timeout.ms"] / 1000.0
+        self.ssl_context = None           # set by NetworkClient for SSL / SASL_SSL
+        self.sasl = None                  # the SASL client of an AUTHENTICATING connection
 
     def __repr__(self):
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port} {_STATE_NAMES[self.state]}>"
@@ -120,6 +138,13 @@ class BrokerConnection:
         err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
             raise KafkaConnectionError(f"connect to {self.host}:{self.port} failed: {errno.errorcode.get(err, err)}")
+        if self.ssl_context is not None:
+            self.sock.settimeout(max(0.001, self.connect_deadline - time.monotonic()))
+            try:
+                self.sock = self.ssl_context.wrap_socket(self.sock, server_hostname=self.host)
+            except (ssl.SSLError, OSError, ValueError) as e:
+                raise KafkaConnectionError(f"TLS handshake with {self.host}:{self.port} failed: {e}") from e
+            self.sock.setblocking(False)
         self.state = CHECKING_API_VERSIONS
 
     def set_versions(self, broker_ranges: dict[int, tuple[int, int]]) -> None:
@@ -164,11 +189,15 @@ class BrokerConnection:
         out = self._out
         if out:
             try:
-                if len(out) == 1:
+                if self.ssl_context is not None:
+                    # SSL_write takes one buffer; a retry after WANT_WRITE starts with the same
+                    # bytes (what is left of the queue), as OpenSSL requires
+                    n = self.sock.send(out[0] if len(out) == 1 else _join(out))
+                elif len(out) == 1:
                     n = self.sock.send(out[0])
                 else:
                     n = self.sock.sendmsg(out if len(out) <= _MAX_IOV else list(out)[:_MAX_IOV])
-            except (BlockingIOError, InterruptedError):
+            except _SSL_WANT:
                 n = 0
             except OSError as e:
                 raise KafkaConnectionError(f"write to node {self.node_id} failed: {e}") from e
@@ -196,7 +225,11 @@ class BrokerConnection:
             if len(self._in) >= 4:
                 need = max(need, _unpack_i32(self._in, 0)[0] + 4 - len(self._in))
             chunk = self.sock.recv(min(need, 1 << 24))
-        except (BlockingIOError, InterruptedError):
+            if self.ssl_context is not None:
+                # OpenSSL may hold decrypted bytes the selector will not report
+                while chunk and self.sock.pending():
+                    chunk += self.sock.recv(self.sock.pending())
+        except _SSL_WANT:
             return []
         except OSError as e:
             raise KafkaConnectionError(f"read from node {self.node_id} failed: {e}") from e

@@ -25,7 +25,7 @@ from typing import Callable
 
 from kbroker.client import errors as E
 from kbroker.client.connection import (
-    CHECKING_API_VERSIONS, CONNECTING, DISCONNECTED, READY, BrokerConnection,
+    AUTHENTICATING, CHECKING_API_VERSIONS, CONNECTING, DISCONNECTED, READY, BrokerConnection,
 )
 from kbroker.client.metadata import Metadata
 from kbroker.protocol import ApiKey, ErrorCode
@@ -58,6 +58,15 @@ class NetworkClient:
         self._unwritten: set[BrokerConnection] = set()   # frames queued with defer_write
         self._wakeup_requested = False
         self.closed = False
+        protocol = config.get("security.protocol", "PLAINTEXT")   # plain dicts too (inter_node)
+        self._ssl_context = None
+        if protocol in ("SSL", "SASL_SSL"):
+            from kbroker.security.sasl_client import client_ssl_context
+            try:
+                self._ssl_context = client_ssl_context(config)
+            except (OSError, ValueError) as e:
+                raise E.KafkaConfigError(f"TLS settings: {e}") from None
+        self._sasl_mechanism = config.get("sasl.mechanism", "GSSAPI") if protocol.startswith("SASL_") else None
 
     # -- connections --------------------------------------------------------------------
     def _conn(self, node_id: int) -> BrokerConnection | None:
@@ -115,6 +124,7 @@ class NetworkClient:
             now = time.monotonic()
             if now < c.last_attempt + self._backoff_s(c):
                 return False
+            c.ssl_context = self._ssl_context
             try:
                 c.connect(now)
             except (OSError, E.KafkaError):
@@ -305,12 +315,55 @@ class NetworkClient:
                     "disconnecting"))
 
     def _on_connected(self, c: BrokerConnection) -> None:
+        old = c.sock
         try:
             c.finish_connect()
         except E.KafkaConnectionError as e:
             self._close(c, e)
             return
+        if c.sock is not old:             # wrapped in TLS: register the new socket object
+            try:
+                self.selector.unregister(old)
+            except (KeyError, ValueError):
+                pass
+            self.selector.register(c.sock, selectors.EVENT_READ, c)
         self._send_api_versions(c, 3)
+
+    # -- SASL (SaslHandshake v1, then SaslAuthenticate requests) ---------------------------
+    def _start_sasl(self, c: BrokerConnection) -> None:
+        from kbroker.protocol.messages.sasl_handshake import SaslHandshakeRequest
+        from kbroker.security.sasl_client import new_sasl_client
+        try:
+            c.sasl = new_sasl_client(self._sasl_mechanism, self.config.get("sasl.jaas.config"))
+        except ValueError as e:
+            self._close(c, E.KafkaConfigError(str(e)))
+            return
+        c.state = AUTHENTICATING
+        c.queue_request(ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=self._sasl_mechanism),
+                        lambda resp, exc: None, time.monotonic() + self.request_timeout_s)
+        self._try_write(c)
+
+    def _on_sasl_response(self, c: BrokerConnection, req, body) -> None:
+        from kbroker.protocol.messages.sasl_authenticate import SaslAuthenticateRequest
+        if body.error_code:
+            msg = getattr(body, "error_message", None) or (
+                f"the broker's SASL mechanisms are {','.join(body.mechanisms)}" if req.api_key == ApiKey.SASL_HANDSHAKE
+                else None)
+            self._close(c, E.for_code(body.error_code, msg))
+            return
+        try:
+            token = c.sasl.next(None if req.api_key == ApiKey.SASL_HANDSHAKE else bytes(body.auth_bytes))
+        except ValueError as e:
+            self._close(c, E.KafkaConnectionError(f"SASL authentication with node {c.node_id} failed: {e}"))
+            return
+        if token is None:
+            c.sasl = None
+            c.state = READY
+            return
+        v = min(c.versions.get(ApiKey.SASL_AUTHENTICATE, 1), 1)
+        c.queue_request(ApiKey.SASL_AUTHENTICATE, v, SaslAuthenticateRequest(auth_bytes=token),
+                        lambda resp, exc: None, time.monotonic() + self.request_timeout_s)
+        self._try_write(c)
 
     def _send_api_versions(self, c: BrokerConnection, version: int) -> None:
         req = ApiVersionsRequest(client_software_name=self.software_name if version >= 3 else "",
@@ -330,6 +383,11 @@ class NetworkClient:
                 self._close(c, E.for_code(body.error_code))
                 return
             c.set_versions({k.api_key: (k.min_version, k.max_version) for k in body.api_keys})
+            if self._sasl_mechanism is not None:
+                self._start_sasl(c)
+            return
+        if c.state == AUTHENTICATING and req.api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            self._on_sasl_response(c, req, body)
             return
         if req.api_key == _METADATA and req.callback is _METADATA_CB:
             self._metadata_in_flight = False

@@ -76,6 +76,10 @@ class QuorumController:
         """Apply one record (ApiMessageAndVersion or bare message) read at ``offset``."""
         if offset <= self.last_applied_offset:
             raise ValueError("replay of offset %d after %d" % (offset, self.last_applied_offset))
+        self._apply(record, offset)
+        self.last_applied_offset = offset
+
+    def _apply(self, record, offset: int) -> None:
         msg = getattr(record, "message", record)
         t = type(msg)
         if t is R.RemoveTopicRecord:
@@ -86,7 +90,6 @@ class QuorumController:
             fn = self._route.get(t)
             if fn is not None:
                 fn(msg, offset)
-        self.last_applied_offset = offset
 
     def handle_commit(self, offset: int) -> None:
         self.last_committed_offset = max(self.last_committed_offset, offset)
@@ -102,6 +105,19 @@ class QuorumController:
                 off, r = r
             c.replay(r, off)
             off += 1
+        return c
+
+    @classmethod
+    def from_snapshot(cls, records, last_offset: int, config: ControllerConfig | None = None,
+                      seed: int | None = None) -> "QuorumController":
+        """A controller loaded from a snapshot whose last contained offset is ``last_offset``:
+        every record is replayed at that offset, as Kafka's QuorumController does on
+        handleLoadSnapshot (a broker's registration offset is then the snapshot's)."""
+        c = cls(config, seed)
+        for r in records:
+            c._apply(r, last_offset)
+        c.last_applied_offset = last_offset
+        c.last_committed_offset = last_offset
         return c
 
     def activate(self, now_ms: int) -> None:

@@ -304,6 +304,8 @@ class ReplicationControlManager:
                 parts.append(self._new_partition(replicas, "Unable to replicate the partition %d time(s): All "
                                                  "brokers are currently fenced or in controlled shutdown." % rf))
         tid = random_topic_id(self.random)
+        while tid in self.topics:       # a controller rebuilt with the same seed draws the same ids
+            tid = random_topic_id(self.random)
         v = self._record_version()
         recs = [R.TopicRecord(name=name, topic_id=tid)]
         from kbroker.metadata.serde import ApiMessageAndVersion as AMV

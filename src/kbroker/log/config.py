@@ -14,7 +14,9 @@ AlterConfigs carry; they are parsed and validated, and a bad one raises
 Besides Kafka's names there is one kbroker broker option:
 ``kbroker.log.fsync.every.append`` (topic-level ``kbroker.fsync.every.append``)
 — fsync the segment before an append returns. See kbroker/log/README.md for
-the durability each flush mode gives.
+the durability each flush mode gives. Topic-level only: ``kbroker.key/value.schema.validation``
+and ``kbroker.key/value.subject.name.strategy`` (broker-side schema id validation,
+kbroker/server/schema_validation.py).
 """
 from __future__ import annotations
 
@@ -97,6 +99,11 @@ class ConfigDef:
         return self.name.replace(".", "_")
 
 
+#: kbroker.key/value.subject.name.strategy values: Confluent's TopicNameStrategy (its short or
+#: class name) only; RecordNameStrategy and TopicRecordNameStrategy are not implemented.
+SUBJECT_NAME_STRATEGIES = ("TopicNameStrategy", "io.confluent.kafka.serializers.subject.TopicNameStrategy")
+
+
 def _defs() -> dict[str, ConfigDef]:
     d = [
         ConfigDef("cleanup.policy", "list", ["delete"],
@@ -157,6 +164,25 @@ def _defs() -> dict[str, ConfigDef]:
         ConfigDef("unclean.leader.election.enable", "boolean", False, None, "unclean.leader.election.enable"),
         ConfigDef("kbroker.fsync.every.append", "boolean", False, None, "kbroker.log.fsync.every.append",
                   "fdatasync the segment before append returns (durable acks on a single replica)"),
+        # broker-side schema id validation (Confluent Server's confluent.key/value.schema.validation)
+        ConfigDef("kbroker.key.schema.validation", "boolean", False, None, None,
+                  "each non-null record key must carry a schema id registered under the key subject "
+                  "(needs the broker config kbroker.schema.registry.url)"),
+        ConfigDef("kbroker.value.schema.validation", "boolean", False, None, None,
+                  "each non-null record value must carry a schema id registered under the value subject "
+                  "(needs the broker config kbroker.schema.registry.url)"),
+        ConfigDef("kbroker.key.schema.validation.payload", "boolean", False, None, None,
+                  "with kbroker.key.schema.validation: each key must also decode with its schema "
+                  "(AVRO, JSON; PROTOBUF is not decoded)"),
+        ConfigDef("kbroker.value.schema.validation.payload", "boolean", False, None, None,
+                  "with kbroker.value.schema.validation: each value must also decode with its schema "
+                  "(AVRO, JSON; PROTOBUF is not decoded)"),
+        ConfigDef("kbroker.key.subject.name.strategy", "string", "TopicNameStrategy",
+                  _one_of(*SUBJECT_NAME_STRATEGIES), None,
+                  "subject of the key schema: TopicNameStrategy (<topic>-key) is the only one"),
+        ConfigDef("kbroker.value.subject.name.strategy", "string", "TopicNameStrategy",
+                  _one_of(*SUBJECT_NAME_STRATEGIES), None,
+                  "subject of the value schema: TopicNameStrategy (<topic>-value) is the only one"),
     ]
     return {c.name: c for c in d}
 
@@ -183,6 +209,12 @@ NO_OP_CONFIGS: dict[str, str] = {
         "kbroker serves Fetch v4+ only, whose clients read record batches v2: nothing is down-converted",
     "message.format.version":
         "deprecated in Kafka 3.0 and ignored there too (batches are always v2); accepted with a warning",
+    "kbroker.key.subject.name.strategy":
+        "TopicNameStrategy, the default, is the only strategy implemented (other values are refused); "
+        "the key exists so Confluent Server's topic settings carry over",
+    "kbroker.value.subject.name.strategy":
+        "TopicNameStrategy, the default, is the only strategy implemented (other values are refused); "
+        "the key exists so Confluent Server's topic settings carry over",
 }
 
 #: Deprecated topic configs Kafka 3.x still accepts as no-ops: setting one logs a warning.

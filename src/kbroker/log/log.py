@@ -80,6 +80,18 @@ roll and at clean close; on open, the newest snapshot plus a replay of the
 batches after it; reload on ``truncate_to``; snapshots below the log start
 offset are deleted when it moves.
 
+Transactions (Kafka's UnifiedLog): producer_state tracks the ongoing transactions;
+an append whose COMMIT/ABORT markers end some writes an ``.txnindex`` entry per
+abort into the segment holding the marker and completes them. The *first unstable
+offset* (``_first_unstable``, the earliest first offset of a transaction that is
+ongoing or whose marker is not yet below the high watermark, clamped to the log
+start offset) is recomputed under the append lock after every append, high
+watermark change, truncation and start-offset move, and set *before* the view that
+depends on it is published; readers take the view first and then it, so
+``last_stable_offset = min(first unstable offset, high watermark)`` never passes an
+open transaction. Recovery replays markers into the ``.txnindex`` of their segment
+(entries already there are kept once).
+
 Deletion of segments is two-phase, as Kafka: the files are renamed to
 ``*.deleted`` at once (so a restart drops them) and closed/unlinked after
 ``file.delete.delay.ms`` by ``delete_pending_segments`` (the LogManager's
@@ -114,7 +126,8 @@ from kbroker.log.producer_state import (
     NO_PRODUCER_ID, PRODUCER_ID_EXPIRATION_MS_DEFAULT, AppendOrigin, ProducerStateManager,
 )
 from kbroker.log.recovery import LoadedLog, load_log
-from kbroker.log.segment import DELETED_SUFFIX, LogSegment, iter_batch_headers
+from kbroker.log.segment import DELETED_SUFFIX, LogSegment, end_txn_marker, iter_batch_headers
+from kbroker.log.txn_index import AbortedTxn, collect_aborted
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +216,8 @@ class Log:
         self._segments[-1].roll_jitter_ms = self._jitter()
         #: idempotent-producer state; guarded by the append lock
         self.producer_state = producer_state or ProducerStateManager(dir, topic_partition=self.name)
+        #: first offset of the earliest unstable transaction, None if none (module docstring)
+        self._first_unstable: int | None = None
         self._publish()
 
     # -- construction ----------------------------------------------------------------
@@ -388,7 +403,7 @@ class Log:
 
     # -- append -------------------------------------------------------------------------
     def append(self, buf, infos=None, *, leader_epoch: int = -1, assign_offsets: bool = True,
-               batch_epochs=None) -> LogAppendInfo:
+               batch_epochs=None, origin: AppendOrigin | None = None) -> LogAppendInfo:
         """Append whole v2 record batches (already validated, e.g. by
         ``kernels.records.validate_batches``, whose BatchInfos are ``infos``).
         With ``infos`` and no producer ids among them, the append is one kernel
@@ -411,7 +426,10 @@ class Log:
         Idempotent batches of a leader append (client origin) are checked
         against ``producer_state``: a retry of one of a producer's last 5
         batches appends nothing and returns that batch's original offsets
-        (``batch_count`` 0), as Kafka answers a duplicate.
+        (``batch_count`` 0), as Kafka answers a duplicate. ``origin``: default
+        CLIENT for a leader append, REPLICATION otherwise; COORDINATOR for the
+        transaction markers (epochs checked, sequences not). COMMIT/ABORT control
+        batches end their producer's transaction (``.txnindex``, last stable offset).
         """
         t = type(buf)
         if t is bytearray:
@@ -459,7 +477,7 @@ class Log:
                             raise RecordTooLargeError(
                                 f"The record batch size in the append to {self.name} is {size} bytes which "
                                 f"exceeds the maximum configured value of {config.max_message_bytes}.")
-                pending = self._analyze_producer_state_locked(buf, infos, assign_offsets)
+                pending = self._analyze_producer_state_locked(buf, infos, assign_offsets, origin)
                 if pending is not None and pending.duplicate is not None:
                     return self._duplicate_append_info(pending.duplicate)
                 if seg.should_roll(n, max_ts, next_offset - 1, self._time_ms(), config.segment_bytes,
@@ -471,6 +489,10 @@ class Log:
             self._leo = next_offset
             if pending is not None:
                 self.producer_state.apply_append(pending.updated_producers, next_offset)
+                if pending.completed_txns:
+                    self._complete_txns_locked(pending.completed_txns, seg)
+                if pending.updated_producers:
+                    self._update_first_unstable_locked()
             else:
                 self.producer_state.update_map_end_offset(next_offset)
             if leader_epoch >= 0:
@@ -495,7 +517,7 @@ class Log:
             self.flush()
         return _new_tuple(LogAppendInfo, (first, next_offset - 1, max_ts, off_max, -1, log_start, count, n))
 
-    def _analyze_producer_state_locked(self, buf, infos, assign_offsets: bool):
+    def _analyze_producer_state_locked(self, buf, infos, assign_offsets: bool, origin=None):
         """Validate the idempotent batches of ``buf`` (offsets already assigned) against
         ``producer_state``; None when no batch has a producer id. Lock held."""
         if infos is not None:  # validate_batches' BatchInfos: skip the header walk for plain producers
@@ -509,8 +531,45 @@ class Log:
         batches = [(h, h.base_offset) for h in iter_batch_headers(buf) if h.producer_id != NO_PRODUCER_ID]
         if not batches:
             return None
-        origin = AppendOrigin.CLIENT if assign_offsets else AppendOrigin.REPLICATION
-        return self.producer_state.analyze_and_validate(batches, origin)
+        if origin is None:
+            origin = AppendOrigin.CLIENT if assign_offsets else AppendOrigin.REPLICATION
+
+        def marker_of(h):
+            return end_txn_marker(buf[h.position:h.position + h.size_in_bytes])
+        return self.producer_state.analyze_and_validate(batches, origin, marker_of=marker_of)
+
+    def _complete_txns_locked(self, completed, seg: LogSegment) -> None:
+        """Markers just written to ``seg`` ended ``completed``: an aborted one gets its
+        ``.txnindex`` entry (with the LSO Kafka stores), then each is completed. Lock held."""
+        psm = self.producer_state
+        for txn in completed:
+            if txn.is_aborted:
+                try:
+                    seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                                    psm.last_stable_offset(txn)))
+                except OSError as e:
+                    raise KafkaStorageError(f"error appending to the transaction index of {self.name}: {e}") from e
+            psm.complete_txn(txn)
+
+    def _update_first_unstable_locked(self) -> None:
+        """Recompute the first unstable offset from the producer state (module docstring).
+        Lock held; call before publishing a view that depends on it."""
+        fu = self.producer_state.first_unstable_offset()
+        if fu is not None and fu < self._log_start_offset:
+            fu = self._log_start_offset
+        self._first_unstable = fu
+
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                              is_commit: bool, *, leader_epoch: int = -1,
+                              timestamp_ms: int | None = None) -> LogAppendInfo:
+        """WriteTxnMarkers on the leader: append one COMMIT/ABORT control batch with
+        COORDINATOR origin (an older producer epoch raises InvalidProducerEpochError, an
+        older coordinator epoch than the producer's last marker
+        TransactionCoordinatorFencedError)."""
+        from kbroker.records.control import encode_end_txn_marker
+        ts = self._time_ms() if timestamp_ms is None else timestamp_ms
+        buf = bytearray(encode_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, is_commit, ts))
+        return self.append(buf, None, leader_epoch=leader_epoch, origin=AppendOrigin.COORDINATOR)
 
     def _duplicate_append_info(self, dup) -> LogAppendInfo:
         """The answer to a retried batch: its original offsets, nothing appended. Lock held."""
@@ -657,6 +716,61 @@ class Log:
         self._hw_resolved = (hw, m)
         return m
 
+    # -- transactions (readers: no lock) ----------------------------------------------------
+    @property
+    def last_stable_offset(self) -> int:
+        """min(first unstable offset, high watermark): read_committed consumers see
+        offsets below it (Kafka's lastStableOffset). No lock (module docstring)."""
+        hw = self._view.high_watermark.message_offset
+        fu = self._first_unstable
+        return fu if fu is not None and fu < hw else hw
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        return self._first_unstable
+
+    def last_stable_offset_metadata(self) -> LogOffsetMetadata:
+        """The last stable offset with its segment and position (DelayedFetch)."""
+        v = self._view
+        fu = self._first_unstable
+        if fu is None or fu >= v.high_watermark.message_offset:
+            return self.high_watermark_metadata
+        return self.convert_to_offset_metadata(fu)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[fetch_offset, upper_bound_offset)``, from
+        the ``.txnindex`` of the segment holding ``fetch_offset`` and the later ones."""
+        v = self._view
+        i = max(0, bisect.bisect_right(v.bases, fetch_offset) - 1)
+        return collect_aborted(v.segments[i:], fetch_offset, upper_bound_offset)
+
+    def aborted_transactions_for_read(self, fetch_offset: int, info: FetchDataInfo,
+                                      max_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch needs with ``info`` (a ``read``
+        of ``fetch_offset`` bounded by ``max_offset``, the LSO): those overlapping
+        ``[fetch_offset, upper bound)``, the upper bound being the end of the segment the
+        data came from (past fetch_offset's own segment after a gap) or ``max_offset``."""
+        seg_base = info.fetch_offset_metadata.segment_base_offset
+        upper = self.fetch_upper_bound_offset(max(seg_base, fetch_offset), max_offset)
+        return self.collect_aborted_transactions(fetch_offset, upper)
+
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open in this partition (Kafka's
+        hasOngoingTransaction; the seam for KIP-890's produce-time verification)."""
+        with self._lock:
+            e = self.producer_state.last_entry(producer_id)
+            return e is not None and e.current_txn_first_offset is not None
+
+    def fetch_upper_bound_offset(self, fetch_offset: int, max_offset: int) -> int:
+        """Where a read of ``fetch_offset`` (or of the segment starting at it) bounded by
+        ``max_offset`` ends at most: the base offset of the segment after the one holding
+        it (a read returns one segment's batches) or ``max_offset`` (Kafka's upper bound
+        for the aborted-transaction search)."""
+        v = self._view
+        i = bisect.bisect_right(v.bases, fetch_offset)
+        nxt = v.bases[i] if i < len(v.bases) else v.end.message_offset
+        return min(nxt, max_offset)
+
     def convert_to_offset_metadata(self, offset: int) -> LogOffsetMetadata:
         """Where ``offset`` lives (segment base offset, byte position); no lock taken."""
         return self._read_with_retry(self._convert_to_offset_metadata, offset)
@@ -688,6 +802,9 @@ class Log:
             old_off = old.message_offset
             if old_off < off or (old_off == off and new_hw.segment_base_offset > old.segment_base_offset):
                 self._hw = new_hw if new_hw.segment_base_offset >= 0 else LogOffsetMetadata(off)
+                if self._first_unstable is not None:
+                    self.producer_state.on_high_watermark_updated(off)
+                    self._update_first_unstable_locked()
                 self._publish()
                 return old
             return None
@@ -711,6 +828,8 @@ class Log:
             self._hw = LogOffsetMetadata(hw, seg.base_offset, seg.size)
         else:
             self._hw = LogOffsetMetadata(hw)
+        self.producer_state.on_high_watermark_updated(hw)
+        self._update_first_unstable_locked()
         return hw
 
     def delete_records(self, offset: int) -> int:
@@ -727,6 +846,7 @@ class Log:
                 self._log_start_offset = offset
                 self.leader_epoch_cache.truncate_from_start(offset)
                 self.producer_state.truncate_head(offset)
+                self._update_first_unstable_locked()
                 self._publish()
             return self._log_start_offset
 
@@ -912,6 +1032,7 @@ class Log:
             self._leo = new_leo
             self._after_truncation()
             self._reload_producer_state_locked()
+            self._update_first_unstable_locked()
             self._publish()
             self._schedule_delete(doomed)    # after the view without them is published
             self._sync_truncation_locked(seg)
@@ -951,6 +1072,7 @@ class Log:
         self.leader_epoch_cache.clear()
         self._after_truncation()
         self.producer_state.truncate_fully_and_start_at(new_offset)
+        self._update_first_unstable_locked()
         self._publish()
         self._schedule_delete(doomed, renamed=True)
 
@@ -1018,6 +1140,7 @@ class Log:
                 self._log_start_offset = new_start
                 self.leader_epoch_cache.truncate_from_start(new_start)
                 self.producer_state.truncate_head(new_start)
+                self._update_first_unstable_locked()
             self._publish()
             self._schedule_delete(deletable)    # after the view without them is published
             log.info("Deleting %d segment(s) of %s due to %s", n, self.name, reason)
@@ -1125,6 +1248,9 @@ class Log:
         if stale and not self._scheduler(lambda: self._delete_forgotten_snapshots(stale)):
             psm.delete_forgotten_snapshots(stale)
         leo = self._leo
+        if not had_clean_shutdown:
+            # recovery may have cut the last segment: its markers past the end are gone
+            self._segments[-1].txn_index.truncate_to(leo)
         if had_clean_shutdown and psm.latest_snapshot_offset() is None:
             for offset in list(self._bases[-2:]) + [leo]:
                 psm.update_map_end_offset(offset)
@@ -1168,13 +1294,20 @@ class Log:
                         if h.producer_id == NO_PRODUCER_ID:
                             continue
                         marker = seg.read_end_txn_marker(h) if h.is_control else None
-                        psm.update_from_batch(h, h.base_offset, end_txn_marker=marker)
+                        txn = psm.update_from_batch(h, h.base_offset, end_txn_marker=marker)
+                        if txn is not None:
+                            if txn.is_aborted:   # rebuild a missing .txnindex entry
+                                seg.txn_index.append_if_absent(AbortedTxn(
+                                    txn.producer_id, txn.first_offset, txn.last_offset,
+                                    psm.last_stable_offset(txn)))
+                            psm.complete_txn(txn)
                         replayed += 1
             except (CorruptRecordError, OSError) as e:
                 log.warning("Stopped rebuilding the producer state of %s at a bad batch: %s", self.name, e)
             log.debug("Rebuilt the producer state of %s from offset %d to %d (%d idempotent batches)",
                       self.name, start, end, replayed)
         psm.update_map_end_offset(end)
+        self._update_first_unstable_locked()
 
     def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
         """Forget producers idle for producer.id.expiration.ms (the LogManager calls

@@ -292,6 +292,8 @@ class LogManager:
                 tp = parse_topic_partition_name(name)
             except ValueError:
                 continue
+            if tp[0] == "__cluster_metadata":
+                continue  # a KRaft node's metadata log (Kafka's loadLogs skips it): the raft manager's
             jobs.append((tp, path))
 
         def load(job):

@@ -63,13 +63,18 @@ a restart a retry of any older in-flight batch is OUT_OF_ORDER_SEQUENCE, not a
 duplicate. A file that fails the version, length or CRC check is deleted and
 the next older one is tried (:class:`CorruptSnapshotError` stays internal).
 
-Transactions seam (not built): ``ProducerStateEntry.current_txn_first_offset``
-is set by the first transactional batch and cleared by an end marker;
-``ProducerAppendInfo.started_transactions`` / the :class:`CompletedTxn` from
-``append_end_txn_marker`` are what a future ongoing-transaction index, the
-last stable offset (LSO) and the ``.txnindex`` will consume; a producer with an
-ongoing transaction never expires. Today nobody can obtain a transactional
-producer id from kbroker, so only replayed foreign logs exercise this path.
+Transactions (Kafka's ongoingTxns / unreplicatedTxns): the first transactional
+batch of a producer sets ``ProducerStateEntry.current_txn_first_offset`` and
+enters the *ongoing* transactions (first offset -> producer id); its COMMIT/ABORT
+marker yields a :class:`CompletedTxn`, which the log turns into a ``.txnindex``
+entry (aborts) with :meth:`ProducerStateManager.last_stable_offset`, then hands
+to :meth:`ProducerStateManager.complete_txn`: the transaction moves to the
+*unreplicated* ones until the high watermark passes its marker
+(:meth:`ProducerStateManager.on_high_watermark_updated`). The first unstable
+offset — the smallest first offset among both — bounds the last stable offset
+(LSO = min(first unstable offset, high watermark)). A snapshot keeps each
+producer's ``current_txn_first_offset``, so loading one restores the ongoing
+transactions; a producer with an ongoing transaction never expires.
 
 Thread-safety: not thread-safe. The owning ``Log`` calls everything under its
 append lock; ``producer_id_count`` may be read without it.
@@ -453,8 +458,8 @@ class PendingAppend(NamedTuple):
     ``duplicate``: the retained metadata of an identical earlier batch — answer
     the produce request with ``duplicate.first_offset`` and append nothing.
     Otherwise ``updated_producers`` goes to :meth:`ProducerStateManager.apply_append`
-    after the write. ``completed_txns``: seam for the LSO (always empty today,
-    clients cannot write control batches)."""
+    after the write. ``completed_txns``: the transactions its markers end, for the
+    ``.txnindex`` and :meth:`ProducerStateManager.complete_txn` after the write."""
 
     updated_producers: dict
     duplicate: BatchMetadata | None
@@ -569,6 +574,10 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
         self.producer_id_count = 0
+        #: first offset -> producer id of every transaction without a marker yet
+        self._ongoing: dict[int, int] = {}
+        #: first offset -> (producer id, marker offset): decided, marker not yet below the high watermark
+        self._unreplicated: dict[int, tuple[int, int]] = {}
         self._map_end_offset = 0
         self._last_snap_offset = 0
         #: ``names``: the directory's listing, when the caller just took one (start-up)
@@ -700,6 +709,8 @@ class ProducerStateManager:
             for entry in entries:
                 if not self._is_expired(now_ms, entry):
                     self._producers[entry.producer_id] = entry
+                    if entry.current_txn_first_offset is not None:
+                        self._ongoing[entry.current_txn_first_offset] = entry.producer_id
             self.producer_id_count = len(self._producers)
             self._last_snap_offset = self._map_end_offset = offset
             return
@@ -743,6 +754,7 @@ class ProducerStateManager:
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         """The log start offset moved forward; producers are kept (KIP-360)."""
+        self._remove_unreplicated(log_start_offset)
         if self._map_end_offset < log_start_offset:
             self._map_end_offset = log_start_offset
         latest = self.latest_snapshot_offset()
@@ -757,6 +769,55 @@ class ProducerStateManager:
     def _clear(self) -> None:
         self._producers.clear()
         self.producer_id_count = 0
+        self._ongoing.clear()
+        self._unreplicated.clear()
+
+    # -- transactions ---------------------------------------------------------------------
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest transaction that is undecided (ongoing) or
+        decided with its marker not yet below the high watermark; None if there is none."""
+        first = min(self._ongoing) if self._ongoing else None
+        if self._unreplicated:
+            u = min(self._unreplicated)
+            if first is None or u < first:
+                first = u
+        return first
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the earliest ongoing transaction (no marker yet)."""
+        return min(self._ongoing) if self._ongoing else None
+
+    @property
+    def ongoing_transactions(self) -> Mapping[int, int]:
+        """first offset -> producer id of the ongoing transactions (read-only by convention)."""
+        return self._ongoing
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Decided transactions whose marker is below ``high_watermark`` stop being unstable."""
+        self._remove_unreplicated(high_watermark)
+
+    def _remove_unreplicated(self, offset: int) -> None:
+        if self._unreplicated:
+            for first in [f for f, (_, last) in self._unreplicated.items() if last < offset]:
+                del self._unreplicated[first]
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The LSO stored with ``completed``'s ``.txnindex`` entry (Kafka's
+        lastStableOffset(completedTxn)): the first offset of the earliest ongoing
+        transaction of another producer, else the marker's offset + 1. Call before
+        :meth:`complete_txn`."""
+        pid = completed.producer_id
+        for first in sorted(self._ongoing):
+            if self._ongoing[first] != pid:
+                return first
+        return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """The marker of ``completed`` is in the log: it leaves the ongoing transactions and
+        stays unstable until the high watermark passes its marker."""
+        if self._ongoing.pop(completed.first_offset, None) is None:
+            log.warning("completed transaction %s of %s was not ongoing", completed, self.topic_partition)
+        self._unreplicated[completed.first_offset] = (completed.producer_id, completed.last_offset)
 
     # -- queries --------------------------------------------------------------------------
     @property
@@ -817,6 +878,8 @@ class ProducerStateManager:
         else:
             self._producers[pid] = updated
             self.producer_id_count = len(self._producers)
+        for first in append_info.started_transactions:
+            self._ongoing[first] = pid
 
     def find_duplicate_batch(self, batch) -> BatchMetadata | None:
         """The earlier batch this one duplicates (same producer id and epoch, same
@@ -832,12 +895,15 @@ class ProducerStateManager:
 
     def analyze_and_validate(self, batches: Iterable[tuple[object, int]],
                              origin: AppendOrigin = AppendOrigin.CLIENT, *,
-                             log_append_time_ms: int | None = None) -> PendingAppend:
+                             log_append_time_ms: int | None = None, marker_of=None) -> PendingAppend:
         """Kafka's ``analyzeAndValidateProducerState`` for one append: ``batches`` are
         ``(batch_header, assigned_base_offset)`` pairs; ``log_append_time_ms`` replaces
         the batches' max timestamp on LogAppendTime topics. Stops at the first duplicate
-        (CLIENT origin). Raises the ProducerStateError of the first bad batch."""
+        (CLIENT origin). ``marker_of(batch) -> (is_abort, coordinator_epoch) | None``
+        parses a control batch's marker; the transactions the markers end are
+        ``completed_txns``. Raises the ProducerStateError of the first bad batch."""
         updated: dict[int, ProducerAppendInfo] = {}
+        completed: list[CompletedTxn] = []
         for batch, base_offset in batches:
             if batch.producer_id == NO_PRODUCER_ID:
                 continue
@@ -848,8 +914,17 @@ class ProducerStateManager:
             info = updated.get(batch.producer_id)
             if info is None:
                 info = updated[batch.producer_id] = self.prepare_update(batch.producer_id, origin)
-            info.append_batch(batch, base_offset, log_append_time_ms)
-        return PendingAppend(updated, None, [])
+            if batch.is_control:
+                marker = marker_of(batch) if marker_of is not None else None
+                if marker is not None:   # an empty control batch changes nothing (Kafka)
+                    is_abort, coordinator_epoch = marker
+                    txn = info.append_end_txn_marker(batch.producer_epoch, coordinator_epoch, is_abort,
+                                                     base_offset, batch.max_timestamp)
+                    if txn is not None:
+                        completed.append(txn)
+            else:
+                info.append_batch(batch, base_offset, log_append_time_ms)
+        return PendingAppend(updated, None, completed)
 
     def apply_append(self, updated_producers: Mapping[int, ProducerAppendInfo], next_offset: int) -> None:
         """After a successful write: commit every producer's new state and move the

@@ -106,6 +106,12 @@ def _resolve_leftovers(dir: str, config: LogConfig, time_ms, names: list[str]) -
         if min_cleaned is not None and base >= min_cleaned:
             log.info("Deleting invalid swap file %s (min cleaned offset %d)", path, min_cleaned)
             _remove(path)
+        elif name.endswith(TXN_INDEX_SUFFIX + SWAP_SUFFIX):
+            # aborted transactions cannot be rebuilt from a cleaned segment: kept; completed
+            # with its .log swap below, or now if that one is already live
+            log_swap = name[: -len(TXN_INDEX_SUFFIX + SWAP_SUFFIX)] + LOG_SUFFIX + SWAP_SUFFIX
+            if log_swap not in swaps and not os.path.exists(os.path.join(dir, log_swap)):
+                os.replace(path, path[: -len(SWAP_SUFFIX)])
         elif not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
             _remove(path)  # index swaps: indexes are rebuilt
     for name in sorted(os.listdir(dir)):
@@ -129,6 +135,8 @@ def _resolve_leftovers(dir: str, config: LogConfig, time_ms, names: list[str]) -
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             _remove(prefix + suffix + SWAP_SUFFIX)
             _remove(prefix + suffix)
+        if os.path.exists(prefix + TXN_INDEX_SUFFIX + SWAP_SUFFIX):
+            os.replace(prefix + TXN_INDEX_SUFFIX + SWAP_SUFFIX, prefix + TXN_INDEX_SUFFIX)
         os.replace(prefix + LOG_SUFFIX + SWAP_SUFFIX, prefix + LOG_SUFFIX)
         log.info("Completed swap of %s", prefix + LOG_SUFFIX)
     return None

@@ -8,6 +8,8 @@ zero-padded base offset (the first offset the segment may hold)::
     00000000000000001234.log        record batches exactly as on the wire
     00000000000000001234.index      sparse offset -> position (8-byte entries)
     00000000000000001234.timeindex  sparse timestamp -> offset (12-byte entries)
+    00000000000000001234.txnindex   aborted transactions whose ABORT marker is here
+                                    (34-byte entries, only once there is one; txn_index.py)
 
 Every offset in the segment is in ``[base_offset, base_offset + 2**31 - 1]``
 so that the indexes can store 32-bit relative offsets.
@@ -52,6 +54,7 @@ from kbroker.kernels import time_index as _time_index
 from kbroker.log.config import LogConfig
 from kbroker.log.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, SegmentClosedError
 from kbroker.log.info import EMPTY_RECORDS, FetchDataInfo, LogOffsetMetadata, TimestampAndOffset
+from kbroker.log.txn_index import TransactionIndex
 from kbroker.records.region import FileRegion
 
 LOG_SUFFIX = ".log"
@@ -185,21 +188,10 @@ def iter_batch_headers(buf, start: int = 0, end: int = -1) -> Iterator[BatchHead
 
 def end_txn_marker(batch_bytes) -> tuple[bool, int] | None:
     """``(is_abort, coordinator_epoch)`` of a control batch holding a COMMIT/ABORT
-    marker (key: version int16, type int16 — 0 abort, 1 commit; value: version
-    int16, coordinator_epoch int32), else None."""
-    from kbroker.kernels import records
-    try:
-        batch = records.decode_batch(batch_bytes, check_crc=False)
-        rec = batch.records[0] if batch.records else None
-        if rec is None or rec.key is None or len(rec.key) < 4 or rec.value is None or len(rec.value) < 6:
-            return None
-        _, marker_type = struct.unpack_from(">hh", rec.key)
-        _, coordinator_epoch = struct.unpack_from(">hi", rec.value)
-    except (CorruptRecordError, ValueError, struct.error):
-        return None
-    if marker_type not in (0, 1):
-        return None
-    return marker_type == 0, coordinator_epoch
+    marker, else None (parsed by ``kbroker.records.control``)."""
+    from kbroker.records.control import parse_end_txn_marker
+    m = parse_end_txn_marker(batch_bytes)
+    return None if m is None else (m.is_abort, m.coordinator_epoch)
 
 
 def filename_prefix(offset: int) -> str:
@@ -273,6 +265,8 @@ class LogSegment:
                                                       config.segment_index_bytes)
         self.time_index = _time_index.TimeIndex(prefix + TIME_INDEX_SUFFIX + file_suffix, base_offset,
                                                 config.segment_index_bytes)
+        #: aborted transactions whose ABORT marker is in this segment (file made on the first)
+        self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX + file_suffix)
         self.index_interval_bytes = config.index_interval_bytes
         self.max_index_size = config.segment_index_bytes
         self.roll_jitter_ms = roll_jitter_ms
@@ -795,6 +789,7 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.offset_index.resize(self.max_index_size)
         self.time_index.resize(self.max_index_size)
         self._writable_indexes = True
@@ -846,6 +841,8 @@ class LogSegment:
             os.fsync(self._file.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        if self.txn_index.entries:
+            self.txn_index.flush()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the files (e.g. '' -> '.deleted'); open fds and maps stay valid."""
@@ -860,6 +857,7 @@ class LogSegment:
             self._file.path = new_log
         self.offset_index.rename_to(renamed(self.offset_index.path))
         self.time_index.rename_to(renamed(self.time_index.path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
 
     def moved_dir(self, old_dir: str, new_dir: str) -> None:
         """The partition directory was renamed: update paths (fds/maps stay valid)."""
@@ -869,6 +867,7 @@ class LogSegment:
             self._file.path = self.log_path
         self.offset_index.rename_to(new_dir + self.offset_index.path[len(old_dir):])
         self.time_index.rename_to(new_dir + self.time_index.path[len(old_dir):])
+        self.txn_index.path = new_dir + self.txn_index.path[len(old_dir):]
 
     def close(self) -> None:
         """Clean close: trim indexes, unmap, close the fd."""
@@ -897,7 +896,7 @@ class LogSegment:
     def delete_if_exists(self) -> None:
         """Close everything and unlink the files."""
         self.close_handlers()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -7,9 +7,9 @@ rules, ``server-common/.../MetadataVersion.java`` (3.9), ``raft/.../DynamicVoter
 kbroker.metadata: bytes in, bytes out, the time passed in); the first active controller
 appends them to an empty ``__cluster_metadata`` log.
 
-``bootstrap.checkpoint`` is a snapshot-format file, as Kafka's ``BatchFileWriter`` writes it:
-three v2 record batches, uncompressed, partitionLeaderEpoch 0, no producer, every timestamp
-the time of writing:
+``bootstrap.checkpoint`` is a snapshot-format file (:mod:`kbroker.metadata.snapshot`), as
+Kafka's ``BatchFileWriter`` writes it: three v2 record batches, uncompressed,
+partitionLeaderEpoch 0, no producer, every timestamp the time of writing:
 
 - offset 0: control batch, one record with key (version 0, type 3) and value a
   SnapshotHeaderRecord v0 (``version`` 0, ``last_contained_log_timestamp`` 0);
@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import base64
 import re
-import struct
 import uuid
 from dataclasses import dataclass
 
 from kbroker.kernels import records as _records
 from kbroker.metadata.records.feature_level_record import FeatureLevelRecord
-from kbroker.metadata.serde import ApiMessageAndVersion, deserialize, serialize
+from kbroker.metadata.serde import ApiMessageAndVersion
+from kbroker.metadata.snapshot import (  # noqa: F401  (encode_snapshot: the file format)
+    SNAPSHOT_FOOTER, SNAPSHOT_HEADER, control_key, decode_snapshot, encode_snapshot,
+)
 from kbroker.protocol.messages.snapshot_footer_record import SnapshotFooterRecord
 from kbroker.protocol.messages.snapshot_header_record import SnapshotHeaderRecord
 
@@ -40,7 +42,6 @@ TRANSACTION_VERSION = "transaction.version"
 #: Kafka's ControlRecordType ids (the second int16 of a control record's key)
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER",
                  4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
-SNAPSHOT_HEADER, SNAPSHOT_FOOTER = 3, 4
 
 
 class FormatterError(ValueError):
@@ -172,35 +173,12 @@ def bootstrap_records(release: MetadataVersion, levels: dict[str, int]) -> list[
     return out
 
 
-def control_key(control_type: int) -> bytes:
-    """A control record's key: version 0, then the ControlRecordType id."""
-    return struct.pack(">hh", 0, control_type)
-
-
 def uuid_from_str(text: str) -> uuid.UUID:
     """Kafka's ``Uuid.fromString``: 22 characters of URL-safe base64 (ValueError otherwise)."""
     raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     if len(raw) != 16:
         raise ValueError(f"invalid Uuid {text!r}")
     return uuid.UUID(bytes=raw)
-
-
-def encode_snapshot(records: list[ApiMessageAndVersion], now_ms: int, *, epoch: int = 0) -> bytes:
-    """The bytes of a snapshot-format file holding ``records`` written at ``now_ms`` (see the
-    module docstring)."""
-    now = now_ms
-
-    def control(offset: int, ctype: int, value: bytes) -> bytes:
-        return _records.encode_batch([(now, control_key(ctype), value, ())], base_offset=offset,
-                                     partition_leader_epoch=epoch, is_control=True)
-
-    header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=0).encode(0)
-    out = [control(0, SNAPSHOT_HEADER, header)]
-    if records:
-        out.append(_records.encode_batch([(now, None, serialize(r), ()) for r in records], base_offset=1,
-                                         partition_leader_epoch=epoch))
-    out.append(control(1 + len(records), SNAPSHOT_FOOTER, SnapshotFooterRecord(version=0).encode(0)))
-    return b"".join(out)
 
 
 #: Kafka's Snapshots.BOOTSTRAP_SNAPSHOT_ID (end offset 0, epoch 0) as a file name
@@ -301,11 +279,7 @@ def decode_bootstrap(data: bytes, source: str) -> list[ApiMessageAndVersion]:
     """The metadata records of a bootstrap (snapshot-format) file's bytes; control batches are
     skipped (Kafka's BootstrapDirectory.readFromBinaryFile). ValueError if they are damaged or
     hold no metadata.version."""
-    out = []
-    for batch in _records.iter_batches(data):
-        batch.validate()
-        if not batch.is_control:
-            out.extend(deserialize(r.value) for r in batch.records)
+    out = decode_snapshot(data, require_footer=False)
     if not any(isinstance(r.message, FeatureLevelRecord) and r.message.name == METADATA_VERSION for r in out):
         raise FormatterError(f"No FeatureLevelRecord for {METADATA_VERSION} was found in the bootstrap "
                              f"metadata from the binary bootstrap metadata file: {source}")

@@ -295,6 +295,42 @@ _REPLAY = {
 }
 
 
+def image_delta(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
+    """The delta that turns ``old`` into ``new``: what a node publishes when a snapshot
+    replaces its image (Kafka's MetadataDelta after ``finishSnapshot``: whatever the
+    snapshot does not hold is removed). ``delta.apply()`` equals ``new`` in content."""
+    d = MetadataDelta(old)
+    of, nf = old.features.finalized, new.features.finalized
+    for name in set(of) | set(nf):
+        if of.get(name, 0) != nf.get(name, 0):
+            d._features[name] = nf.get(name, 0)
+    ob, nb = old.cluster.brokers, new.cluster.brokers
+    for bid in set(ob) | set(nb):
+        if ob.get(bid) != nb.get(bid):
+            d._brokers[bid] = nb.get(bid)
+    for tid, t in old.topics.by_id.items():
+        if tid not in new.topics.by_id:
+            d._removed[tid] = t
+            key = (TOPIC_RESOURCE, t.name)
+            d._configs[key] = {}
+            d._cleared.add(key)
+    for tid, t in new.topics.by_id.items():
+        before = old.topics.by_id.get(tid)
+        changed = {p: reg for p, reg in t.partitions.items()
+                   if before is None or before.partitions.get(p) != reg}
+        if before is None or changed:
+            d._topics[tid] = TopicChange(tid, t.name, before, changed)
+    oc, nc = old.configs.resources, new.configs.resources
+    for key in set(oc) | set(nc):
+        if oc.get(key) != nc.get(key):
+            d._configs[key] = dict(nc.get(key, {}))
+            d._cleared.add(key)
+    if new.producer_ids.next_producer_id != old.producer_ids.next_producer_id:
+        d._next_producer_id = new.producer_ids.next_producer_id
+    d.offset, d.epoch = new.offset, new.epoch
+    return d
+
+
 def replay_all(records, image: MetadataImage | None = None, first_offset: int | None = None) -> MetadataImage:
     """The image after ``records`` (ApiMessageAndVersion or (offset, record) pairs)."""
     delta = MetadataDelta(image if image is not None else MetadataImage())

@@ -44,6 +44,10 @@ REQUEST_HEADER_PREFIX_SIZE = 8
 
 _unpack_header_prefix = struct.Struct(">hhi").unpack_from
 
+#: ``Request.api_key`` of a bare SASL token frame (SaslHandshake v0 framing): it has no header.
+#: Outside int16, so no request a client sends (api key -1 included) can pass for one.
+RAW_SASL_TOKEN = -(1 << 16)
+
 BytesLike = Union[bytes, bytearray, memoryview]
 ResponsePart = Union[bytes, bytearray, memoryview, FileRegion]
 
@@ -64,6 +68,8 @@ class Request:
     here; None for requests made elsewhere): it lets the processor write the response on
     the responding thread.
 
+    ``api_key`` is :data:`RAW_SASL_TOKEN` for a bare SASL token (``payload`` is the token).
+
     ``pool_bytes``: bytes of the broker's memory pool (``queued.max.request.bytes``) this
     request holds, returned once by the network layer when the request is done (see
     ``memory_pool.py``); 0 when there is no pool or after the return.
@@ -77,12 +83,17 @@ class Request:
     )
 
     def __init__(self, processor_id: int, connection_id: str, listener_name: str,
-                 client_address: tuple, payload: memoryview, received_ns: int) -> None:
+                 client_address: tuple, payload: memoryview, received_ns: int,
+                 raw_sasl_token: bool = False) -> None:
         self.processor_id = processor_id
         self.connection_id = connection_id
         self.listener_name = listener_name
         self.client_address = client_address
-        self.api_key, self.api_version, self.correlation_id = _unpack_header_prefix(payload, 0)
+        if raw_sasl_token:
+            # A bare SASL token after SaslHandshake v0: no request header at all.
+            self.api_key, self.api_version, self.correlation_id = RAW_SASL_TOKEN, 0, 0
+        else:
+            self.api_key, self.api_version, self.correlation_id = _unpack_header_prefix(payload, 0)
         self.payload = payload
         self.received_ns = received_ns
         self.dequeued_ns = 0

@@ -88,6 +88,7 @@ import queue
 import random
 import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -96,6 +97,8 @@ from typing import Optional
 from kbroker.network.channel import (
     REQUEST_HEADER_PREFIX_SIZE, Request, RequestChannel, Response,
 )
+from kbroker.security.sasl import ChannelSession
+from kbroker.security.tls import ssl_principal
 from kbroker.network.memory_pool import MemoryPool
 from kbroker.network.metrics import (
     API_BYTES_IN, API_BYTES_OUT, API_COUNT, API_HANDLE_NS, API_REQUEST_QUEUE_NS,
@@ -119,6 +122,13 @@ _ZEROS = bytes(1 << 20)       # source for growing a frame buffer (bytearray has
 _ZEROS_VIEW = memoryview(_ZEROS)
 _monotonic_ns = time.monotonic_ns
 _unpack_size = struct.Struct(">i").unpack_from
+
+_TLS_CHUNK = 1 << 18          # plaintext bytes handed to one SSL_write (FileRegions are read into it)
+_TLS_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError)
+#: what an unauthenticated SASL connection may send (Kafka's SaslServerAuthenticator):
+#: SaslHandshake, ApiVersions, SaslAuthenticate
+_PRE_AUTH_APIS = frozenset((17, 18, 36))
+_REAUTH_APIS = frozenset((17, 36))
 
 # _write results
 _WRITE_DONE = 1
@@ -254,13 +264,19 @@ class _Connection:
     ``write_error`` is set when a direct send failed. ``inflight`` is the request being
     handled (the connection is muted while it is set). ``events`` is the interest
     currently registered.
+
+    Security (SSL, SASL_*): ``session`` holds the principal and SASL state (see
+    ``kbroker.security.sasl``); TLS connections (``tls``) wrap the socket in a non-blocking
+    ``SSLSocket`` whose handshake is driven by readiness events (``handshaking``); their writes go
+    through SSL_write in chunks (``tls_out`` is a chunk SSL_write asked to be retried as it is).
     """
 
     __slots__ = ("sock", "fd", "connection_id", "client_address", "lock", "rbuf", "readable",
                  "payload", "payload_view", "payload_read", "frame_size", "grant",
                  "inflight", "response",
                  "send_parts", "send_sizes", "send_index", "send_offset", "write_error",
-                 "events", "read_paused", "last_active_ns", "closed")
+                 "events", "read_paused", "last_active_ns", "closed",
+                 "tls", "handshaking", "tls_out", "session")
 
     def __init__(self, sock: socket.socket, connection_id: str, client_address: tuple,
                  now_ns: int) -> None:
@@ -287,6 +303,10 @@ class _Connection:
         self.read_paused = False
         self.last_active_ns = now_ns
         self.closed = False
+        self.tls = False                # sock is a non-blocking ssl.SSLSocket
+        self.handshaking = False        # TLS handshake not finished: nothing is read or written
+        self.tls_out = None             # plaintext handed to SSL_write, to retry as it is
+        self.session: Optional[ChannelSession] = None   # None: PLAINTEXT
 
 
 class InvalidReceive(Exception):
@@ -328,13 +348,43 @@ def _response_parts(response_parts) -> tuple[list, list]:
     return parts, sizes
 
 
+def _tls_chunk(parts: list, sizes: list, i: int, off: int) -> tuple:
+    """The next plaintext chunk of a response for SSL_write, from part ``i`` at ``off``:
+    a view of a large bytes-like part, else up to ``_TLS_CHUNK`` bytes gathered (FileRegions
+    read with pread). Returns ``(chunk, i, off)`` with the position after it."""
+    part = parts[i]
+    if not isinstance(part, FileRegion) and sizes[i] - off >= _TLS_CHUNK:
+        end = off + _TLS_CHUNK
+        return memoryview(part)[off:end], i, end
+    buf = bytearray()
+    nparts = len(parts)
+    while i < nparts and len(buf) < _TLS_CHUNK:
+        part = parts[i]
+        want = min(sizes[i] - off, _TLS_CHUNK - len(buf))
+        if isinstance(part, FileRegion):
+            data = os.pread(part.file.fileno(), want, part.position + off)
+            if not data:
+                raise EOFError(f"file region {part!r} is beyond the end of its file")
+            buf += data
+            n = len(data)
+        else:
+            buf += memoryview(part)[off:off + want]
+            n = want
+        off += n
+        if off == sizes[i]:
+            i += 1
+            off = 0
+    return buf, i, off
+
+
 class Processor(threading.Thread):
     """Network thread: reads request frames, writes response frames, for its connections."""
 
     def __init__(self, processor_id: int, channel: RequestChannel, listener_name: str,
                  stats: ProcessorStats, quotas, *, max_request_size: int = 104857600,
                  connections_max_idle_ms: int = 600000,
-                 connection_queue_size: int = 20, memory_pool: Optional[MemoryPool] = None) -> None:
+                 connection_queue_size: int = 20, memory_pool: Optional[MemoryPool] = None,
+                 security=None) -> None:
         super().__init__(name=f"kbroker-network-thread-{listener_name}-{processor_id}",
                          daemon=True)
         self.processor_id = processor_id
@@ -344,6 +394,10 @@ class Processor(threading.Thread):
         self._quotas = quotas
         self._max_request_size = max_request_size
         self._pool = memory_pool          # None: queued.max.request.bytes unbounded
+        # kbroker.security.config.ListenerSecurity; None (or PLAINTEXT): no session, no TLS
+        self._security = security if security is not None and not security.is_plaintext else None
+        self._ssl_context = security.ssl_context if self._security is not None else None
+        self._delayed_closes: list = []   # (deadline ns, conn): failed authentications
         # connections.max.idle.ms < 0 disables the idle reaper (as Kafka's Selector).
         self._max_idle_ns = connections_max_idle_ms * 1_000_000
         self._idle_check_interval_ns = (
@@ -446,6 +500,9 @@ class Processor(threading.Thread):
         finish); False to queue it instead (the processor then drops, closes or sends)."""
         request = response.request
         kind = response.kind
+        session = conn.session
+        if session is not None and session.close_delay_ms is not None:
+            return False                     # failed authentication: the processor closes later
         if kind == Response.SEND:
             try:
                 parts, sizes = _response_parts(response.parts)
@@ -512,7 +569,11 @@ class Processor(threading.Thread):
         (responding) thread, if its frame is already whole in ``rbuf``; else None and
         nothing changes. ``conn.lock`` held and ``conn.inflight`` still set: while it is,
         the processor does not touch the read side, so the responding thread owns it
-        here. A frame with a bad size is left for the processor to reject."""
+        here. A frame with a bad size, and any frame before authentication (or of a
+        session that expires), is left for the processor."""
+        session = conn.session
+        if session is not None and (not session.authenticated or session.session_expiry_ns):
+            return None
         rbuf = conn.rbuf
         have = len(rbuf)
         if have < 4:
@@ -563,6 +624,8 @@ class Processor(threading.Thread):
             self._process_completed_sends()
             self._process_disconnected()
             self._close_idle_connections()
+            if self._delayed_closes:
+                self._process_delayed_closes()
             self._process_completed_receives()
             self._poll()
         except Exception:
@@ -619,6 +682,17 @@ class Processor(threading.Thread):
             conn = _Connection(sock, connection_id, (remote_host, remote_port), self._now_ns)
             self._connections[connection_id] = conn
             self._stats.connections_created += 1
+            security = self._security
+            if security is not None:
+                conn.session = ChannelSession(security.protocol, self.listener_name, security.sasl)
+                if self._ssl_context is not None:
+                    try:
+                        conn.sock = self._ssl_context.wrap_socket(
+                            sock, server_side=True, do_handshake_on_connect=False)
+                    except (OSError, ValueError) as e:
+                        self._close(conn, f"TLS set-up failed: {e}")
+                        continue
+                    conn.tls = conn.handshaking = True
             try:
                 conn.events = self._poller.register_connection(conn.fd, conn)
             except (OSError, ValueError) as e:
@@ -715,7 +789,10 @@ class Processor(threading.Thread):
                     self._update_interest(conn)
                     self._maybe_read(conn)
                 elif kind == Response.CLOSE:
-                    self._close(conn, "handler asked to close the connection")
+                    if conn.session is not None and conn.session.close_delay_ms is not None:
+                        self._close_later(conn)
+                    else:
+                        self._close(conn, "handler asked to close the connection")
                 else:
                     raise ValueError(f"unknown response kind {kind}")
             except Exception as e:
@@ -772,6 +849,9 @@ class Processor(threading.Thread):
         else:
             timeout = min(max_timeout_s,
                           max(0, (self._next_idle_check_ns - self._now_ns) / 1e9))
+            if self._delayed_closes:
+                first = min(d for d, _ in self._delayed_closes)
+                timeout = min(timeout, max(0, (first - self._now_ns) / 1e9))
         t0 = _monotonic_ns()
         stats.blocked_since_ns = t0
         try:
@@ -790,6 +870,10 @@ class Processor(threading.Thread):
             if mask & _EVENT_FAILED:
                 # Reset by the peer (also seen while muted); a response could not arrive.
                 self._disconnected.append((conn, "connection reset by peer"))
+                continue
+            if conn.handshaking:
+                conn.last_active_ns = now
+                self._handshake(conn)
                 continue
             if mask & EVENT_WRITE and conn.send_parts is not None:
                 conn.last_active_ns = now
@@ -855,6 +939,10 @@ class Processor(threading.Thread):
             self._release(request)
             if conn.closed:
                 continue
+            session = conn.session
+            if session is not None and session.close_delay_ms is not None:
+                self._close_later(conn)         # stays muted until it is closed
+                continue
             if conn.inflight is request:
                 conn.inflight = None            # unmute
             self._update_interest(conn)
@@ -886,7 +974,7 @@ class Processor(threading.Thread):
         """Read the next request of an unmuted connection if bytes may be waiting
         (edge-triggered: no new event comes for bytes that arrived while it was muted)."""
         if (conn.inflight is None and not conn.read_paused and not conn.closed
-                and self._running and not self._blocked
+                and not conn.handshaking and self._running and not self._blocked
                 and (conn.readable or conn.rbuf is not None)):
             if self._needs_memory(conn):
                 self._pause(conn, for_memory=True)
@@ -914,7 +1002,7 @@ class Processor(threading.Thread):
                         return
                     stats.bytes_in += n
                     read = conn.payload_read = read + n
-                    if n < want:
+                    if n < want and not conn.tls:
                         conn.readable = False
                     if read == conn.frame_size:
                         conn.payload = None
@@ -939,13 +1027,15 @@ class Processor(threading.Thread):
                                                "peer closed the connection mid-frame"))
                     return
                 stats.bytes_in += n
-                if n < _READ_CHUNK:
+                if n < _READ_CHUNK and not conn.tls:
+                    # (TLS: a read returns at most one record, and OpenSSL may hold more
+                    # bytes; read on until it wants more from the socket)
                     conn.readable = False
                 if rbuf is None:
                     if n >= 4 and _unpack_size(scratch, 0)[0] == n - 4:
                         # The usual case: exactly one whole frame arrived.
                         size = n - 4
-                        self._check_size(size)
+                        self._check_size(size, conn)
                         pool = self._pool
                         if pool is not None:
                             if not pool.try_allocate(size, self):
@@ -958,7 +1048,7 @@ class Processor(threading.Thread):
                     conn.rbuf = scratch[:n]
                 else:
                     rbuf += self._scratch_view[:n]
-        except (BlockingIOError, InterruptedError):
+        except _TLS_WANT:
             conn.readable = False
         except InvalidReceive as e:
             stats.invalid_receives += 1
@@ -984,13 +1074,21 @@ class Processor(threading.Thread):
         payload += _ZEROS_VIEW[:extra]
         conn.payload_view = memoryview(payload)
 
-    def _check_size(self, size: int) -> None:
-        if size < REQUEST_HEADER_PREFIX_SIZE or size > self._max_request_size:
+    def _check_size(self, size: int, conn: _Connection) -> None:
+        limit, least = self._max_request_size, REQUEST_HEADER_PREFIX_SIZE
+        session = conn.session
+        if session is not None and not session.authenticated:
+            # Before authentication: sasl.server.max.receive.size (Kafka's bound on
+            # unauthenticated frames); a bare SASL token may be short.
+            limit = session.max_receive_size
+            if session.raw_tokens:
+                least = 0
+        if size < least or size > limit:
             raise InvalidReceive(
                 f"Invalid receive (size = {size}"
-                + (f" larger than {self._max_request_size})"
-                   if size > self._max_request_size else
-                   f", a request frame has at least {REQUEST_HEADER_PREFIX_SIZE} bytes)"))
+                + (f" larger than {limit})"
+                   if size > limit else
+                   f", a request frame has at least {least} bytes)"))
 
     def _take_frame(self, conn: _Connection, rbuf: bytearray) -> bool:
         """Look at the first frame of the buffered bytes once its size is known: take its
@@ -1003,7 +1101,7 @@ class Processor(threading.Thread):
         if have < 4:
             return False
         size = _unpack_size(rbuf, 0)[0]
-        self._check_size(size)
+        self._check_size(size, conn)
         pool = self._pool
         if pool is not None and not conn.grant:
             if not pool.try_allocate(size, self):
@@ -1033,8 +1131,32 @@ class Processor(threading.Thread):
         """A whole request frame: mute the connection (one request in flight) and queue
         the request for the next hand-off to the handlers. The frame's grant passes to
         the request."""
+        session = conn.session
+        raw = False
+        if (session is not None and session.session_expiry_ns and session.authenticated
+                and _monotonic_ns() > session.session_expiry_ns
+                and _unpack_size(frame, 0)[0] >> 16 not in _REAUTH_APIS):
+            # KIP-368: the session ended and the client did not re-authenticate (SaslHandshake
+            # and SaslAuthenticate are a re-authentication)
+            log.info("processor %d: closing %s from %s: SASL session expired (connections.max.reauth.ms)",
+                     self.processor_id, conn.connection_id, conn.client_address)
+            self._disconnected.append((conn, "SASL session expired"))
+            conn.read_paused = True
+            return
+        if session is not None and not session.authenticated:
+            raw = session.raw_tokens
+            api_key = _unpack_size(frame, 0)[0] >> 16 if not raw else 0
+            if not raw and api_key not in _PRE_AUTH_APIS:
+                # Kafka's IllegalSaslStateException: only SASL and ApiVersions requests (or a
+                # bare token after a v0 handshake) before authentication.
+                log.info("processor %d: closing %s from %s: ILLEGAL_SASL_STATE: request (api key %d) "
+                         "before SASL authentication completed", self.processor_id,
+                         conn.connection_id, conn.client_address, api_key)
+                self._disconnected.append((conn, "unexpected request before SASL authentication"))
+                conn.read_paused = True          # never read again; closed in this loop
+                return
         request = Request(self.processor_id, conn.connection_id, self.listener_name,
-                          conn.client_address, memoryview(frame), _monotonic_ns())
+                          conn.client_address, memoryview(frame), _monotonic_ns(), raw)
         request.connection = conn
         if conn.grant:
             request.pool_bytes = conn.grant
@@ -1056,6 +1178,8 @@ class Processor(threading.Thread):
         off = conn.send_offset
         nparts = len(parts)
         sock = conn.sock
+        if conn.tls:
+            return self._write_tls(conn)
         out = 0
         try:
             while i < nparts:
@@ -1115,6 +1239,84 @@ class Processor(threading.Thread):
                 with stats.lock:
                     stats.bytes_out += out
 
+    # -- security -------------------------------------------------------------------------
+    def _handshake(self, conn: _Connection) -> None:
+        """Advance a TLS handshake on a readiness event (never blocks: the socket is
+        non-blocking, OpenSSL says what it waits for). A failure closes only this connection."""
+        try:
+            conn.sock.do_handshake()
+        except _TLS_WANT:
+            return
+        except (ssl.SSLError, OSError, ValueError) as e:
+            self._stats.invalid_receives += 1
+            log.info("processor %d: TLS handshake with %s failed, closing %s: %s", self.processor_id,
+                     conn.client_address, conn.connection_id, e)
+            self._disconnected.append((conn, f"TLS handshake failed: {e}"))
+            return
+        conn.handshaking = False
+        session = conn.session
+        if session.sasl is None:
+            try:
+                cert = conn.sock.getpeercert()
+            except (ssl.SSLError, OSError, ValueError):
+                cert = None
+            session.principal = ssl_principal(cert, self._security.principal_mapper)
+        log.debug("processor %d: TLS handshake with %s done (%s, %s)", self.processor_id,
+                  conn.client_address, conn.sock.version(), session.principal)
+        conn.readable = True             # application data may have come with the Finished
+        self._maybe_read(conn)
+
+    def _write_tls(self, conn: _Connection) -> int:
+        """``_write`` for a TLS connection (``conn.lock`` held): the pending parts go through
+        SSL_write in chunks of up to ``_TLS_CHUNK`` bytes; FileRegions are read into the chunk
+        (no sendfile through TLS). A chunk SSL_write could not finish is kept in
+        ``conn.tls_out`` and retried as it is, as OpenSSL requires."""
+        parts = conn.send_parts
+        sizes = conn.send_sizes
+        i = conn.send_index
+        off = conn.send_offset
+        nparts = len(parts)
+        sock = conn.sock
+        out = 0
+        try:
+            while True:
+                chunk = conn.tls_out
+                if chunk is None:
+                    if i >= nparts:
+                        return _WRITE_DONE
+                    chunk, i, off = _tls_chunk(parts, sizes, i, off)
+                    conn.tls_out = chunk
+                n = sock.send(chunk)
+                out += n
+                conn.tls_out = chunk[n:] if n < len(chunk) else None
+        except _TLS_WANT:
+            return _WRITE_PARTIAL
+        except Exception as e:
+            conn.write_error = f"write failed: {e!r}"
+            return _WRITE_FAILED
+        finally:
+            conn.send_index = i
+            conn.send_offset = off
+            if out:
+                stats = self._stats
+                with stats.lock:
+                    stats.bytes_out += out
+
+    def _close_later(self, conn: _Connection) -> None:
+        """A failed authentication: close after connection.failed.authentication.delay.ms
+        (Kafka delays it so that a client cannot hammer the broker); muted until then."""
+        conn.read_paused = True
+        delay_ns = conn.session.close_delay_ms * 1_000_000
+        self._delayed_closes.append((_monotonic_ns() + delay_ns, conn))
+
+    def _process_delayed_closes(self) -> None:
+        now = _monotonic_ns()
+        due = [c for d, c in self._delayed_closes if d <= now]
+        if due:
+            self._delayed_closes = [(d, c) for d, c in self._delayed_closes if d > now]
+            for conn in due:
+                self._close(conn, "authentication failed")
+
     # -- helpers --------------------------------------------------------------------------
     def _update_interest(self, conn: _Connection) -> None:
         if self._poller.edge_triggered:
@@ -1162,6 +1364,7 @@ class Processor(threading.Thread):
                 conn.sock.close()
             except OSError:
                 pass
+            conn.tls_out = None
             if conn.inflight is not None:
                 self._release(conn.inflight)
             conn.inflight = None

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Listener:
-    """One ``listeners`` entry: ``NAME://host:port`` (only PLAINTEXT security for now)."""
+    """One ``listeners`` entry: ``NAME://host:port`` (its security: ``SocketServerConfig.listener_security``)."""
 
     name: str
     host: str
@@ -88,6 +88,8 @@ class SocketServerConfig:
     max_connections_per_ip_overrides: Mapping[str, int] = dataclasses.field(default_factory=dict)
     #: broker-wide bytes of requests in flight; <= 0: unbounded (Kafka's default, -1)
     queued_max_request_bytes: int = -1
+    #: listener name -> kbroker.security.config.ListenerSecurity; a listener not here is PLAINTEXT
+    listener_security: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 class SocketServer:
@@ -144,7 +146,8 @@ class SocketServer:
                                   self.metrics.processor_stats(next_id), self.quotas,
                                   max_request_size=self.config.socket_request_max_bytes,
                                   connections_max_idle_ms=self.config.connections_max_idle_ms,
-                                  memory_pool=self.memory_pool)
+                                  memory_pool=self.memory_pool,
+                                  security=self.config.listener_security.get(listener.name))
                     next_id += 1
                     self.channel.add_processor(p.processor_id, p)
                     processors.append(p)

@@ -96,9 +96,12 @@ class NotLeaderError(RuntimeError):
 class KafkaRaftClient:
     def __init__(self, node_id: int, voters, cluster_id: str, log_: ReplicatedLog, store: QuorumStateStore,
                  listener: Optional[Listener] = None, rng: Optional[_random.Random] = None,
-                 config: Optional[RaftConfig] = None) -> None:
+                 config: Optional[RaftConfig] = None, bootstrap_ids=()) -> None:
         self.node_id = node_id
         self.voters = frozenset(voters)
+        #: KIP-853: an observer that knows no voters finds the leader through these
+        #: (controller.quorum.bootstrap.servers, ids -2, -3, ... as Kafka numbers them)
+        self.bootstrap_ids = tuple(bootstrap_ids)
         self.cluster_id = cluster_id
         self.log = log_
         self.listener = listener or Listener()
@@ -145,6 +148,14 @@ class KafkaRaftClient:
             self.high_watermark = snap.offset
             self.log.update_high_watermark(snap.offset)
 
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the leader that wrote ``offset`` (from the log's epoch cache)."""
+        epoch = 0
+        for e in self.log.epoch_entries():
+            if e.offset <= offset:
+                epoch = e.epoch
+        return epoch
+
     def create_snapshot(self, offset: int, data: bytes) -> Optional[OffsetAndEpoch]:
         """Keep ``data``, the state after every committed record below ``offset``, as a
         snapshot and drop the log before it (KIP-630). None if there is nothing new to cover."""
@@ -153,11 +164,7 @@ class KafkaRaftClient:
                              % (offset, self.high_watermark, self.log.durable_end_offset))
         if offset <= self.log.start_offset:
             return None
-        epoch = 0
-        for e in self.log.epoch_entries():
-            if e.offset <= offset - 1:
-                epoch = e.epoch
-        snap = OffsetAndEpoch(offset, epoch)
+        snap = OffsetAndEpoch(offset, self.epoch_at(offset - 1))
         self.log.create_snapshot(snap, data)
         return snap
 
@@ -272,7 +279,8 @@ class KafkaRaftClient:
     def _observer_discover(self, now, out):
         if self._inflight:
             return
-        choices = [v for v in sorted(self.voters) if self._backoff.get(v, 0) <= now]
+        known = sorted(self.voters) or list(self.bootstrap_ids)
+        choices = [v for v in known if self._backoff.get(v, 0) <= now]
         if choices:
             dest = self.random.choice(choices)
             self._send(out, dest, self._fetch_request(self.quorum.epoch), now)

@@ -32,6 +32,7 @@ from kbroker.server.producer_id_manager import ProducerIdManager
 from kbroker.server.purgatory import DelayedOperationPurgatory
 from kbroker.server.replica_manager import ReplicaManager
 from kbroker.server.request_handler import KafkaRequestHandlerPool
+from kbroker.server import schema_validation
 from kbroker.server.topics import TopicManager
 
 log = logging.getLogger(__name__)
@@ -63,12 +64,20 @@ class KafkaBroker:
         self._started = False
         self.topic_deletion_hooks: list = []
         self.group_coordinator = None
+        self.transaction_coordinator = None
         self.metrics_server = None
 
     # -- what handlers use ---------------------------------------------------------------
     @property
     def advertised_endpoint(self) -> tuple[str, int]:
-        adv = self.config.advertised_listeners[0]
+        return self.endpoint()
+
+    def endpoint(self, listener_name: str | None = None) -> tuple[str, int]:
+        """(host, port) advertised for ``listener_name`` (Kafka answers Metadata and
+        FindCoordinator with the endpoint of the listener the request came in on), else the
+        first advertised listener's."""
+        advertised = self.config.advertised_listeners
+        adv = next((l for l in advertised if l.name == listener_name), advertised[0])
         port = adv.port
         if port == 0:  # advertise the port actually bound
             port = self.socket_server.bound_port(adv.name)
@@ -100,6 +109,9 @@ class KafkaBroker:
             os.makedirs(d, exist_ok=True)
         self.cluster_id = self._load_cluster_id()
         self.metadata = MetadataStore(os.path.abspath(c.log_dirs[0]))
+        for security in c.listener_security.values():
+            if security.sasl is not None:      # SCRAM credentials live in the metadata
+                security.sasl.scram_credentials = self.metadata
         self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
         self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
                                                          topic_overrides=self._topic_overrides)
@@ -116,6 +128,7 @@ class KafkaBroker:
         self.replica_manager = ReplicaManager(c, self.log_manager, self.node_id,
                                               self.produce_purgatory, self.fetch_purgatory,
                                               leader_epoch=self.metadata.start_leadership())
+        self.replica_manager.schema_validator = schema_validation.from_config(c)
         with self.log_manager.batched_dir_sync():
             for t in self.metadata.image.topics.values():
                 self.replica_manager.apply_topic(t)
@@ -130,7 +143,9 @@ class KafkaBroker:
         self.topic_manager = TopicManager(self)
         self.fetch_sessions = FetchSessionCache()
         from kbroker.server.apis.metadata import TopicMetadataCache
-        self.metadata_cache = TopicMetadataCache()
+        from kbroker.server.metadata_cache import SingleNodeMetadataCache
+        self.metadata_cache = SingleNodeMetadataCache(self)
+        self.topic_metadata_cache = TopicMetadataCache()
         self._start_coordinators()
         self.socket_server = SocketServer(SocketServerConfig(
             listeners=c.listeners,
@@ -145,6 +160,7 @@ class KafkaBroker:
             max_connections_per_ip=c["max.connections.per.ip"],
             max_connections_per_ip_overrides=c.max_connections_per_ip_overrides,
             queued_max_request_bytes=c["queued.max.request.bytes"],
+            listener_security=c.listener_security,
         ))
         self.apis = _required("request handlers (kbroker.server.apis)",
                               lambda: KafkaApis(self, self.socket_server.channel))
@@ -176,6 +192,15 @@ class KafkaBroker:
         build_group_coordinator = _required("group coordinator (kbroker.coordinator.group)", load)
         self.group_coordinator = build_group_coordinator(self)
 
+        def load_txn():
+            from kbroker.coordinator.transaction.coordinator import build_transaction_coordinator
+
+            return build_transaction_coordinator
+
+        build_transaction_coordinator = _required("transaction coordinator (kbroker.coordinator.transaction)",
+                                                  load_txn)
+        self.transaction_coordinator = build_transaction_coordinator(self)
+
     def shutdown(self) -> None:
         """Stop whatever was started, in reverse order (also after a failed start-up)."""
         if self._stopped.is_set():
@@ -184,7 +209,8 @@ class KafkaBroker:
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
         for name, stop in (("socket_server", "stop"), ("handler_pool", "shutdown"),
-                           ("group_coordinator", "shutdown"), ("produce_purgatory", "shutdown"),
+                           ("transaction_coordinator", "shutdown"), ("group_coordinator", "shutdown"),
+                           ("produce_purgatory", "shutdown"),
                            ("fetch_purgatory", "shutdown"), ("log_manager", "shutdown")):
             part = getattr(self, name, None)
             if part is not None:

@@ -33,6 +33,20 @@ _VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")   # Kafka's Utils.validHostPatte
 _HOST_PORT = re.compile(r"^\[?(.+?)\]?:(\d+)$")   # Kafka's Utils.getHost / getPort
 
 
+def _registry_urls(urls: list[str]) -> str | None:
+    """kbroker.schema.registry.url: each entry an absolute http(s) URL with a host."""
+    from urllib.parse import urlsplit
+    for u in urls:
+        try:
+            parts = urlsplit(u)
+            parts.port  # noqa: B018 (raises on a bad port)
+        except ValueError as e:
+            return f"{u!r} is not a URL ({e})"
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return f"{u!r} is not an http:// or https:// URL with a host"
+    return None
+
+
 def parse_host_port(entry: str) -> tuple[str, int] | None:
     """``host:port`` (IPv6 hosts in brackets or bare) -> (host, port), or None if malformed."""
     m = _HOST_PORT.match(entry.strip())
@@ -121,8 +135,8 @@ BROKER_CONFIG = (
     .define("advertised.listeners", "list", None)
     .define("listener.security.protocol.map", "list",
             ["SASL_SSL:SASL_SSL", "PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT"], None,
-            "listener name -> security protocol; only PLAINTEXT is implemented, a listener mapped to "
-            "another protocol stops start-up.")
+            "listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; a KRaft node "
+            "serves PLAINTEXT only for now).")
     .define("inter.broker.listener.name", "string", None, None,
             "The listener brokers use to reach each other (default: the PLAINTEXT listener).")
     .define("num.network.threads", "int", 3, between(1, 64))
@@ -147,7 +161,7 @@ BROKER_CONFIG = (
     .define("fetch.max.bytes", "int", 57671680, at_least(1024))
     .define("request.timeout.ms", "int", 30000, at_least(0))
     .define("sasl.kerberos.min.time.before.relogin", "long", 60000, None,
-            "Kafka's GSSAPI relogin interval; kbroker has PLAINTEXT listeners only (see BROKER_NO_OP_CONFIGS).")
+            "Kafka's GSSAPI relogin interval; kbroker has no GSSAPI mechanism (see BROKER_NO_OP_CONFIGS).")
     # --- topics ---
     .define("auto.create.topics.enable", "boolean", True)
     .define("num.partitions", "int", 1, at_least(1))
@@ -238,13 +252,35 @@ BROKER_CONFIG = (
     .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
     .define("transaction.state.log.replication.factor", "int", 1, at_least(1))
     .define("transaction.state.log.min.isr", "int", 1, at_least(1))
+    .define("transaction.state.log.segment.bytes", "int", 104857600, at_least(1))
+    .define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
+    .define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))
     # --- purgatory ---
     .define("fetch.purgatory.purge.interval.requests", "int", 1000)
     .define("producer.purgatory.purge.interval.requests", "int", 1000)
     # --- kbroker operations ---
     .define("kbroker.metrics.port", "int", -1, between(-1, 65535),
             "Port of the Prometheus /metrics HTTP endpoint on the first listener's host; -1 = off, 0 = any.")
+    # --- broker-side schema id validation (Confluent Server's confluent.schema.registry.url) ---
+    .define("kbroker.schema.registry.url", "list", [], _registry_urls,
+            "Schema Registry base URLs (http/https, comma-separated, tried in turn) that topics with "
+            "kbroker.key/value.schema.validation=true check schema ids against; empty = no validation.")
+    .define("kbroker.schema.registry.request.timeout.ms", "int", 2000, at_least(1),
+            "Longest a produce waits for one Schema Registry lookup; an unreachable registry answers "
+            "the produce REQUEST_TIMED_OUT (retriable), nothing appended.")
+    .define("kbroker.schema.registry.negative.cache.ms", "int", 5000, at_least(0),
+            "How long a schema id found not registered under a topic's subject stays refused without "
+            "asking the registry again (a registered id is cached for the life of the process).")
 )
+
+# --- security (issue #18): Kafka's ssl.* / sasl.* keys, defined in kbroker.security.config;
+# listener.name.<listener>.<key> overrides are split off before parsing (see KafkaConfig) ---
+from kbroker.security.config import (  # noqa: E402
+    SECURITY_KEYS, SecurityConfigError, build_listener_security, split_listener_overrides,
+)
+
+for _name, _type, _default, _doc in SECURITY_KEYS:
+    BROKER_CONFIG.define(_name, _type, _default, None, _doc)
 
 
 #: Broker-only keys kbroker accepts but that change nothing today, with the reason (topic-config
@@ -252,14 +288,13 @@ BROKER_CONFIG = (
 #: NO_OP_CONFIGS lists the topic configs without effect). Every other key is read by the broker
 #: (tests/broker/test_config_walk.py checks both). Values kbroker cannot honour are refused at
 #: start-up instead (``KafkaConfig``): in zero-config mode a quorum naming other nodes and
-#: offsets.topic.replication.factor above 1; in cluster mode (process.roles set) start-up stops
-#: after the storage checks, since the quorum is not wired yet.
-_NOT_WIRED = ("KRaft cluster mode cannot run yet (no quorum wiring): start-up stops after the "
-              "config and storage checks; zero-config mode has no quorum to tune")
+#: offsets.topic.replication.factor above 1.
+_NOT_WIRED = ("read by a node of a KRaft cluster (process.roles set: kbroker.server.kraft_node); the "
+              "zero-config single node has no quorum to tune")
 
 BROKER_NO_OP_CONFIGS: dict[str, str] = {
-    "controller.quorum.bootstrap.servers": "single node: there is no other controller to find; in cluster mode "
-        "it is validated, but the quorum is not wired yet",
+    "controller.quorum.bootstrap.servers": "single node: there is no other controller to find (in cluster mode a "
+        "broker without controller.quorum.voters finds the quorum leader through these, KIP-853)",
     "controller.quorum.election.timeout.ms": _NOT_WIRED,
     "controller.quorum.fetch.timeout.ms": _NOT_WIRED,
     "controller.quorum.election.backoff.max.ms": _NOT_WIRED,
@@ -273,19 +308,13 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "metadata.log.segment.ms": _NOT_WIRED,
     "metadata.max.retention.bytes": _NOT_WIRED,
     "metadata.max.retention.ms": _NOT_WIRED,
-    "metadata.log.max.record.bytes.between.snapshots": _NOT_WIRED,
-    "metadata.log.max.snapshot.interval.ms": _NOT_WIRED,
     "metadata.max.idle.interval.ms": _NOT_WIRED,
     "replica.fetch.max.bytes": "single node: there are no followers fetching",
-    "offsets.topic.replication.factor": "single node: __consumer_offsets has one replica; only 1 is accepted",
-    "transactional.id.expiration.ms": "transactions are not implemented yet (transactional produce is refused)",
-    "transaction.state.log.num.partitions": "transactions are not implemented yet: no __transaction_state",
-    "transaction.state.log.replication.factor": "transactions are not implemented yet: no __transaction_state",
-    "transaction.state.log.min.isr": "transactions are not implemented yet: no __transaction_state",
+    "transaction.state.log.replication.factor": "single node: __transaction_state has one replica",
     "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
     "sasl.kerberos.min.time.before.relogin":
-        "PLAINTEXT listeners only: no GSSAPI login to refresh (a Kafka broker without a SASL listener "
-        "ignores it too); dynamic, as in Kafka, so librdkafka's AlterConfigs test 0081 can set it",
+        "no GSSAPI mechanism: no Kerberos login to refresh (a Kafka broker without GSSAPI ignores it "
+        "too); dynamic, as in Kafka, so librdkafka's AlterConfigs test 0081 can set it",
 }
 
 
@@ -352,7 +381,9 @@ class KafkaConfig:
 
     def __init__(self, props: Mapping[str, Any] | None = None):
         self.originals = dict(props or {})
-        self.values = BROKER_CONFIG.parse(self.originals)
+        props, self.listener_overrides = split_listener_overrides(
+            self.originals, lambda k, raw: BROKER_CONFIG.keys[k].parse(raw))
+        self.values = BROKER_CONFIG.parse(props)
         v = self.values
         roles = v["process.roles"]
         if len(set(roles)) != len(roles):
@@ -393,7 +424,10 @@ class KafkaConfig:
         self.advertised_listeners = [Listener(l.name, l.host or "127.0.0.1", l.port) for l in advertised
                                      if l.name not in controller_names]
         self._advertised = advertised
-        self._refuse_other_protocols(advertised)
+        if self.cluster_mode:
+            self._refuse_other_protocols(advertised)
+        #: listener name -> kbroker.security.config.ListenerSecurity (SSL contexts built, JAAS read)
+        self.listener_security = self._listener_security()
         if self.cluster_mode:
             self._validate_kraft(v, advertised)
         self._validate_common(v)
@@ -461,9 +495,24 @@ class KafkaConfig:
                     out.setdefault(n, "PLAINTEXT")
         return out
 
+    def _listener_security(self) -> dict:
+        """Each listener's security (zero-config mode serves all four protocols); a listener whose
+        TLS or SASL settings are missing or wrong stops start-up with a ConfigError naming the key."""
+        out = {}
+        for l in self.listeners:
+            try:
+                out[l.name] = build_listener_security(l.name, self.security_protocols[l.name], self.values,
+                                                      self.listener_overrides.get(l.name, {}))
+            except SecurityConfigError as e:
+                raise ConfigError(e.key, str(e).split(": ", 1)[1]) from None
+        for name in self.listener_overrides:
+            if name not in out:
+                raise ConfigError(f"listener.name.{name.lower()}", f"no listener named {name} in listeners")
+        return out
+
     def _refuse_other_protocols(self, advertised: list[Listener]) -> None:
-        """Only PLAINTEXT is implemented: a listener kbroker would serve or connect to over
-        another protocol stops start-up (map entries no listener uses are accepted, as in
+        """KRaft nodes: only PLAINTEXT is wired there yet (the zero-config node serves SSL and SASL);
+        a listener a KRaft node would serve or connect to over another protocol stops start-up (map entries no listener uses are accepted, as in
         Kafka's own default map)."""
         used = ([l.name for l in self.listeners] + [l.name for l in advertised]
                 + (self.controller_listener_names if self.cluster_mode else []))

@@ -44,7 +44,7 @@ class DelayedProduce(DelayedOperation):
         rm = self.replica_manager
         for tp in list(self.pending):
             part = rm.get_partition(tp)
-            if part is None:
+            if part is None or not part.is_leader:
                 self.results[tp].error = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 self.pending.discard(tp)
             elif part.log.high_watermark > self.results[tp].last_offset:
@@ -80,17 +80,23 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         """Kafka's DelayedFetch.tryComplete cases: partition gone, offset now out of
         range or on another segment than the end (truncation / roll): complete; else
-        count the bytes between the fetch offset and the end (HW for consumers)."""
+        count the bytes between the fetch offset and the end (HW for consumers, the
+        last stable offset for read_committed ones)."""
         rm = self.replica_manager
         accumulated = 0
         for tp, st in self.fetch_infos:
             part = rm.get_partition(tp)
-            if part is None:
-                return self.force_complete()  # UNKNOWN_TOPIC_OR_PARTITION now
+            if part is None or not part.is_leader:
+                return self.force_complete()  # UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER now
             lg = part.log
             try:
                 # published metadata: no lookup and no log lock per waiting fetch per append
-                em = lg.log_end_offset_metadata if self.replica_id >= 0 else lg.high_watermark_metadata
+                if self.replica_id >= 0:
+                    em = lg.log_end_offset_metadata
+                elif self.isolation_level == 1:
+                    em = lg.last_stable_offset_metadata()   # the HW's unless a transaction is open
+                else:
+                    em = lg.high_watermark_metadata
             except Exception:
                 return self.force_complete()
             end = em.message_offset

@@ -137,3 +137,19 @@ class DynamicBrokerConfig:
             log_manager.update_broker_defaults(default_log_config, fsync)
             log.info("dynamic broker configs of %s are now %s", repr(resource_name) if resource_name == ""
                      else f"broker {resource_name}", dict(sorted(layer.items())))
+
+    def reload(self, log_manager) -> None:
+        """Re-read both dynamic layers from ``metadata`` (a KRaft broker, after the
+        controller's ConfigRecords for BROKER resources were published) and apply them to
+        every live log. Layers that no longer validate are logged and the old ones kept."""
+        with self._lock:
+            try:
+                new = self._merge(self.default_layer(), self.broker_layer())
+                props = log_props(new)
+                default_log_config = LogConfig.from_broker(props)
+                fsync = LogManagerConfig.from_broker(props).fsync_every_append
+            except (ConfigError, LogConfigError, ValueError) as e:
+                log.error("published dynamic broker configs are invalid (%s); keeping the current ones", e)
+                return
+            self.current = new
+            log_manager.update_broker_defaults(default_log_config, fsync)

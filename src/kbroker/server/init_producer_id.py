@@ -15,13 +15,16 @@ gets a new id; an empty one is INVALID_REQUEST; a transaction timeout outside
 ``(0, transaction.max.timeout.ms]`` is INVALID_TRANSACTION_TIMEOUT; anything
 else belongs to the transaction coordinator.
 
-Transactions seam: pass ``transaction_coordinator`` (any object with
+Transactions seam: pass ``transaction_coordinator`` (the
+:class:`~kbroker.coordinator.transaction.TransactionCoordinator`, or any object with
 ``handle_init_producer_id(transactional_id, transaction_timeout_ms,
-expected: tuple[int, int] | None) -> InitProducerIdResult``). Without one the
-answer is COORDINATOR_NOT_AVAILABLE (retriable: a transactional client keeps
-retrying until its max.block.ms and then fails ``initTransactions``).
-:func:`prepare_increment_producer_epoch` is the coordinator's epoch-bump rule,
-ready for it.
+expected: tuple[int, int] | None, callback)``) and ``respond``: the coordinator
+answers through ``respond(InitProducerIdResult)``, possibly later, and
+:func:`handle_init_producer_id` returns None. Without a coordinator the answer is
+COORDINATOR_NOT_AVAILABLE (retriable: a transactional client keeps retrying until
+its max.block.ms and then fails ``initTransactions``).
+:func:`prepare_increment_producer_epoch` is the coordinator's epoch-bump rule
+(TransactionMetadata uses it).
 
 Thread-safety: stateless apart from the (thread-safe) ProducerIdManager.
 """
@@ -59,9 +62,13 @@ def handle_init_producer_id(generate_producer_id: Callable[[], int], transaction
                             transaction_timeout_ms: int, producer_id: int = NO_PRODUCER_ID,
                             producer_epoch: int = NO_PRODUCER_EPOCH, *,
                             transaction_max_timeout_ms: int = TRANSACTION_MAX_TIMEOUT_MS_DEFAULT,
-                            transaction_coordinator=None) -> InitProducerIdResult:
+                            transaction_coordinator=None,
+                            respond: Callable[[InitProducerIdResult], None] | None = None
+                            ) -> InitProducerIdResult | None:
     """Decide an InitProducerId request (any version; v0-v2 carry no producer id/epoch:
     pass the defaults). ``generate_producer_id`` is ``ProducerIdManager.generate_producer_id``.
+    Returns the answer, or None when the transaction coordinator answers through
+    ``respond`` (see the module docstring).
     Authorization (IDEMPOTENT_WRITE / TRANSACTIONAL_ID) is the handler's job, before this."""
     if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
         return _error(ErrorCode.INVALID_REQUEST)
@@ -78,7 +85,8 @@ def handle_init_producer_id(generate_producer_id: Callable[[], int], transaction
         return _error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
     if transaction_coordinator is None:
         return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-    return transaction_coordinator.handle_init_producer_id(transactional_id, transaction_timeout_ms, expected)
+    transaction_coordinator.handle_init_producer_id(transactional_id, transaction_timeout_ms, expected, respond)
+    return None
 
 
 def prepare_increment_producer_epoch(producer_epoch: int, last_producer_epoch: int,

@@ -19,6 +19,7 @@ import logging
 from kbroker.protocol import (
     API_INFO, ApiKey, ErrorCode, ProtocolDecodeError, parse_request_header,
 )
+from kbroker.network.channel import RAW_SASL_TOKEN
 from kbroker.server.apis import ApiHandler
 from kbroker.server.request_context import RequestContext, error_response
 
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 #: module that fails to import stops the broker's start-up, it is never left out)
 HANDLER_MODULES = (
     "api_versions", "metadata", "produce", "fetch", "list_offsets", "topics",
-    "offset_for_leader_epoch", "configs", "cluster", "delete_records", "group", "producer_id",
+    "offset_for_leader_epoch", "configs", "cluster", "delete_records", "group", "producer_id", "transaction",
+    "write_txn_markers", "sasl", "scram_credentials",
 )
 
 
@@ -61,6 +63,11 @@ class KafkaApis:
 
     def handle(self, request) -> None:
         """Called on a request-handler thread for every request frame."""
+        if request.api_key == RAW_SASL_TOKEN:
+            from kbroker.server.apis.sasl import handle_raw_token
+
+            handle_raw_token(self.broker, self.channel, request)
+            return
         try:
             header, pos = parse_request_header(request.payload)
         except ProtocolDecodeError as e:

@@ -1,55 +1,76 @@
-"""KRaftBroker: the broker role of a KRaft node, on the metadata log — first step.
+"""KRaftBroker: the broker role of a KRaft node — hosts partitions, serves the data plane.
 
-Kafka: ``BrokerServer`` with its ``BrokerMetadataPublisher`` and ``ForwardingManager``.
-What runs today:
+Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``,
+``ForwardingManager``, ``AutoTopicCreationManager`` and ``RPCProducerIdManager``.
 
 - :class:`BrokerMetadataListener` follows the committed ``__cluster_metadata`` records
   (the node's RaftManager: an observer on a broker-only node, a voter on a combined one)
   and publishes an immutable :class:`~kbroker.metadata.image.MetadataImage` after each
-  committed batch; readers take ``listener.image`` (one reference read, never a lock).
-- registration and heartbeats with the active controller (BrokerLifecycleManager over a
-  ControllerChannel that asks the raft leader first), unfenced once caught up;
-  controlled shutdown on stop;
-- on the broker listeners: ApiVersions, Metadata and DescribeCluster answered from the
-  image (alive brokers with the endpoint of the request's listener, every partition's
-  leader, leader epoch, replicas, ISR and offline replicas), and CreateTopics,
-  DeleteTopics, CreatePartitions, IncrementalAlterConfigs forwarded to the active
-  controller at the client's version (KIP-590's forwarding, without the Envelope).
+  committed batch, handing each installed publisher the batch's delta; readers take
+  ``listener.image`` (one reference read, never a lock).
+- The data plane is the zero-config broker's: LogManager, ReplicaManager, purgatories, the
+  group coordinator, SocketServer + KafkaApis + request handler pool with the same
+  handler modules. Handlers read :class:`~kbroker.server.metadata_cache.KRaftMetadataCache`
+  (``broker.metadata_cache``): topics, leaders, leader epochs, replicas, ISR, offline
+  replicas, alive brokers on the request's listener, configs — all from the image.
+- :class:`~kbroker.server.kraft_publisher.BrokerMetadataPublisher` applies each image's
+  local changes to the ReplicaManager (stop/delete, become leader, become follower: Kafka's
+  ``ReplicaManager.applyDelta``), loads/unloads the ``__consumer_offsets`` partitions this
+  node starts/stops leading, and applies topic and broker configs to the logs.
+- Mutating admin requests (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
+  IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments, and
+  ListPartitionReassignments) are forwarded to the active controller at the client's version
+  (KIP-590's forwarding, without the Envelope); auto topic creation and ``__consumer_offsets``
+  (on first FindCoordinator) are CreateTopics sent to the controller; producer ids come in
+  blocks from AllocateProducerIds (unique cluster-wide).
+- Registration and heartbeats (BrokerLifecycleManager over a ControllerChannel that asks
+  the raft leader first); Kafka's start-up order: listeners bound, registered, caught up
+  with the metadata log, first publish, then requests are processed and the broker asks
+  to be unfenced; controlled shutdown on stop.
 
-Not yet: hosting partitions (Produce, Fetch, groups: the ReplicaManager fed with the
-image's local changes comes next), auto topic creation, DescribeConfigs from the image.
-ApiVersions lists exactly the APIs above, so clients do not send the others; a request
-for another API closes its connection, as Kafka does for an API its listener does not
-enable.
+Not yet: follower fetching (replication), so on a partition with RF > 1 the leader's
+high watermark waits for followers that never fetch: acks=all times out
+(REQUEST_TIMED_OUT) and consumers see nothing past it; transactions (no transaction
+coordinator on a KRaft broker yet); the metrics endpoint (``kbroker.metrics.port``).
 """
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import uuid
 
-from kbroker.metadata.delta import MetadataDelta
+from kbroker.metadata.delta import MetadataDelta, image_delta
 from kbroker.metadata.image import MetadataImage
 from kbroker.metadata.serde import MetadataParseError, deserialize
+from kbroker.metadata.snapshot import decode_snapshot
 from kbroker.protocol import API_INFO, ApiKey, ErrorCode
-from kbroker.protocol.messages.describe_cluster import DescribeClusterBroker, DescribeClusterResponse
-from kbroker.protocol.messages.metadata import (
-    MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-)
 from kbroker.raft.client import Listener
 from kbroker.raft.replicated_log import DATA
+from kbroker.log.manager import LogManager
+from kbroker.network.socket_server import SocketServer, SocketServerConfig
+from kbroker.protocol.messages.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
+from kbroker.server import schema_validation
 from kbroker.server.apis import ApiHandler
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager
-from kbroker.server.controller_server import ControllerServer
+from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
+from kbroker.server.fetch_session import FetchSessionCache
 from kbroker.server.inter_node import ControllerChannel, InterNodeSendThread, StaticNodes
+from kbroker.server.kafka_apis import KafkaApis, collect_handlers
+from kbroker.server.kraft_publisher import BrokerMetadataPublisher
+from kbroker.server.metadata_cache import KRaftMetadataCache
+from kbroker.server.producer_id_manager import RPCProducerIdManager
+from kbroker.server.purgatory import DelayedOperationPurgatory
+from kbroker.server.replica_manager import ReplicaManager
 from kbroker.server.request_context import error_response_for
+from kbroker.server.request_handler import KafkaRequestHandlerPool
+from kbroker.server.topics import TopicError, validate_topic_name
 
 log = logging.getLogger(__name__)
 
 #: admin requests a broker forwards to the active controller
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
-             ApiKey.INCREMENTAL_ALTER_CONFIGS)
+             ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
+             ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS)
 NOT_REQUESTED = -(2**31)
 
 
@@ -60,7 +81,20 @@ class BrokerMetadataListener(Listener):
         self.image = MetadataImage()
         self.highest_offset = -1
         self.leader_id = -1
+        #: True once a snapshot was skipped: the image may lack topics that exist
+        self.incomplete = False
         self.changed = threading.Condition()
+        #: publishers: ``publish(delta, image)`` after each batch, on the raft thread;
+        #: ``_publish_lock`` orders installs against publishes
+        self._publishers: list = []
+        self._publish_lock = threading.Lock()
+
+    def install(self, publisher) -> None:
+        """Add ``publisher``: it first gets ``publish(None, image)`` for the whole current
+        image (Kafka's first publish after catch-up), then every later delta, in order."""
+        with self._publish_lock:
+            publisher.publish(None, self.image)
+            self._publishers.append(publisher)
 
     def handle_commit(self, batches) -> None:
         delta = MetadataDelta(self.image)
@@ -73,7 +107,13 @@ class BrokerMetadataListener(Listener):
                     except MetadataParseError as e:
                         log.error("metadata record at offset %d cannot be decoded, skipped: %s", b.base_offset + i, e)
             last = b.last_offset
-        self.image = delta.apply()
+        with self._publish_lock:
+            self.image = image = delta.apply()
+            for p in self._publishers:
+                try:
+                    p.publish(delta, image)
+                except Exception:
+                    log.exception("metadata publisher %s failed at offset %d", type(p).__name__, image.offset)
         with self.changed:
             self.highest_offset = last
             self.changed.notify_all()
@@ -82,7 +122,26 @@ class BrokerMetadataListener(Listener):
         self.leader_id = leader_id
 
     def handle_load_snapshot(self, snapshot_id, data) -> None:
-        log.warning("metadata snapshots are not loaded by the broker yet (snapshot %s ignored)", snapshot_id)
+        """The image becomes the snapshot's content (at start-up, or fetched from the leader
+        when this node fell below the leader's log start)."""
+        loaded = MetadataDelta(MetadataImage())
+        for r in decode_snapshot(data):
+            loaded.replay(r)
+        loaded.offset, loaded.epoch = snapshot_id.offset - 1, snapshot_id.epoch
+        new = loaded.apply()
+        with self._publish_lock:
+            # publishers see what changed from the image they had, removals included
+            delta = image_delta(self.image, new)
+            self.image = new
+            for p in self._publishers:
+                try:
+                    p.publish(delta, new)
+                except Exception:
+                    log.exception("metadata publisher %s failed on snapshot %s", type(p).__name__,
+                                  tuple(snapshot_id))
+        with self.changed:
+            self.highest_offset = snapshot_id.offset - 1
+            self.changed.notify_all()
 
 
 class FanOutListener(Listener):
@@ -104,68 +163,239 @@ class FanOutListener(Listener):
             x.handle_load_snapshot(snapshot_id, data)
 
 
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+class ForwardingTopicManager:
+    """Topic creation a KRaft broker asks the controller for (Kafka's
+    AutoTopicCreationManager): CreateTopics sent to the active controller, answered
+    asynchronously; the topic appears when its records are published. One request per
+    topic in flight."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self._lock = threading.Lock()
+        self._in_flight: set[str] = set()
+
+    def _create(self, name: str, num_partitions: int, replication_factor: int, configs: dict) -> None:
+        with self._lock:
+            if name in self._in_flight:
+                return
+            self._in_flight.add(name)
+        req = CreateTopicsRequest(topics=[CreatableTopic(
+            name=name, num_partitions=num_partitions, replication_factor=replication_factor, assignments=[],
+            configs=[CreatableTopicConfig(name=k, value=v) for k, v in sorted(configs.items())])],
+            timeout_ms=30000, validate_only=False)
+
+        def done(resp, exc):
+            with self._lock:
+                self._in_flight.discard(name)
+            if exc is not None:
+                log.warning("creating topic %s through the controller failed: %s", name, exc)
+                return
+            for t in resp.topics:
+                if t.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                    log.warning("the controller refused to create topic %s: %s %s", t.name,
+                                ErrorCode(t.error_code).name, t.error_message or "")
+        self.broker.controller_channel.send(ApiKey.CREATE_TOPICS, req, done, timeout_s=30.0, version=7)
+
+    def auto_create(self, name: str):
+        """auto.create.topics.enable: num.partitions and default.replication.factor; None (the
+        Metadata handler answers LEADER_NOT_AVAILABLE until the topic is published)."""
+        validate_topic_name(name)
+        c = self.broker.config
+        self._create(name, c["num.partitions"], c["default.replication.factor"], {})
+        return None
+
+    def create_offsets_topic(self) -> None:
+        """``__consumer_offsets`` with offsets.topic.num.partitions and offsets.topic.replication.factor,
+        clamped to the alive brokers (Kafka fails the request instead; a development cluster
+        with fewer brokers than the default RF still gets a coordinator)."""
+        c = self.broker.config
+        rf = c["offsets.topic.replication.factor"]
+        alive = len(self.broker.metadata_cache.alive_brokers())
+        if 0 < alive < rf:
+            log.warning("offsets.topic.replication.factor=%d but only %d broker(s) are alive: creating %s with "
+                        "replication factor %d", rf, alive, OFFSETS_TOPIC, alive)
+            rf = alive
+        self._create(OFFSETS_TOPIC, c["offsets.topic.num.partitions"], rf,
+                     {"cleanup.policy": "compact", "compression.type": "producer",
+                      "segment.bytes": str(c["offsets.topic.segment.bytes"])})
+
+    def create(self, *a, **kw):
+        raise TopicError(ErrorCode.NOT_CONTROLLER, "topics are created by the active controller")
+
+    create_internal = create_partitions = delete = create
+
+
 class KRaftBroker:
+    #: __consumer_offsets is created on first FindCoordinator, not at start-up
+    offsets_topic_on_demand = True
+
     def __init__(self, config, cluster_id: str, controllers: dict[int, tuple[str, int]],
                  directory_ids: list[uuid.UUID], listener: BrokerMetadataListener):
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = cluster_id
-        self.metadata = listener
+        self.metadata_listener = listener
+        self.metadata_cache = KRaftMetadataCache(lambda: listener.image)
+        self.metadata = self.metadata_cache       # what handlers read ``.image`` from
         self.directory_ids = directory_ids
-        self.sender = InterNodeSendThread(f"broker-{self.node_id}-to-controller", StaticNodes(controllers),
+        self.controllers = dict(controllers)
+        self.controller_nodes = StaticNodes(self.controllers)
+        self.sender = InterNodeSendThread(f"broker-{self.node_id}-to-controller", self.controller_nodes,
                                           {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000})
         self.controller_channel = ControllerChannel(self.sender, leader_hint=lambda: listener.leader_id)
         names = set(config.controller_listener_names)
         self.listeners = [l for l in config.listeners if l.name not in names]
-        self.server: ControllerServer | None = None
+        self.socket_server: SocketServer | None = None
+        self.handler_pool = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
+        self.group_coordinator = None
+        self.topic_deletion_hooks: list = []
+        self._stopped = False
+
+    # -- what handlers use ------------------------------------------------------------------
+    @property
+    def advertised_endpoint(self) -> tuple[str, int]:
+        adv = {l.name: l for l in self.config.advertised_listeners}
+        l = self.listeners[0]
+        a = adv.get(l.name, l)
+        return (a.host or "127.0.0.1", a.port or self.socket_server.bound_port(l.name))
+
+    def endpoint(self, listener_name: str | None = None) -> tuple[str, int]:
+        """(host, port) advertised for ``listener_name`` (the listener a request came in on),
+        else the first broker listener's."""
+        adv = {l.name: l for l in self.config.advertised_listeners}
+        l = next((x for x in self.listeners if x.name == listener_name), self.listeners[0])
+        a = adv.get(l.name, l)
+        return (a.host or "127.0.0.1", a.port or self.socket_server.bound_port(l.name))
+
+    def learn_controller(self, node_id: int, hp: tuple[str, int]) -> None:
+        """A controller's endpoint learnt from the quorum (a broker configured with only
+        controller.quorum.bootstrap.servers learns the leader's this way, KIP-853)."""
+        self.controllers[node_id] = hp
+        self.controller_nodes.set_nodes(self.controllers)
 
     @property
-    def apis(self):
-        return self.server.apis
+    def node(self) -> tuple[int, str, int]:
+        host, port = self.advertised_endpoint
+        return (self.node_id, host, port)
+
+    @property
+    def server(self):
+        """The broker listeners' SocketServer (``bound_port``)."""
+        return self.socket_server
 
     # -- lifecycle ----------------------------------------------------------------------------
     def startup(self) -> None:
         c = self.config
-        self.server = ControllerServer(c, [f"{l.name}://{l.host}:{l.port}" for l in self.listeners],
-                                       self._handlers(), target=self)
-        self.server.startup()
+        self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
+        self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
+                                                         topic_overrides=self._topic_overrides)
+        self.log_manager.startup()
+        self.produce_purgatory = DelayedOperationPurgatory(
+            "Produce", broker_id=self.node_id, purge_interval=c["producer.purgatory.purge.interval.requests"])
+        self.fetch_purgatory = DelayedOperationPurgatory(
+            "Fetch", broker_id=self.node_id, purge_interval=c["fetch.purgatory.purge.interval.requests"])
+        self.replica_manager = ReplicaManager(c, self.log_manager, self.node_id,
+                                              self.produce_purgatory, self.fetch_purgatory)
+        self.replica_manager.metadata_cache = self.metadata_cache
+        self.replica_manager.schema_validator = schema_validation.from_config(c)
+        self.log_manager.schedule(self.log_manager.checkpoint_high_watermarks,
+                                  c["replica.high.watermark.checkpoint.interval.ms"],
+                                  c["replica.high.watermark.checkpoint.interval.ms"])
+        self.topic_manager = ForwardingTopicManager(self)
+        self.fetch_sessions = FetchSessionCache()
+        from kbroker.server.apis.metadata import TopicMetadataCache
+        self.topic_metadata_cache = TopicMetadataCache()
+        self.producer_id_manager = RPCProducerIdManager(self.node_id, self.controller_channel,
+                                                        broker_epoch=self._broker_epoch)
+        self.socket_server = SocketServer(SocketServerConfig(
+            listeners=[f"{l.name}://{l.host}:{l.port}" for l in self.listeners],
+            num_network_threads=c["num.network.threads"],
+            queued_max_requests=c["queued.max.requests"],
+            socket_request_max_bytes=c["socket.request.max.bytes"],
+            socket_send_buffer_bytes=c["socket.send.buffer.bytes"],
+            socket_receive_buffer_bytes=c["socket.receive.buffer.bytes"],
+            socket_listen_backlog_size=c["socket.listen.backlog.size"],
+            connections_max_idle_ms=c["connections.max.idle.ms"],
+            max_connections=c["max.connections"],
+            max_connections_per_ip=c["max.connections.per.ip"],
+            max_connections_per_ip_overrides=c.max_connections_per_ip_overrides,
+            queued_max_request_bytes=c["queued.max.request.bytes"],
+        ))
+        self.apis = KafkaApis(self, self.socket_server.channel, self._handlers())
+        self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,
+                                                    c["num.io.threads"], self.socket_server.metrics)
+        # bind first (registration names the bound ports); requests queue until the first publish
+        self.socket_server.start()
         adv = {l.name: l for l in c.advertised_listeners}
         endpoints = []
         for l in self.listeners:
             a = adv.get(l.name, l)
-            endpoints.append((l.name, a.host or "127.0.0.1", a.port or self.server.bound_port(l.name), 0))
+            endpoints.append((l.name, a.host or "127.0.0.1", a.port or self.socket_server.bound_port(l.name), 0))
         lc = BrokerLifecycle(node_id=self.node_id, cluster_id=self.cluster_id, listeners=endpoints,
                              features={"metadata.version": (1, 21)}, rack=c["broker.rack"],
                              log_dirs=self.directory_ids, heartbeat_interval_ms=c["broker.heartbeat.interval.ms"],
                              session_timeout_ms=c["broker.session.timeout.ms"],
                              initial_registration_timeout_ms=c["initial.broker.registration.timeout.ms"],
-                             metadata_offset=lambda: self.metadata.highest_offset)
+                             metadata_offset=lambda: self.metadata_listener.highest_offset)
         self.lifecycle_manager = BrokerLifecycleManager(lc, self.controller_channel)
         self.lifecycle_manager.start()
+        # Kafka's BrokerServer: wait for the initial catch-up, publish, then serve and unfence
+        if not lc.caught_up.wait(c["initial.broker.registration.timeout.ms"] / 1000.0):
+            raise RuntimeError(f"broker {self.node_id} did not catch up with the metadata log within "
+                               f"initial.broker.registration.timeout.ms={c['initial.broker.registration.timeout.ms']}")
+        from kbroker.coordinator.group.coordinator import build_group_coordinator
 
-        def unfence_when_caught_up():
-            if lc.caught_up.wait(c["initial.broker.registration.timeout.ms"] / 1000.0):
-                self.lifecycle_manager.set_ready_to_unfence()
-        threading.Thread(target=unfence_when_caught_up, name=f"broker-{self.node_id}-unfence", daemon=True).start()
+        self.group_coordinator = build_group_coordinator(self)
+        self.publisher = BrokerMetadataPublisher(self)
+        self.metadata_listener.install(self.publisher)
+        self.handler_pool.start()
+        self.lifecycle_manager.set_ready_to_unfence()
+
+    def _broker_epoch(self) -> int:
+        lm = self.lifecycle_manager
+        return -1 if lm is None else lm.lifecycle.broker_epoch
+
+    def _topic_overrides(self, topic: str):
+        t = self.metadata_cache.image.topics.get(topic)
+        return dict(t.configs) if t is not None else None
+
+    def bound_port(self, listener_name: str | None = None) -> int:
+        return self.socket_server.bound_port(listener_name)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         if self.lifecycle_manager is not None:
             lc = self.lifecycle_manager.lifecycle
             self.lifecycle_manager.begin_controlled_shutdown()
             lc.shut_down.wait(timeout_s)
             self.lifecycle_manager.close()
-        if self.server is not None:
-            self.server.shutdown()
+        for name, stop in (("socket_server", "stop"), ("handler_pool", "shutdown"),
+                           ("group_coordinator", "shutdown"), ("produce_purgatory", "shutdown"),
+                           ("fetch_purgatory", "shutdown"), ("log_manager", "shutdown")):
+            part = getattr(self, name, None)
+            if part is not None:
+                try:
+                    getattr(part, stop)()
+                except Exception:
+                    log.exception("stopping %s failed", name)
         self.sender.close()
 
     # -- handlers -----------------------------------------------------------------------------
     def _handlers(self) -> dict[int, ApiHandler]:
+        """Every broker API family's handler (the zero-config broker's modules), with the
+        admin APIs the controller owns forwarded to it."""
         def forward(_b, ctx, body):
             self._forward(ctx, body)
-        h = {k: ApiHandler(API_INFO[k].min_version, API_INFO[k].max_version, forward) for k in FORWARDED}
-        h[ApiKey.METADATA] = ApiHandler(0, 12, lambda _b, ctx, body: self._metadata(ctx, body))
-        h[ApiKey.DESCRIBE_CLUSTER] = ApiHandler(0, 1, lambda _b, ctx, body: self._describe_cluster(ctx, body))
+        h = collect_handlers()
+        for k in FORWARDED:
+            h[int(k)] = ApiHandler(API_INFO[k].min_version, API_INFO[k].max_version, forward)
         return h
 
     def _forward(self, ctx, body) -> None:
@@ -181,76 +411,3 @@ class KRaftBroker:
             ctx.respond(resp)
         self.controller_channel.send(ctx.api_key, body, done, timeout_s=30.0, per_try_timeout_s=5.0,
                                      version=ctx.api_version)
-
-    def _alive_endpoints(self, image, listener_name: str):
-        out = []
-        for b in image.cluster.alive_brokers():
-            ep = b.listener(listener_name)
-            if ep is not None:
-                out.append((b, ep))
-        return out
-
-    def _controller_id(self, alive) -> int:
-        # Kafka's brokers name a random live broker as "controller": clients cannot reach
-        # the KRaft quorum, and admin requests sent to any broker are forwarded
-        return random.choice(alive)[0].id if alive else -1
-
-    def _metadata(self, ctx, req) -> None:
-        v = ctx.api_version
-        img = self.metadata.image
-        alive = self._alive_endpoints(img, ctx.request.listener_name)
-        alive_ids = {b.id for b, _ in alive}
-        resp = MetadataResponse(throttle_time_ms=0, cluster_id=self.cluster_id,
-                                controller_id=self._controller_id(alive),
-                                brokers=[MetadataResponseBroker(node_id=b.id, host=ep.host, port=ep.port, rack=b.rack)
-                                         for b, ep in alive], topics=[],
-                                cluster_authorized_operations=NOT_REQUESTED)
-        if req.topics is None or (v == 0 and not req.topics):
-            wanted = [(t, t.name) for _, t in sorted(img.topics.by_name.items())]
-        else:
-            wanted = []
-            for rt in req.topics:
-                if rt.name is None:
-                    t = img.topics.by_id.get(rt.topic_id)
-                    wanted.append((t, None if t is None else t.name))
-                else:
-                    wanted.append((img.topics.by_name.get(rt.name), rt.name))
-        for t, name in wanted:
-            if t is None:
-                resp.topics.append(MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
-                                                         is_internal=False, partitions=[],
-                                                         topic_authorized_operations=NOT_REQUESTED))
-                continue
-            parts = []
-            for pid, p in sorted(t.partitions.items()):
-                parts.append(MetadataResponsePartition(
-                    error_code=ErrorCode.LEADER_NOT_AVAILABLE if p.leader < 0 else ErrorCode.NONE,
-                    partition_index=pid, leader_id=p.leader, leader_epoch=p.leader_epoch,
-                    replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
-                    offline_replicas=[r for r in p.replicas if r not in alive_ids]))
-            resp.topics.append(MetadataResponseTopic(error_code=ErrorCode.NONE, name=t.name, topic_id=t.topic_id,
-                                                     is_internal=t.is_internal, partitions=parts,
-                                                     topic_authorized_operations=NOT_REQUESTED))
-        ctx.respond(resp)
-
-    def _describe_cluster(self, ctx, req) -> None:
-        v = ctx.api_version
-        img = self.metadata.image
-        resp = DescribeClusterResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-                                       cluster_id=self.cluster_id, controller_id=-1, brokers=[],
-                                       cluster_authorized_operations=NOT_REQUESTED)
-        endpoint_type = req.endpoint_type if v >= 1 else 1
-        if endpoint_type != 1:
-            resp.error_code = ErrorCode.MISMATCHED_ENDPOINT_TYPE if endpoint_type == 2 else \
-                ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
-            resp.error_message = ("The request was sent to an endpoint of type BROKER, but we wanted an endpoint "
-                                  "of type CONTROLLER" if endpoint_type == 2 else
-                                  f"Unsupported endpoint type {endpoint_type}")
-        else:
-            alive = self._alive_endpoints(img, ctx.request.listener_name)
-            resp.brokers = [DescribeClusterBroker(broker_id=b.id, host=ep.host, port=ep.port, rack=b.rack)
-                            for b, ep in alive]
-            resp.controller_id = self._controller_id(alive)
-        if v >= 1:
-            resp.endpoint_type = 1
-        ctx.respond(resp)

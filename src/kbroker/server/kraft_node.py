@@ -5,13 +5,16 @@ a voter on a controller, an observer on a broker-only node) feeds the roles:
 
 - ``controller``: the quorum controller on top of it (QuorumControllerHost), served on
   the listeners named by ``controller.listener.names`` (ControllerServer);
-- ``broker``: the first step of the broker role (KRaftBroker: the metadata image,
-  registration and heartbeats, Metadata/DescribeCluster from the image, admin requests
-  forwarded to the active controller; no partitions hosted yet).
+- ``broker``: the broker role (KRaftBroker: the metadata image and its publisher, which
+  makes the ReplicaManager lead or follow each partition the controller placed here;
+  the zero-config broker's data plane and handlers on the broker listeners; registration
+  and heartbeats; admin requests, auto topic creation and producer-id blocks through the
+  active controller).
 
 Start-up: verify the formatted storage (meta.properties of this node and cluster), open
 the metadata log and the quorum-state file, start the raft thread, bind the controller
-listeners, then the broker's. Shutdown in reverse: the broker's controlled shutdown, stop
+listeners, then the broker's (which returns once it has caught up with the metadata log,
+published it and asked to be unfenced). Shutdown in reverse: the broker's controlled shutdown, stop
 accepting, let a leader resign (EndQuorumEpoch), close the log.
 """
 from __future__ import annotations
@@ -21,13 +24,14 @@ import os
 import threading
 
 from kbroker.controller.result import ControllerConfig
-from kbroker.server.config import parse_voters
+from kbroker.server.config import parse_host_port, parse_voters
 from kbroker.server.controller_server import ControllerServer
 from kbroker.metadata.bootstrap import uuid_from_str
 from kbroker.server.kraft_broker import BrokerMetadataListener, FanOutListener, KRaftBroker
 from kbroker.server.kraft_storage import EnsembleError, read_bootstrap_file, verify_kraft_storage
 from kbroker.server.quorum_controller_host import QuorumControllerHost
 from kbroker.server.raft_manager import RaftManager, raft_config
+from kbroker.server.snapshot_generator import SnapshotGenerator
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,7 @@ class KRaftNode:
         self.controller_server: ControllerServer | None = None
         self.broker_metadata: BrokerMetadataListener | None = None
         self.broker: KRaftBroker | None = None
+        self.snapshots: SnapshotGenerator | None = None
         self._stopped = threading.Event()
 
     def _bootstrap_records(self) -> list | None:
@@ -62,9 +67,11 @@ class KRaftNode:
         except EnsembleError as e:
             raise KRaftNodeError(str(e).replace("\n", " ")) from None
         voters = parse_voters(c["controller.quorum.voters"])
-        if not voters:
-            raise KRaftNodeError("controller.quorum.voters: the static voter set is needed "
-                                 "(controller.quorum.bootstrap.servers alone is not supported yet)")
+        bootstrap = [parse_host_port(e) for e in c["controller.quorum.bootstrap.servers"]]
+        if not voters and "controller" in self.roles:
+            raise KRaftNodeError("controller.quorum.voters: a controller needs the static voter set "
+                                 "(a KIP-853 dynamic quorum, with only controller.quorum.bootstrap.servers, "
+                                 "is not supported yet; brokers may use the bootstrap servers alone)")
         if "controller" in self.roles:
             self.controller = QuorumControllerHost(
                 ControllerConfig(cluster_id=self.cluster_id, node_id=self.node_id,
@@ -74,10 +81,16 @@ class KRaftNode:
                 bootstrap=self._bootstrap_records())
         if "broker" in self.roles:
             self.broker_metadata = BrokerMetadataListener()
+        self.snapshots = SnapshotGenerator(
+            self.node_id, c["metadata.log.max.record.bytes.between.snapshots"],
+            c["metadata.log.max.snapshot.interval.ms"],
+            on_written=[self.controller.snapshot_written] if self.controller is not None else [])
         self.raft = RaftManager(node_id=self.node_id, voters=voters, cluster_id=self.cluster_id,
                                 metadata_log_dir=c.metadata_log_dir,
-                                listener=FanOutListener(self.controller, self.broker_metadata),
-                                config=raft_config(c))
+                                listener=FanOutListener(self.controller, self.broker_metadata, self.snapshots),
+                                config=raft_config(c), bootstrap_servers=[] if voters else bootstrap,
+                                on_endpoint=self._learned_endpoint)
+        self.snapshots.attach(self.raft)
         if self.controller is not None:
             self.controller.attach(self.raft)
         self.raft.start()
@@ -98,10 +111,17 @@ class KRaftNode:
                 if mp is not None and mp.directory_id:
                     dirs.append(uuid_from_str(mp.directory_id))
             self.broker = KRaftBroker(c, self.cluster_id, voters, dirs, self.broker_metadata)
+            for i, hp in list(self.raft.endpoints.items()):   # what the raft thread learnt already
+                if i >= 0:
+                    self.broker.learn_controller(i, hp)
             self.broker.startup()
             log.info("kbroker node %d of cluster %s: broker listening on %s", self.node_id, self.cluster_id,
                      ", ".join(f"{l.name}://{l.host}:{self.broker.server.bound_port(l.name)}"
                                for l in self.broker.listeners))
+
+    def _learned_endpoint(self, node_id: int, hp) -> None:
+        if self.broker is not None:
+            self.broker.learn_controller(node_id, hp)
 
     def shutdown(self) -> None:
         if self._stopped.is_set():

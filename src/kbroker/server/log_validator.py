@@ -7,7 +7,8 @@ themselves run in the records kernel (``kernels.records.validate_batches`` with
 rewrites the batches as Kafka does before they reach ``Log.append``:
 
 - ``record_validation_error``: the RecordValidationException answer (one RecordError per
-  failing record, indexed inside its batch, with Kafka's messages);
+  failing record, indexed inside its batch, with Kafka's messages; and kbroker's for a
+  missing schema-registry header, see schema_validation.py);
 - ``set_max_timestamps``: ``batch.setMaxTimestamp`` in place (uncompressed, or compressed
   with the topic's compression.type): a LogAppendTime topic stamps the append time, a
   CreateTime topic the records' own largest timestamp, whatever the header claimed;
@@ -66,6 +67,11 @@ def record_validation_error(tp, cfg, buf, info, now: int) -> RecordValidationErr
             # the record's offset before offsets are assigned: the client's base offset (0) + delta
             msg = (f"Timestamp {ts} of message with offset {index} is out of range. The timestamp should be "
                    f"within [{wrap64(now - before)}, {wrap64(now + after)}]")
+        elif kind == _records.RECORD_ERROR_KEY_SCHEMA or kind == _records.RECORD_ERROR_VALUE_SCHEMA:
+            what = "key" if kind == _records.RECORD_ERROR_KEY_SCHEMA else "value"
+            why = (f"it is {ts - 256} bytes, shorter than the 5-byte header" if ts >= 256
+                   else f"its first byte is 0x{ts:02x}, not the magic byte 0")
+            msg = f"Record {index}: {what} has no schema-registry header ({why})"
         else:
             timestamp_error = True
             if records is None:  # only this message shows a record's key and value sizes
@@ -79,6 +85,12 @@ def record_validation_error(tp, cfg, buf, info, now: int) -> RecordValidationErr
     if timestamp_error:
         return RecordValidationError(ErrorCode.INVALID_TIMESTAMP,
                                      "One or more records have been rejected due to invalid timestamp", errors)
+    return invalid_record_error(errors)
+
+
+def invalid_record_error(errors: list[tuple[int, str]]) -> RecordValidationError:
+    """INVALID_RECORD for ``errors`` [(index in the batch, message)], with the message of
+    Kafka's RecordValidationException (the first three errors shown)."""
     shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
     return RecordValidationError(
         ErrorCode.INVALID_RECORD,

@@ -2,7 +2,10 @@
 
 Single node today: the store is this broker's own durable record of topics
 (name, topic id, partition count, per-topic config overrides) and the dynamic
-broker configs set by (Incremental)AlterConfigs (per broker and cluster default), written
+broker configs set by (Incremental)AlterConfigs (per broker and cluster default), and the
+users' SCRAM credentials (salt, stored key, server key, iterations: Kafka's
+UserScramCredentialRecord; this store is the zero-config broker's
+``kbroker.security.credentials.ScramCredentialStore``), written
 atomically (tmp + fsync + rename) to ``__cluster_metadata.json`` in the first
 log dir. The seam for a KRaft controller: every change goes through
 ``create_topic`` / ``delete_topic`` / ``create_partitions`` /
@@ -20,7 +23,9 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Optional
+
+from kbroker.security.scram import ScramCredential
 
 FILE_NAME = "__cluster_metadata.json"
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -71,6 +76,8 @@ class MetadataStore:
         self._leader_epoch = 0
         self._existed = os.path.exists(self.path)
         self._broker_configs: dict[str, dict[str, str]] = {}
+        #: user -> mechanism -> credential; replaced, never mutated (readers take no lock)
+        self._scram: Mapping[str, Mapping[str, ScramCredential]] = MappingProxyType({})
         topics: dict[str, TopicImage] = {}
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as f:
@@ -81,6 +88,8 @@ class MetadataStore:
                 topics[t["name"]] = TopicImage(t["name"], uuid.UUID(t["topic_id"]),
                                                int(t["num_partitions"]), dict(t.get("configs", {})))
             self._broker_configs = {str(k): dict(v) for k, v in doc.get("broker_configs", {}).items() if v}
+            self._scram = _frozen_scram({u: {m: ScramCredential.from_json(c) for m, c in mechs.items()}
+                                         for u, mechs in doc.get("scram_credentials", {}).items()})
         self._publish(topics)
 
     @property
@@ -117,7 +126,9 @@ class MetadataStore:
         doc = {"version": 1, "epoch": self._epoch, "leader_epoch": self._leader_epoch, "topics": [
             {"name": t.name, "topic_id": str(t.topic_id), "num_partitions": t.num_partitions,
              "configs": dict(t.configs)} for t in sorted(topics.values(), key=lambda t: t.name)],
-            "broker_configs": {k: dict(sorted(v.items())) for k, v in sorted(self._broker_configs.items())}}
+            "broker_configs": {k: dict(sorted(v.items())) for k, v in sorted(self._broker_configs.items())},
+            "scram_credentials": {u: {m: c.to_json() for m, c in sorted(mechs.items())}
+                                  for u, mechs in sorted(self._scram.items())}}
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
@@ -185,3 +196,32 @@ class MetadataStore:
                 self._broker_configs = old
                 raise
             return self._image
+
+    # -- SCRAM credentials (kbroker.security.credentials.ScramCredentialStore) ---------------
+    def scram_credential(self, user: str, mechanism: str) -> Optional[ScramCredential]:
+        mechs = self._scram.get(user)
+        return mechs.get(mechanism) if mechs is not None else None
+
+    def scram_credentials(self) -> Mapping[str, Mapping[str, ScramCredential]]:
+        return self._scram
+
+    def alter_scram_credentials(self, upsertions: Mapping[tuple[str, str], ScramCredential],
+                                deletions: list[tuple[str, str]]) -> None:
+        """Delete then upsert (user, mechanism) credentials, all at once; durable before it returns."""
+        with self._lock:
+            old = self._scram
+            new = {u: dict(m) for u, m in old.items()}
+            for user, mech in deletions:
+                new.get(user, {}).pop(mech, None)
+            for (user, mech), cred in upsertions.items():
+                new.setdefault(user, {})[mech] = cred
+            self._scram = _frozen_scram(new)
+            try:
+                self._persist(dict(self._image.topics))
+            except BaseException:
+                self._scram = old
+                raise
+
+
+def _frozen_scram(creds: dict) -> Mapping[str, Mapping[str, ScramCredential]]:
+    return MappingProxyType({u: MappingProxyType(dict(m)) for u, m in creds.items() if m})

@@ -31,6 +31,7 @@ from typing import NamedTuple
 from kbroker.log.checkpoints import atomic_write
 
 __all__ = ["PRODUCER_ID_BLOCK_FILE", "PRODUCER_ID_BLOCK_SIZE", "ProducerIdFileError", "ProducerIdManager",
+           "RPCProducerIdManager",
            "ProducerIdsBlock", "ProducerIdsExhaustedError"]
 
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -135,3 +136,74 @@ class ProducerIdManager:
     def current_block(self) -> ProducerIdsBlock | None:
         with self._lock:
             return self._block
+
+
+class RPCProducerIdManager:
+    """A KRaft broker's producer ids (Kafka's RPCProducerIdManager): blocks handed out by
+    the active controller through AllocateProducerIds, so ids are unique cluster-wide; the
+    controller records each block in the metadata log before answering, so nothing here
+    is stored. The next block is asked for when the current one is 90% used, and waited for
+    (up to ``timeout_s``) only when it is used up.
+
+    Thread-safety: ``_lock`` guards the blocks and the one request in flight."""
+
+    def __init__(self, broker_id: int, controller_channel, broker_epoch=lambda: -1, timeout_s: float = 10.0):
+        self.broker_id = broker_id
+        self.channel = controller_channel
+        self.broker_epoch = broker_epoch
+        self.timeout_s = timeout_s
+        self._lock = threading.Condition()
+        self._block: ProducerIdsBlock | None = None
+        self._next_id = 0
+        self._prefetched: ProducerIdsBlock | None = None
+        self._in_flight = False
+        self._last_error: str | None = None
+
+    def _request_block(self) -> None:
+        # caller holds self._lock
+        if self._in_flight:
+            return
+        self._in_flight = True
+        from kbroker.protocol import ApiKey
+        from kbroker.protocol.messages.allocate_producer_ids import AllocateProducerIdsRequest
+
+        def done(resp, exc):
+            with self._lock:
+                self._in_flight = False
+                if exc is not None:
+                    self._last_error = str(exc)
+                elif resp.error_code != 0:
+                    self._last_error = f"AllocateProducerIds answered error {resp.error_code}"
+                else:
+                    self._prefetched = ProducerIdsBlock(self.broker_id, resp.producer_id_start, resp.producer_id_len)
+                    self._last_error = None
+                self._lock.notify_all()
+        self.channel.send(ApiKey.ALLOCATE_PRODUCER_IDS,
+                          AllocateProducerIdsRequest(broker_id=self.broker_id, broker_epoch=self.broker_epoch()),
+                          done, timeout_s=self.timeout_s, version=0)
+
+    def generate_producer_id(self) -> int:
+        """The next id of the current block; raises TimeoutError (no id handed out) when no
+        block could be had from the controller in time."""
+        import time
+
+        deadline = time.monotonic() + self.timeout_s
+        with self._lock:
+            while True:
+                b = self._block
+                if b is not None and self._next_id <= b.last_producer_id:
+                    pid = self._next_id
+                    self._next_id += 1
+                    if self._prefetched is None and (pid - b.first_producer_id + 1) * 10 >= b.size * 9:
+                        self._request_block()
+                    return pid
+                if self._prefetched is not None:
+                    self._block, self._prefetched = self._prefetched, None
+                    self._next_id = self._block.first_producer_id
+                    continue
+                self._request_block()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no producer id block from the controller within {self.timeout_s}s"
+                                       + (f": {self._last_error}" if self._last_error else ""))
+                self._lock.wait(left)

@@ -18,6 +18,11 @@ client and this host share one thread and need no locks.
 - On losing leadership the controller drops what it applied but was not committed: it is
   rebuilt from the committed records, and waiting requests are answered NOT_CONTROLLER.
 - A timer fences brokers whose session expired.
+- Snapshots: at start-up, or when a voter that fell behind installs the leader's, the
+  controller is replaced by one loaded from the snapshot (``handle_load_snapshot``); when
+  this node writes a snapshot (SnapshotGenerator), the committed records it covers are
+  dropped from memory (``snapshot_written``), so what is kept to rebuild the controller is
+  the latest snapshot plus the committed records after it.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from kbroker.controller.features import bootstrap_records
 from kbroker.controller.quorum_controller import QuorumController
 from kbroker.controller.result import ControllerConfig
 from kbroker.metadata.serde import MetadataParseError, deserialize, serialize
+from kbroker.metadata.snapshot import SnapshotFormatError, decode_snapshot
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.raft.client import Listener, NotLeaderError
 from kbroker.raft.replicated_log import DATA
@@ -72,7 +78,10 @@ class QuorumControllerHost(Listener):
         self.bootstrap_records = list(bootstrap) if bootstrap else bootstrap_records()
         self.raft = None                  # the RaftManager, set by attach()
         self.controller = QuorumController(config, seed)
-        self.committed: list = []         # (offset, ApiMessageAndVersion) of every committed record
+        #: the latest snapshot this node has (its last contained offset, its records), and the
+        #: (offset, ApiMessageAndVersion) of every committed record after it
+        self.snapshot: tuple[int, list] | None = None
+        self.committed: list = []
         self.next_commit_offset = 0       # the first offset not yet committed and replayed
         self.leader_id = -1
         self.epoch = -1
@@ -114,7 +123,40 @@ class QuorumControllerHost(Listener):
         self._maybe_activate()
 
     def handle_load_snapshot(self, snapshot_id, data) -> None:
-        log.warning("metadata snapshots are not loaded by the controller yet (snapshot %s ignored)", snapshot_id)
+        try:
+            records = decode_snapshot(data)
+        except SnapshotFormatError as e:
+            # the raft client only hands over whole snapshots (fsynced, or fetched to the end)
+            raise RuntimeError(f"metadata snapshot {tuple(snapshot_id)} cannot be loaded: {e}") from e
+        if self.active:
+            self._renounce_waiting()
+            self.active = False
+        self.snapshot = (snapshot_id.offset - 1, records)
+        self.committed = []
+        self.next_commit_offset = snapshot_id.offset
+        self.controller = self._rebuild()
+        log.info("controller %d loaded snapshot %s (%d records)", self.config.node_id, tuple(snapshot_id),
+                 len(records))
+
+    def snapshot_written(self, snapshot_id, records) -> None:
+        """This node wrote a snapshot of the committed state below ``snapshot_id.offset``
+        (raft thread): keep it instead of the committed records it covers."""
+        if self.snapshot is not None and self.snapshot[0] >= snapshot_id.offset - 1:
+            return
+        self.snapshot = (snapshot_id.offset - 1, records)
+        self.committed = [(o, r) for o, r in self.committed if o >= snapshot_id.offset]
+
+    def _rebuild(self) -> QuorumController:
+        """A controller holding exactly the committed state (snapshot + committed records)."""
+        if self.snapshot is None:
+            c = QuorumController(self.config, self.seed)
+        else:
+            c = QuorumController.from_snapshot(self.snapshot[1], self.snapshot[0], self.config, self.seed)
+        for off, rec in self.committed:
+            c.replay(rec, off)
+        c.last_applied_offset = max(c.last_applied_offset, self.next_commit_offset - 1)
+        c.handle_commit(self.next_commit_offset - 1)
+        return c
 
     # -- activation ---------------------------------------------------------------------------
     def _maybe_activate(self) -> None:
@@ -142,13 +184,14 @@ class QuorumControllerHost(Listener):
 
     def _renounce(self) -> None:
         self.active = False
+        self._renounce_waiting()
+        self.controller = self._rebuild()
+        self._maybe_activate()
+
+    def _renounce_waiting(self) -> None:
         for _, ctx, _, body in self._waiting:
             self._answer_error(ctx, ErrorCode.NOT_CONTROLLER, body)
-        self._waiting.clear()
-        self.controller = QuorumController.from_records(self.committed, self.config, self.seed)
-        self.controller.last_applied_offset = max(self.controller.last_applied_offset, self.next_commit_offset - 1)
-        self.controller.handle_commit(self.next_commit_offset - 1)
-        self._maybe_activate()   # still the raft leader: active again once its appends are committed
+        self._waiting.clear()   # still the raft leader: active again once its appends are committed
 
     # -- writes -------------------------------------------------------------------------------
     def _append(self, result, ctx, body=None) -> None:

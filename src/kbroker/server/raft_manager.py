@@ -80,15 +80,25 @@ def raft_config(c) -> RaftConfig:
 class RaftManager:
     def __init__(self, *, node_id: int, voters: dict[int, tuple[str, int]], cluster_id: str,
                  metadata_log_dir: str, listener: Listener, config: RaftConfig | None = None,
-                 seed: int | None = None):
+                 seed: int | None = None, bootstrap_servers=(), on_endpoint=None):
         self.node_id = node_id
         self.voters = dict(voters)
+        #: every endpoint this node can reach a quorum node at: the voters, the bootstrap
+        #: servers under ids -2, -3, ... (Kafka's numbering), and leaders learnt from the
+        #: NodeEndpoints of Fetch / FetchSnapshot responses (KIP-853)
+        self.endpoints = dict(self.voters)
+        bootstrap_ids = []
+        for i, hp in enumerate(bootstrap_servers):
+            self.endpoints[-2 - i] = hp
+            bootstrap_ids.append(-2 - i)
+        self.on_endpoint = on_endpoint          # called (node id, (host, port)) when one is learnt
         os.makedirs(metadata_log_dir, exist_ok=True)
         self.metadata_log = KafkaMetadataLog.open(metadata_log_dir)
         store = FileQuorumStateStore(os.path.join(metadata_log_dir, FileQuorumStateStore.FILE_NAME))
         self.client = KafkaRaftClient(node_id, tuple(sorted(voters)), cluster_id, self.metadata_log, store,
-                                      listener, random.Random(seed), config)
-        self.sender = InterNodeSendThread(f"raft-{node_id}-send", StaticNodes(self.voters),
+                                      listener, random.Random(seed), config, bootstrap_ids=bootstrap_ids)
+        self.nodes = StaticNodes(self.endpoints)
+        self.sender = InterNodeSendThread(f"raft-{node_id}-send", self.nodes,
                                           {"request.timeout.ms": (config or RaftConfig()).request_timeout_ms})
         self._cond = threading.Condition()
         self._inbox: list = []                 # callables to run on the raft thread
@@ -164,7 +174,35 @@ class RaftManager:
         if exc is not None:
             log.debug("raft request to node %d failed: %s", dest, exc)
             return   # the client times the request out itself
+        for ep in getattr(resp, "node_endpoints", None) or ():
+            self._learn(ep.node_id, (ep.host, ep.port))
         self._dispatch(self.client.handle(self.now_ms(), Inbound(dest, corr, resp)))
+
+    def _learn(self, node_id: int, hp: tuple[str, int]) -> None:
+        if node_id < 0 or self.endpoints.get(node_id) == hp:
+            return
+        log.info("node %d: quorum node %d is at %s:%d", self.node_id, node_id, hp[0], hp[1])
+        self.endpoints[node_id] = hp
+        self.nodes.set_nodes(self.endpoints)
+        if self.on_endpoint is not None:
+            self.on_endpoint(node_id, hp)
+
+    def _with_leader_endpoint(self, msg):
+        """KIP-853: Fetch and FetchSnapshot responses name the current leader's endpoint,
+        so an observer that came in through a bootstrap server can reach it."""
+        if isinstance(msg, M.fm.FetchResponse):
+            parts, cls = [p for t in msg.responses for p in t.partitions], M.fm.NodeEndpoint
+        elif isinstance(msg, M.fs.FetchSnapshotResponse):
+            parts, cls = [p for t in msg.topics for p in t.partitions], M.fs.NodeEndpoint
+        else:
+            return msg
+        for p in parts:
+            lid = p.current_leader.leader_id
+            hp = self.voters.get(lid)
+            if hp is not None:
+                msg.node_endpoints = [cls(node_id=lid, host=hp[0], port=hp[1])]
+                break
+        return msg
 
     def _dispatch(self, outs) -> None:
         for o in outs:
@@ -178,7 +216,7 @@ class RaftManager:
             else:
                 ctx = self._answer_to.pop(o.correlation_id, None)
                 if ctx is not None:
-                    ctx.respond(o.message)
+                    ctx.respond(self._with_leader_endpoint(o.message))
 
     def _run(self) -> None:
         self.started.set()

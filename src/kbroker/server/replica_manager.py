@@ -2,18 +2,23 @@
 
 Kafka: ``core/.../server/ReplicaManager.scala``, ``core/.../cluster/Partition.scala``.
 
-Single broker today: every partition has one replica, this node, which is the
-leader and the whole ISR. The high watermark is the minimum log end offset over
-the ISR, so here it follows the leader's log end offset right after each append
-(and, in fsync mode, after the fsync the log does before returning). The seams
-for replication: ``Partition.isr``, ``Partition.remote_log_end_offsets`` (what
-followers' fetches report), ``Partition.maybe_increment_high_watermark`` (min
-over ISR replicas' LEO metadata, handed to ``Log.maybe_increment_high_watermark``,
-which only moves it forward, under the log's lock: concurrent appends to one
-partition may compute their proposals in any order) and the produce purgatory,
-where acks=all waits for the high watermark to pass the last appended offset.
-Today that wait completes at once; with followers it completes when their
-fetches advance it.
+Zero-config: every partition has one replica, this node, which is the leader and
+the whole ISR (``apply_topic``). A KRaft broker hosts the partitions the controller
+placed on it (``apply_delta``, from each published metadata image): leaders serve
+clients, followers only keep their logs (follower fetching is not wired yet), and a
+partition not led here answers NOT_LEADER_OR_FOLLOWER (``partition_error``).
+
+The high watermark is the minimum log end offset over the ISR; with one replica it
+follows the leader's log end offset right after each append (and, in fsync mode,
+after the fsync the log does before returning). The seams for replication:
+``Partition.isr``, ``Partition.remote_log_end_offsets`` (what followers' fetches
+report; an in-sync follower with none yet holds the high watermark),
+``Partition.maybe_increment_high_watermark`` (min over ISR replicas' LEO metadata,
+handed to ``Log.maybe_increment_high_watermark``, which only moves it forward, under
+the log's lock: concurrent appends to one partition may compute their proposals in
+any order) and the produce purgatory, where acks=all waits for the high watermark to
+pass the last appended offset: at once with one replica, when followers' fetches
+advance it otherwise.
 
 Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
 (a dict read is atomic); each Partition's log has its own append lock.
@@ -32,7 +37,7 @@ from kbroker.log.errors import (
 )
 from kbroker.log.producer_state import ProducerStateError
 from kbroker.protocol import ErrorCode
-from kbroker.server import log_validator
+from kbroker.server import log_validator, schema_validation
 from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
 from kbroker.server.metadata import TopicImage
 
@@ -82,20 +87,29 @@ class FetchPartitionResult:
     records: object = None  # FileRegion | bytes | None
     fetch_offset: int = -1
     diverging_epoch: tuple | None = None  # (epoch, end_offset)
+    #: read_committed: the aborted transactions (AbortedTxn) overlapping the records
+    aborted_transactions: list | None = None
 
 
 class Partition:
-    """One hosted partition: its log, leader epoch, ISR and high watermark."""
+    """One hosted partition: its log, leader (and epoch), replicas, ISR and high watermark.
 
-    def __init__(self, topic: str, partition: int, topic_id, log_, node_id: int, leader_epoch: int = 0):
+    A leader serves clients; a follower (``is_leader`` False: a KRaft broker listed in the
+    replicas that does not lead) only keeps the log. Leadership fields are never changed
+    on an object: a new leader epoch, ISR or role is a new Partition in the map."""
+
+    def __init__(self, topic: str, partition: int, topic_id, log_, node_id: int, leader_epoch: int = 0,
+                 replicas: tuple | None = None, isr=None, leader: int | None = None):
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
         self.log = log_
         self.node_id = node_id
         self.leader_epoch = leader_epoch
-        self.isr = frozenset({node_id})
-        self.replicas = (node_id,)
+        self.leader = node_id if leader is None else leader
+        self.is_leader = self.leader == node_id
+        self.isr = frozenset({node_id}) if isr is None else frozenset(isr)
+        self.replicas = (node_id,) if replicas is None else tuple(replicas)
         #: follower id -> its log end offset metadata (from its fetches); none yet
         self.remote_log_end_offsets: dict[int, object] = {}
 
@@ -109,7 +123,14 @@ class Partition:
         forward. Returns True if it moved. With one replica: the leader's LEO."""
         lg = self.log
         new_hw = lg.log_end_offset_metadata
-        for replica_id, leo in self.remote_log_end_offsets.items():
+        remote = self.remote_log_end_offsets
+        if len(self.isr) > 1:
+            for replica_id in self.isr:
+                # an in-sync follower whose log end offset is not known yet (no fetch since
+                # this leadership began) holds the high watermark where it is (Kafka: -1)
+                if replica_id != self.node_id and replica_id not in remote:
+                    return False
+        for replica_id, leo in remote.items():
             if replica_id in self.isr and leo.message_offset < new_hw.message_offset:
                 new_hw = leo
         return lg.maybe_increment_high_watermark(new_hw) is not None
@@ -124,6 +145,9 @@ class Partition:
 
 
 class ReplicaManager:
+    #: checks schema ids against the Schema Registry (schema_validation.from_config; set by the broker)
+    schema_validator: schema_validation.SchemaIdValidator | None = None
+
     def __init__(self, config, log_manager, node_id: int, produce_purgatory, fetch_purgatory,
                  time_ms: Callable[[], int] | None = None, leader_epoch: int = 0):
         self.config = config
@@ -138,6 +162,9 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         #: hooks run after records are appended to a partition (e.g. the group coordinator)
         self.append_listeners: list[Callable[[TopicPartition], None]] = []
+        #: the broker's MetadataCache when partitions are led elsewhere too (KRaft): a
+        #: partition not led here that the cluster knows is NOT_LEADER_OR_FOLLOWER
+        self.metadata_cache = None
 
     # -- partitions ------------------------------------------------------------------
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -146,6 +173,75 @@ class ReplicaManager:
     @property
     def partitions(self) -> dict[TopicPartition, Partition]:
         return self._partitions
+
+    def partition_error(self, tp: TopicPartition) -> int:
+        """Kafka's getPartitionOrError for a partition this node does not lead: hosted as
+        a follower, or led by another broker of the cluster: NOT_LEADER_OR_FOLLOWER; else
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        part = self._partitions.get(tp)
+        if part is not None:
+            return ErrorCode.NONE if part.is_leader else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        mc = self.metadata_cache
+        if mc is not None and mc.leader_of(tp[0], tp[1]) is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def apply_delta(self, changes, on_leader=None, on_stop=None) -> None:
+        """Apply one metadata delta's LocalReplicaChanges (Kafka's ReplicaManager.applyDelta):
+        stop and delete the replicas this node no longer hosts, then become leader of
+        ``changes.leaders`` (log opened or created, leader epoch, replicas and ISR from the
+        registration, high watermark moved by the ISR rule), then follower of
+        ``changes.followers`` (log kept, not served). ``on_leader(tp)`` / ``on_stop(tp)``
+        run after each partition this node starts / stops leading (coordinators)."""
+        stopped = []
+        with self._lock:
+            parts = dict(self._partitions)
+            for tp in changes.deletes:
+                old = parts.pop(tp, None)
+                if old is not None:
+                    stopped.append(old)
+            self._partitions = parts
+        for old in stopped:
+            self.produce_purgatory.check_and_complete(old.tp)
+            self.fetch_purgatory.check_and_complete(old.tp)
+            if old.is_leader and on_stop is not None:
+                on_stop(old.tp)
+        for tp in changes.deletes:
+            self.log_manager.delete_log(tp)
+        # open or create every log first, then publish all new Partitions in one map swap
+        # (a topic of many partitions costs one copy of the map, not one per partition)
+        made = []
+        for infos in (changes.leaders, changes.followers):
+            for tp, info in infos.items():
+                reg = info.partition
+                lg = self.log_manager.get_or_create_log(tp, topic_id=info.topic_id)
+                made.append(Partition(tp[0], tp[1], info.topic_id, lg, self.node_id, reg.leader_epoch,
+                                      replicas=reg.replicas, isr=reg.isr, leader=reg.leader))
+        if not made:
+            return
+        with self._lock:
+            parts = dict(self._partitions)
+            olds = [parts.get(part.tp) for part in made]
+            for part, old in zip(made, olds):
+                if old is not None and old.log is part.log:
+                    part.remote_log_end_offsets = {r: leo for r, leo in old.remote_log_end_offsets.items()
+                                                   if r in part.replicas}
+                parts[part.tp] = part
+            self._partitions = parts
+        became = []
+        for part, old in zip(made, olds):
+            tp = part.tp
+            if part.is_leader:
+                part.maybe_increment_high_watermark()
+                if old is None or not old.is_leader:
+                    became.append(tp)
+            elif old is not None and old.is_leader and on_stop is not None:
+                on_stop(tp)
+            self.produce_purgatory.check_and_complete(tp)
+            self.fetch_purgatory.check_and_complete(tp)
+        if on_leader is not None:
+            for tp in became:
+                on_leader(tp)
 
     def apply_topic(self, topic: TopicImage) -> list[Partition]:
         """Host every partition of ``topic`` (creating logs as needed)."""
@@ -202,6 +298,44 @@ class ReplicaManager:
         if acks_all and appended and not self._acks_all_reached(appended, results):
             op = DelayedProduce(timeout_ms, self, results, respond)
             self.produce_purgatory.try_complete_else_watch(op, appended)
+        else:
+            respond(results)
+
+    def append_txn_markers(self, timeout_ms: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                           is_commit: bool, tps, respond: Callable[[dict], None]) -> None:
+        """WriteTxnMarkers for one marker (Kafka's appendRecords with AppendOrigin.COORDINATOR
+        and acks=all): a COMMIT/ABORT control batch for ``producer_id`` appended to each
+        partition of ``tps`` this broker leads, then ``respond({tp: ProducePartitionResult})``
+        once the high watermark passed every marker (or ``timeout_ms`` elapsed).
+        Per partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH (an older producer
+        epoch), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch than the
+        producer's last marker), KAFKA_STORAGE_ERROR."""
+        results: dict[TopicPartition, ProducePartitionResult] = {}
+        appended = []
+        for tp in tps:
+            part = self._partitions.get(tp)
+            if part is None:
+                results[tp] = ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            lg = part.log
+            try:
+                info = lg.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, is_commit,
+                                                leader_epoch=part.leader_epoch)
+            except ProducerStateError as e:
+                results[tp] = ProducePartitionResult(e.error_code, error_message=str(e))
+                continue
+            except KafkaStorageError as e:
+                log.error("marker append to %s-%d failed: %s", tp[0], tp[1], e)
+                results[tp] = ProducePartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(e))
+                continue
+            results[tp] = ProducePartitionResult(ErrorCode.NONE, info.first_offset, -1, info.log_start_offset,
+                                                 last_offset=info.last_offset)
+            appended.append(tp)
+        if appended:
+            self._after_appends(appended)
+        if appended and not self._acks_all_reached(appended, results):
+            self.produce_purgatory.try_complete_else_watch(DelayedProduce(timeout_ms, self, results, respond),
+                                                           appended)
         else:
             respond(results)
 
@@ -269,8 +403,8 @@ class ReplicaManager:
             return early if early is not None else ProducePartitionResult(
                 ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=f"Cannot append to internal topic {topic}")
         part = self._partitions.get(tp)
-        if part is None:
-            return ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if part is None or not part.is_leader:
+            return ProducePartitionResult(self.partition_error(tp))
         lg = part.log
         client = produce_version is not None
         if not client and (buf is None or len(buf) == 0):
@@ -285,7 +419,8 @@ class ReplicaManager:
                 buf, timestamp_type=plan.timestamp_type, now_ms=now,
                 timestamp_before_max_ms=plan.before_max_ms, timestamp_after_max_ms=plan.after_max_ms,
                 compacted=plan.compacted, produce_version=produce_version if client else -1,
-                max_message_bytes=plan.max_message_bytes)
+                max_message_bytes=plan.max_message_bytes, key_schema=plan.key_schema and client,
+                value_schema=plan.value_schema and client)
         except _records.ProduceRecordsError as e:
             return _produce_records_result(tp, e, lg, cfg)
         except _records.UnsupportedCompressionError as e:
@@ -302,12 +437,20 @@ class ReplicaManager:
                 e = log_validator.record_validation_error(tp, cfg, buf, info, now)
                 return ProducePartitionResult(e.code, log_start_offset=lg.log_start_offset,
                                               error_message=e.message, record_errors=e.record_errors)
+        if client and (plan.key_schema or plan.value_schema):
+            refused = schema_validation.check_schema_ids(self.schema_validator, tp, buf, infos,
+                                                         (plan.key_payload, plan.value_payload))
+            if refused is not None:
+                return ProducePartitionResult(refused[0], log_start_offset=lg.log_start_offset,
+                                              error_message=refused[1], record_errors=refused[2])
         for info in infos:
-            if info.is_transactional:
-                # transactions are not implemented yet: no transaction can be ongoing
+            if info.is_transactional and (info.producer_id < 0 or info.producer_epoch < 0):
+                # Kafka's clients cannot build one (MemoryRecordsBuilder); the log could not
+                # track its transaction, so it never gets here
                 return ProducePartitionResult(
-                    ErrorCode.INVALID_TXN_STATE,
-                    error_message="Transactional produce is not supported by this broker yet")
+                    ErrorCode.INVALID_RECORD, log_start_offset=lg.log_start_offset,
+                    error_message=(f"Transactional record batch in {topic}-{tp[1]} without a producer id "
+                                   f"and epoch ({info.producer_id}, {info.producer_epoch})"))
         target = plan.target_compression
         if target is not None and any(info.compression != target[0] for info in infos):
             buf = log_validator.recompress(buf, infos, target[0], target[1], log_append_time, now)
@@ -362,8 +505,8 @@ class ReplicaManager:
     def _read_partition(self, tp, st: FetchPartitionStatus, max_bytes: int, min_one_message: bool,
                         isolation_level: int, replica_id: int) -> FetchPartitionResult:
         part = self._partitions.get(tp)
-        if part is None:
-            return FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if part is None or not part.is_leader:
+            return FetchPartitionResult(self.partition_error(tp))
         lg = part.log
         if st.max_bytes < 0:
             # Kafka: LogSegment.read rejects a negative size; readFromLog answers UNKNOWN_SERVER_ERROR
@@ -371,7 +514,7 @@ class ReplicaManager:
                                         lg.log_start_offset)
         err = part.check_leader_epoch(st.current_leader_epoch)
         hw = lg.high_watermark
-        lso = hw  # no transactions yet: the last stable offset is the high watermark
+        lso = lg.last_stable_offset     # read after the high watermark: never above it
         if err != ErrorCode.NONE:
             return FetchPartitionResult(err, hw, lso, lg.log_start_offset)
         upper = lg.log_end_offset if replica_id >= 0 else (lso if isolation_level == 1 else hw)
@@ -382,8 +525,13 @@ class ReplicaManager:
         except KafkaStorageError as e:
             log.error("read of %s-%d failed: %s", tp[0], tp[1], e)
             return FetchPartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, hw, lso, lg.log_start_offset)
+        aborted = None
+        if isolation_level == 1 and replica_id < 0:
+            aborted = []
+            if region_size(data.records):
+                aborted = lg.aborted_transactions_for_read(st.fetch_offset, data, upper)
         return FetchPartitionResult(ErrorCode.NONE, hw, lso, lg.log_start_offset, data.records,
-                                    st.fetch_offset)
+                                    st.fetch_offset, aborted_transactions=aborted)
 
     def fetch_messages(self, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
                        fetch_infos: list, respond: Callable[[dict], None], replica_id: int = -1) -> None:
@@ -419,13 +567,20 @@ class _ProducePlan(NamedTuple):
     compacted: bool
     max_message_bytes: int
     target_compression: tuple | None
+    key_schema: bool      # kbroker.key.schema.validation
+    value_schema: bool    # kbroker.value.schema.validation
+    key_payload: bool     # kbroker.key.schema.validation.payload
+    value_payload: bool   # kbroker.value.schema.validation.payload
 
 
 def _produce_plan(cfg) -> _ProducePlan:
     log_append_time = cfg.message_timestamp_type == "LogAppendTime"
     return _ProducePlan(log_validator.LOG_APPEND_TIME if log_append_time else log_validator.CREATE_TIME,
                         log_append_time, cfg.timestamp_before_max_ms, cfg.timestamp_after_max_ms,
-                        cfg.compact, cfg.max_message_bytes, log_validator.target_compression(cfg))
+                        cfg.compact, cfg.max_message_bytes, log_validator.target_compression(cfg),
+                        cfg.get("kbroker.key.schema.validation"), cfg.get("kbroker.value.schema.validation"),
+                        cfg.get("kbroker.key.schema.validation.payload"),
+                        cfg.get("kbroker.value.schema.validation.payload"))
 
 
 def _request_records_error(buf, produce_version) -> ProducePartitionResult | None:

@@ -47,16 +47,30 @@ def validate_topic_name(name: str) -> None:
                          "ASCII alphanumerics, '.', '_' and '-'")
 
 
-def validate_topic_configs(configs: dict[str, str | None]) -> dict[str, str]:
-    """Validate topic-level overrides; None values are dropped. Raises TopicError(INVALID_CONFIG)."""
+def validate_topic_configs(configs: dict[str, str | None], *, schema_registry: bool = True) -> dict[str, str]:
+    """Validate topic-level overrides; None values are dropped. Raises TopicError(INVALID_CONFIG).
+    ``schema_registry``: whether the broker has a kbroker.schema.registry.url; without one,
+    kbroker.key/value.schema.validation=true is refused."""
     clean = {k: v for k, v in configs.items() if v is not None}
     unknown = [k for k in clean if k not in set(LogConfig.config_names())]
     if unknown:
         raise TopicError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {unknown[0]}")
     try:
-        LogConfig.validate(clean)
+        parsed = LogConfig.validate(clean)
     except (LogConfigError, ValueError) as e:
         raise TopicError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    for field in ("key", "value"):
+        if parsed.get(f"kbroker.{field}.schema.validation.payload") and \
+                not parsed.get(f"kbroker.{field}.schema.validation"):
+            raise TopicError(ErrorCode.INVALID_CONFIG,
+                             f"Invalid value true for configuration kbroker.{field}.schema.validation.payload: "
+                             f"it needs kbroker.{field}.schema.validation=true")
+    if not schema_registry:
+        for key in ("kbroker.key.schema.validation", "kbroker.value.schema.validation"):
+            if parsed.get(key):
+                raise TopicError(ErrorCode.INVALID_CONFIG,
+                                 f"Invalid value true for configuration {key}: schema validation needs a "
+                                 "Schema Registry, and the broker config kbroker.schema.registry.url is not set")
     for key in sorted(DEPRECATED_CONFIGS & clean.keys()):
         log.warning("Topic configuration %s is deprecated and has no effect (Kafka 3.0+ ignores it)", key)
     return clean
@@ -97,7 +111,8 @@ class TopicManager:
                              f"Unable to replicate the partition {replication_factor} time(s): "
                              "The target replication factor of {0} cannot be reached because only 1 broker(s) "
                              "are registered.".format(replication_factor))
-        clean = validate_topic_configs(configs or {})
+        clean = validate_topic_configs(configs or {},
+                                       schema_registry=bool(b.config["kbroker.schema.registry.url"]))
         _check_record_count(1 + num_partitions + len(clean))
         with self._lock:
             self._check_new_name(name)  # again: another create may have won meanwhile

@@ -12,9 +12,19 @@ Output as Kafka prints it: ``Dynamic configs for topic T are:`` (``All configs .
 by name. ``--alter`` uses IncrementalAlterConfigs (SET / DELETE), as Kafka 4 does for every
 entity type; deleting a config the entity does not set is refused (``Invalid config(s)``).
 
-Not here yet: ``users`` / ``clients`` / ``ips`` (quotas and SCRAM credentials; kbroker has
-no quotas yet: the tool says so and exits 1), ``broker-loggers``, ``client-metrics``,
-``groups``.
+SCRAM credentials of ``users`` (Describe/AlterUserScramCredentials; the salt and salted
+password are made here, the password never goes over the wire)::
+
+    kbroker configs --bootstrap-server HOST:PORT --alter --entity-type users --entity-name alice \\
+        --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=alice-secret]'
+    kbroker configs --bootstrap-server HOST:PORT --alter --entity-type users --entity-name alice \\
+        --delete-config SCRAM-SHA-512
+    kbroker configs --bootstrap-server HOST:PORT --describe --entity-type users [--entity-name alice]
+
+printing Kafka's ``SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192``.
+
+Not here yet: quotas (``users`` quota keys, ``clients``, ``ips``: the tool says so and exits 1),
+``broker-loggers``, ``client-metrics``, ``groups``.
 """
 from __future__ import annotations
 
@@ -28,7 +38,9 @@ PURPOSE = ("This tool helps to manipulate and describe entity config for a topic
            "client-metrics or group")
 ENTITY_TYPES = ["topics", "clients", "users", "brokers", "broker-loggers", "ips", "client-metrics", "groups"]
 SUPPORTED = {"topics": RESOURCE_TOPIC, "brokers": RESOURCE_BROKER}
-QUOTA_TYPES = {"users", "clients", "ips"}
+QUOTA_TYPES = {"clients", "ips"}
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+DEFAULT_SCRAM_ITERATIONS = 4096
 BROKER_DEFAULT = ""
 
 
@@ -83,11 +95,21 @@ def entities(o) -> tuple[str, str | None]:
             raise ToolError(f"Invalid entity type {t}, the entity type must be one of {', '.join(ENTITY_TYPES)} "
                             "with a --bootstrap-server argument")
     if any(t in QUOTA_TYPES for t in types):
-        raise ToolError(f"entity type {'/'.join(t for t in types if t in QUOTA_TYPES)}: quotas and SCRAM "
-                        "credentials are not supported by kbroker yet")
+        raise ToolError(f"entity type {'/'.join(t for t in types if t in QUOTA_TYPES)}: quotas are not "
+                        "supported by kbroker yet")
     if len(types) > 1:
         raise ToolError("Only 'users' and 'clients' entity types may be specified together")
     etype = types[0]
+    if etype == "users":
+        if len(names) > 1:
+            raise ToolError("Only one entity name may be given per entity type")
+        name = names[0] if names else None
+        if name == BROKER_DEFAULT:
+            raise ToolError("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                            "Credentials")
+        if o.alter and name is None:
+            raise ToolError("An entity name must be specified with --alter of users")
+        return etype, name
     if etype not in SUPPORTED:
         raise ToolError(f"entity type {etype} is not supported by kbroker yet")
     if len(names) > 1:
@@ -181,6 +203,50 @@ def alter(adm, etype: str, name: str, add: dict, delete: list, out) -> None:
         print(f"Completed updating default config for {etype} in the cluster.", file=out)
 
 
+def describe_users(adm, name: str | None, out) -> None:
+    creds = adm.describe_user_scram_credentials(None if name is None else [name], raise_on_error=False)
+    for user, info in creds.items():
+        if isinstance(info, Exception):
+            if name is not None and getattr(info, "code", None) == 91:    # RESOURCE_NOT_FOUND
+                continue                                                # Kafka prints nothing
+            raise info
+        text = ", ".join(f"{m}=iterations={i}" for m, i in sorted(info.items()))
+        print(f"SCRAM credential configs for user-principal '{user}' are {text}", file=out)
+
+
+def alter_users(adm, name: str, add: dict, delete: list, out) -> None:
+    """SCRAM-SHA-256/512 entries of --add-config (``[iterations=N,password=P]``) and --delete-config."""
+    from kbroker.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, parse_credential_spec
+
+    if not add and not delete:
+        raise ToolError("At least one of --add-config, --add-config-file, or --delete-config must be specified "
+                        "with --alter")
+    other = [k for k in list(add) + delete if k not in SCRAM_MECHANISMS]
+    if other:
+        raise ToolError(f"user configs {','.join(other)}: only SCRAM credentials ({', '.join(SCRAM_MECHANISMS)}) "
+                        "are supported by kbroker yet (no quotas)")
+    upsertions = []
+    for mech, spec in add.items():
+        try:
+            fields = parse_credential_spec(spec)
+            iterations = int(fields.get("iterations", DEFAULT_SCRAM_ITERATIONS))
+        except ValueError as e:
+            raise ToolError(f"Invalid {mech} credential: {e}".replace(fields_password(spec), "***")) from None
+        if "salt" in fields:
+            raise ToolError("kbroker makes the salt itself; give iterations and password only")
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise ToolError(f"{mech} iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
+        upsertions.append((name, mech, iterations, fields["password"]))
+    adm.alter_user_scram_credentials(upsertions, [(name, m) for m in delete])
+    print(f"Completed updating config for user {name}.", file=out)
+
+
+def fields_password(spec: str) -> str:
+    """The password text of a credential spec, to keep it out of error messages ("" if none)."""
+    _, sep, rest = spec.partition("password=")
+    return rest.rstrip("]") if sep and rest.rstrip("]") else "\0"
+
+
 def _main(argv, out) -> int:
     o = build_parser().parse(argv, out)
     if o is None:
@@ -201,7 +267,12 @@ def _main(argv, out) -> int:
     delete = parse_delete_config(o.delete_config)
     adm = admin(o.bootstrap_server, o.command_config)
     try:
-        if o.describe:
+        if etype == "users":
+            if o.describe:
+                describe_users(adm, name, out)
+            else:
+                alter_users(adm, name, add, delete, out)
+        elif o.describe:
             describe(adm, etype, name, o.all, out)
         else:
             alter(adm, etype, name, add, delete, out)

@@ -20,6 +20,7 @@ invalid bytes). Output lines follow Kafka's DumpLogSegments:
 
 ``.index``: ``offset: O position: P`` (absolute offset, byte position in the .log).
 ``.timeindex``: ``timestamp: T offset: O``.
+``.txnindex``: ``version: 0 producerId: P firstOffset: F lastOffset: L lastStableOffset: S``.
 
 ``.checkpoint`` (a KRaft snapshot, or ``bootstrap.checkpoint``) is dumped as a ``.log``. KRaft
 control records show decoded, as Kafka does (`` SnapshotHeader {"version":0,...}``,
@@ -352,6 +353,16 @@ def dump_time_index(path: str, out) -> int:
     return n
 
 
+def dump_txn_index(path: str, out) -> int:
+    """Print the aborted transactions of a ``.txnindex`` file; returns the count."""
+    from kbroker.log.txn_index import TransactionIndex
+    entries = TransactionIndex(path).entries
+    for e in entries:
+        print(f"version: 0 producerId: {e.producer_id} firstOffset: {e.first_offset} "
+              f"lastOffset: {e.last_offset} lastStableOffset: {e.last_stable_offset}", file=out)
+    return len(entries)
+
+
 def dump_file(path: str, out, print_data: bool = False, deep: bool = False, max_bytes: int | None = None,
               metadata: bool = False) -> None:
     print(f"Dumping {path}", file=out)
@@ -361,13 +372,15 @@ def dump_file(path: str, out, print_data: bool = False, deep: bool = False, max_
         dump_offset_index(path, out)
     elif path.endswith(".timeindex"):
         dump_time_index(path, out)
+    elif path.endswith(".txnindex"):
+        dump_txn_index(path, out)
     else:
         print(f"Ignoring unknown file {path}", file=out)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kbroker dump-log", description="Dump log segments and indexes.")
-    p.add_argument("--files", required=True, help="comma-separated .log/.index/.timeindex/.checkpoint files")
+    p.add_argument("--files", required=True, help="comma-separated .log/.index/.timeindex/.txnindex/.checkpoint files")
     p.add_argument("--print-data-log", action="store_true", help="print record keys and payloads")
     p.add_argument("--deep-iteration", action="store_true", help="print every record (not only batches)")
     p.add_argument("--max-bytes", type=int, default=None, help="stop reading a .log after this many bytes")

@@ -9,6 +9,7 @@ socket), so it needs no client library.
     python tools/kbroker_topics.py --bootstrap-server HOST:PORT --create --topic t --partitions 3 \\
         --config retention.ms=60000
     python tools/kbroker_topics.py --bootstrap-server HOST:PORT --describe [--topic t]
+    python tools/kbroker_topics.py --bootstrap-server HOST:PORT --describe --under-replicated-partitions
     python tools/kbroker_topics.py --bootstrap-server HOST:PORT --delete --topic t
     python tools/kbroker_topics.py --bootstrap-server HOST:PORT --alter --topic t --partitions 6
     python tools/kbroker_topics.py --bootstrap-server HOST:PORT --alter --topic t \\
@@ -115,12 +116,15 @@ def list_topics(c: WireClient, include_internal: bool = False) -> list[str]:
 
 
 def describe_topics(c: WireClient, names: list[str] | None = None) -> list[dict]:
+    """Each topic (by name) with its partitions; ``live_brokers`` is the set of brokers the
+    Metadata response listed (a leader outside it is unavailable, as kafka-topics.sh says)."""
     topics = None if not names else [MetadataRequestTopic(name=n) for n in names]
     resp = c.request(ApiKey.METADATA, MetadataRequest(topics=topics, allow_auto_topic_creation=False))
+    live = frozenset(b.node_id for b in resp.brokers)
     out = []
     for t in sorted(resp.topics, key=lambda t: t.name):
         _check(t.error_code, None, f"topic {t.name}")
-        out.append({"name": t.name, "topic_id": t.topic_id, "is_internal": t.is_internal,
+        out.append({"name": t.name, "topic_id": t.topic_id, "is_internal": t.is_internal, "live_brokers": live,
                      "partitions": [{"partition": p.partition_index, "leader": p.leader_id,
                                      "leader_epoch": p.leader_epoch, "replicas": list(p.replica_nodes),
                                      "isr": list(p.isr_nodes), "error_code": p.error_code}
@@ -135,6 +139,15 @@ def topic_overrides(c: WireClient, name: str) -> dict[str, str]:
     r = resp.results[0]
     _check(r.error_code, r.error_message, f"describe configs of {name}")
     return {e.name: e.value for e in r.configs if e.config_source == 1}
+
+
+def topic_config(c: WireClient, name: str, key: str) -> str | None:
+    """The topic's effective value of ``key`` (override, broker setting or default)."""
+    resp = c.request(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest(
+        resources=[DescribeConfigsResource(resource_type=2, resource_name=name, configuration_keys=[key])]))
+    r = resp.results[0]
+    _check(r.error_code, r.error_message, f"describe configs of {name}")
+    return next((e.value for e in r.configs if e.name == key), None)
 
 
 def create_topic(c: WireClient, name: str, partitions: int = -1, replication_factor: int = -1,
@@ -203,20 +216,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--add-config", action="append", help="key=value[,key=value] (alter)")
     p.add_argument("--delete-config", action="append", help="key (alter), repeatable")
     p.add_argument("--exclude-internal", action="store_true")
+    for flag, what in (("under-replicated-partitions", "partitions whose ISR is smaller than their replica set"),
+                       ("under-min-isr-partitions", "partitions whose ISR is smaller than min.insync.replicas"),
+                       ("at-min-isr-partitions", "partitions whose ISR is exactly min.insync.replicas"),
+                       ("unavailable-partitions", "partitions without a leader or whose leader is not live"),
+                       ("topics-with-overrides", "topics with config overrides (their header lines only)")):
+        p.add_argument(f"--{flag}", action="store_true", help=f"describe: only {what}")
     p.add_argument("--if-not-exists", action="store_true")
     p.add_argument("--if-exists", action="store_true")
     p.add_argument("--timeout", type=float, default=30.0, help="socket timeout, seconds")
     return p
 
 
-def _print_describe(c: WireClient, topics: list[dict], out) -> None:
+def _partition_filter(args):
+    """kafka-topics.sh's describe filters as ``(partition, live brokers, min ISR) -> bool``,
+    or None when none is given."""
+    if args.under_replicated_partitions:
+        return lambda p, live, min_isr: len(p["isr"]) < len(p["replicas"])
+    if args.under_min_isr_partitions:
+        return lambda p, live, min_isr: len(p["isr"]) < min_isr
+    if args.at_min_isr_partitions:
+        return lambda p, live, min_isr: len(p["isr"]) == min_isr
+    if args.unavailable_partitions:
+        return lambda p, live, min_isr: p["leader"] < 0 or p["leader"] not in live
+    return None
+
+
+def _print_describe(c: WireClient, topics: list[dict], out, args=None) -> None:
+    keep = _partition_filter(args) if args is not None else None
+    only_overrides = args is not None and args.topics_with_overrides
     for t in topics:
         overrides = topic_overrides(c, t["name"])
+        if only_overrides and not overrides:
+            continue
+        parts = t["partitions"]
+        if keep is not None:
+            min_isr = 1
+            if args.under_min_isr_partitions or args.at_min_isr_partitions:
+                min_isr = int(topic_config(c, t["name"], "min.insync.replicas") or 1)
+            parts = [p for p in parts if keep(p, t["live_brokers"], min_isr)]
+            if not parts:
+                continue
         cfg = ",".join(f"{k}={v}" for k, v in sorted(overrides.items()))
         rf = len(t["partitions"][0]["replicas"]) if t["partitions"] else 0
-        print(f"Topic: {t['name']}\tTopicId: {_topic_id(t['topic_id'])}\tPartitionCount: {len(t['partitions'])}"
-              f"\tReplicationFactor: {rf}\tConfigs: {cfg}", file=out)
-        for p in t["partitions"]:
+        if keep is None:   # kafka-topics.sh prints only the partition lines under a filter
+            print(f"Topic: {t['name']}\tTopicId: {_topic_id(t['topic_id'])}\tPartitionCount: {len(t['partitions'])}"
+                  f"\tReplicationFactor: {rf}\tConfigs: {cfg}", file=out)
+        if only_overrides:
+            continue
+        for p in parts:
             print(f"\tTopic: {t['name']}\tPartition: {p['partition']}\tLeader: {p['leader']}"
                   f"\tReplicas: {','.join(map(str, p['replicas']))}\tIsr: {','.join(map(str, p['isr']))}", file=out)
 
@@ -241,7 +289,7 @@ def main(argv: list[str] | None = None, out=None) -> int:
                     print(name, file=out)
             elif args.describe:
                 names = [args.topic] if args.topic else None
-                _print_describe(c, describe_topics(c, names), out)
+                _print_describe(c, describe_topics(c, names), out, args)
             elif args.create:
                 try:
                     create_topic(c, args.topic, args.partitions if args.partitions else -1,

@@ -71,6 +71,7 @@ __all__ = [
     "RECORD_BATCH_OVERHEAD", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH",
     "NO_SEQUENCE", "NO_PARTITION_LEADER_EPOCH",
     "RECORD_ERROR_NO_KEY", "RECORD_ERROR_TIMESTAMP", "RECORD_ERROR_LOG_APPEND_TIME",
+    "RECORD_ERROR_KEY_SCHEMA", "RECORD_ERROR_VALUE_SCHEMA", "SCHEMA_KEY", "SCHEMA_VALUE",
     "CorruptRecordError", "InvalidRecordError", "UnsupportedCompressionError",
     "UnsupportedMagicError", "ProduceRecordsError",
     "Record", "RecordBatch", "LegacyBatch", "BatchInfo", "BatchBuilder",
@@ -96,6 +97,13 @@ NO_PARTITION_LEADER_EPOCH = -1
 RECORD_ERROR_NO_KEY = 1            # compacted topic, null key: INVALID_RECORD
 RECORD_ERROR_TIMESTAMP = 2         # outside message.timestamp.before/after.max.ms: INVALID_TIMESTAMP
 RECORD_ERROR_LOG_APPEND_TIME = 3   # producer set LogAppendTime: INVALID_TIMESTAMP
+#: a non-null key/value without the schema-registry header (magic byte 0, 4-byte schema id) on a
+#: topic with kbroker.key/value.schema.validation; the error's third item says what is wrong
+#: instead of the timestamp: the first byte (1..255), or 256 + length when shorter than 5 bytes
+RECORD_ERROR_KEY_SCHEMA = 4
+RECORD_ERROR_VALUE_SCHEMA = 5
+SCHEMA_KEY = 0                     # BatchInfo.schema_ids kinds
+SCHEMA_VALUE = 1
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
@@ -129,7 +137,7 @@ BatchInfo = namedtuple("BatchInfo", [
     "producer_id", "producer_epoch", "base_sequence", "is_transactional",
     "is_control", "partition_leader_epoch",
     "min_record_timestamp", "max_record_timestamp", "has_null_key",
-    "record_errors",
+    "record_errors", "schema_ids",
 ])
 BatchInfo.__doc__ = """What ``validate_batches`` learned about one v2 batch.
 
@@ -142,7 +150,10 @@ message.timestamp.*.max.ms and writes back as maxTimestamp for CreateTime),
 reject those). ``record_errors``: with record checks on (``validate_batches``'
 ``timestamp_type`` >= 0), the records that fail Kafka's
 LogValidator.validateRecord, as ((index in the batch, RECORD_ERROR_* kind,
-the record's timestamp), ...) in record order; else ()."""
+the record's timestamp), ...) in record order; else (). ``schema_ids``: with
+``key_schema``/``value_schema`` (and record checks on), the distinct schema ids
+the batch's keys/values carry, ((SCHEMA_KEY or SCHEMA_VALUE, id), ...) sorted;
+else ()."""
 
 
 class Record:
@@ -486,14 +497,17 @@ def encode_batch(records, *, base_offset=0, compression=NO_COMPRESSION,
 # -- decode / walk ----------------------------------------------------------
 
 def _walk_records(buf, pos, end, count, base_offset, base_timestamp,
-                  log_append_ts, out, check=None, errors=None):
+                  log_append_ts, out, check=None, errors=None, schema=None):
     """Walk ``count`` records in buf[pos:end]. If ``out`` is a list, append
     Record objects to it (decode); if None, also require offset deltas
     0,1,2.. (validate). Returns (min_ts_delta, max_ts_delta, has_null_key).
     Raises InvalidRecordError on any framing error. ``check(null_key, ts)``,
     if given, is applied to each record as it is walked (``ts`` as Kafka's
     Record.timestamp()); its non-zero results go to ``errors`` as
-    (index, kind, ts)."""
+    (index, kind, ts). ``schema``: (key_schema, value_schema, ids) with a set
+    ``ids``: non-null keys/values must carry the schema-registry header (a
+    record that passes ``check`` but not this gets RECORD_ERROR_KEY/VALUE_SCHEMA);
+    the (kind, id) of every valid header go to ``ids``."""
     rv = _read_varint
     M32 = 0xFFFFFFFF
     M64 = 0xFFFFFFFFFFFFFFFF
@@ -512,6 +526,7 @@ def _walk_records(buf, pos, end, count, base_offset, base_timestamp,
             raise InvalidRecordError(
                 f"record offset delta {off_delta} where {i} was expected")
         klen, pos = rv(buf, pos, rend, 5, M32)
+        kbad = vbad = None
         if klen < 0:
             if klen != -1:
                 raise InvalidRecordError(f"invalid key length {klen}")
@@ -521,6 +536,8 @@ def _walk_records(buf, pos, end, count, base_offset, base_timestamp,
             if klen > rend - pos:
                 raise InvalidRecordError(f"key length {klen} beyond record")
             key = bytes(buf[pos:pos + klen]) if out is not None else None
+            if schema is not None and schema[0]:
+                kbad = _schema_header(buf, pos, klen, SCHEMA_KEY, schema[2])
             pos += klen
         vlen, pos = rv(buf, pos, rend, 5, M32)
         if vlen < 0:
@@ -531,6 +548,8 @@ def _walk_records(buf, pos, end, count, base_offset, base_timestamp,
             if vlen > rend - pos:
                 raise InvalidRecordError(f"value length {vlen} beyond record")
             value = bytes(buf[pos:pos + vlen]) if out is not None else None
+            if schema is not None and schema[1]:
+                vbad = _schema_header(buf, pos, vlen, SCHEMA_VALUE, schema[2])
             pos += vlen
         nh, pos = rv(buf, pos, rend, 5, M32)
         if nh < 0 or nh > (rend - pos) // 2:
@@ -568,6 +587,10 @@ def _walk_records(buf, pos, end, count, base_offset, base_timestamp,
         if check is not None:
             ts = log_append_ts if log_append_ts is not None else _wrap64(base_timestamp + ts_delta)
             kind = check(klen < 0, ts)
+            if not kind and kbad is not None:
+                kind, ts = RECORD_ERROR_KEY_SCHEMA, kbad
+            elif not kind and vbad is not None:
+                kind, ts = RECORD_ERROR_VALUE_SCHEMA, vbad
             if kind:
                 errors.append((i, kind, ts))
         if out is not None:
@@ -579,6 +602,18 @@ def _walk_records(buf, pos, end, count, base_offset, base_timestamp,
         raise InvalidRecordError(
             f"{end - pos} bytes left after the batch's {count} records")
     return min_delta, max_delta, has_null_key
+
+
+def _schema_header(buf, pos, n, kind, ids):
+    """Confluent's wire format at buf[pos:pos + n]: magic byte 0, then the schema id
+    (4 bytes, big-endian). None when present ((kind, id) added to ``ids``), else what
+    is wrong: the first byte (1..255) or 256 + n when fewer than 5 bytes."""
+    if n < 5:
+        return 256 + n
+    if buf[pos] != 0:
+        return buf[pos]
+    ids.add((kind, _I.unpack_from(buf, pos + 1)[0]))
+    return None
 
 
 def _batch_records_section(buf, pos, batch_end, attributes, count):
@@ -839,7 +874,8 @@ def produce_records_error(buf, version):
 
 def validate_batches(buf, *, allow_control=False, timestamp_type=-1, now_ms=0,
                      timestamp_before_max_ms=_INT64_MAX, timestamp_after_max_ms=_INT64_MAX,
-                     compacted=False, produce_version=-1, max_message_bytes=_INT64_MAX):
+                     compacted=False, produce_version=-1, max_message_bytes=_INT64_MAX,
+                     key_schema=False, value_schema=False):
     """Validate a ProduceRequest partition's records without building Record
     objects; return one BatchInfo per batch.
 
@@ -872,6 +908,13 @@ def validate_batches(buf, *, allow_control=False, timestamp_type=-1, now_ms=0,
     timestamp is base_timestamp + delta, or the batch's max_timestamp when
     its LogAppendTime bit is set. Failures do not raise: they are listed in
     BatchInfo.record_errors.
+
+    Schema-registry framing (kbroker.key/value.schema.validation), in the same
+    walk and only with record checks on: with ``key_schema``/``value_schema``,
+    a record that passes the checks above fails if its key (then its value) is
+    not null and does not start with magic byte 0 and a 4-byte schema id
+    (RECORD_ERROR_KEY_SCHEMA / RECORD_ERROR_VALUE_SCHEMA; null passes, as in
+    Confluent Server); the distinct ids seen go to BatchInfo.schema_ids.
     """
     if timestamp_type > 1:
         raise ValueError(f"bad timestamp_type {timestamp_type}")
@@ -919,21 +962,23 @@ def validate_batches(buf, *, allow_control=False, timestamp_type=-1, now_ms=0,
             raise InvalidRecordError(f"invalid sequence number {bseq}")
         data, rpos, rend = _batch_records_section(mv, pos, batch_end, attributes, count)
         log_append = bool(attributes & TIMESTAMP_TYPE_MASK)
-        check = errors = None
+        check = errors = schema = None
         if timestamp_type >= 0:
             check = _record_check(compacted, timestamp_type == TIMESTAMP_CREATE_TIME, log_append,
                                   now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
             errors = []
+            if key_schema or value_schema:
+                schema = (key_schema, value_schema, set())
         min_d, max_d, null_key = _walk_records(
             data, rpos, rend, count, 0, base_ts, max_ts if log_append else None,
-            None, check, errors)
+            None, check, errors, schema)
         infos.append(BatchInfo(
             pos, batch_length + _LOG_OVERHEAD, lod, count, base_ts, max_ts,
             (attributes >> 3) & 1, attributes & COMPRESSION_MASK, pid, pepoch,
             bseq, bool(attributes & TRANSACTIONAL_MASK),
             bool(attributes & CONTROL_MASK), ple,
             _wrap64(base_ts + min_d), _wrap64(base_ts + max_d), null_key,
-            tuple(errors) if errors else ()))
+            tuple(errors) if errors else (), tuple(sorted(schema[2])) if schema else ()))
         pos = batch_end
     return infos
 

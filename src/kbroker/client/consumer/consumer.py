@@ -63,9 +63,6 @@ class ConsumerRecords:
 class Consumer:
     def __init__(self, config: dict | None = None, **kwargs):
         self.config = cfg = ClientConfig(CONSUMER, config, **kwargs)
-        if cfg["isolation.level"] == "read_committed":
-            raise E.KafkaConfigError("isolation.level=read_committed is not implemented "
-                                     "(configuration isolation.level)")
         self.metadata = Metadata(cfg)
         self.metadata.allow_auto_topic_creation = cfg["allow.auto.create.topics"]
         self.client = NetworkClient(cfg, self.metadata)
@@ -260,6 +257,14 @@ class Consumer:
         coord = self._require_group()
         offsets = self._consumed_offsets() if offsets is None else _normalize_offsets(offsets)
         coord.commit_async(offsets, callback)
+
+    def group_metadata(self):
+        """Kafka's Consumer.groupMetadata(): what a transactional producer's
+        send_offsets_to_transaction needs to commit for this member (generation, member id)."""
+        from kbroker.client.producer.transaction_manager import ConsumerGroupMetadata
+
+        coord = self._require_group()
+        return ConsumerGroupMetadata(self.group_id, coord.generation, coord.member_id, coord.group_instance_id)
 
     def committed(self, partitions, timeout: float | None = None) -> dict:
         """{tp: OffsetAndMetadata or None} from the group coordinator."""

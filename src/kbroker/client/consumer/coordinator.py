@@ -98,6 +98,7 @@ class GroupCoordinator:
         self.protocol = None
         self.topics: list[str] = []
         self.need_rejoin = False
+        self._revoking = False          # inside on_revoke during _join
         self.on_assign = self.on_revoke = None
         self.last_heartbeat = 0.0
         self.heartbeat_in_flight = False
@@ -160,7 +161,7 @@ class GroupCoordinator:
             topics.setdefault(tp.topic, []).append(OffsetCommitRequestPartition(
                 partition_index=tp.partition, committed_offset=om.offset,
                 committed_leader_epoch=om.leader_epoch, committed_metadata=om.metadata))
-        stable = self.generation >= 0 and not self.need_rejoin
+        stable = self.generation >= 0 and (not self.need_rejoin or self._revoking)
         return OffsetCommitRequest(group_id=self.group_id,
                                    generation_id_or_member_epoch=self.generation if stable else -1,
                                    member_id=self.member_id if stable else "",
@@ -288,7 +289,13 @@ class GroupCoordinator:
 
     def _join(self, deadline: float) -> None:
         if self.on_revoke is not None and self.consumer.fetcher.assignment:
-            self.on_revoke(self.consumer, sorted(self.consumer.fetcher.assignment))
+            # the generation we hold stays valid until JoinGroup completes: commits made in
+            # on_revoke use it (Kafka's onJoinPrepare), else the coordinator refuses them
+            self._revoking = True
+            try:
+                self.on_revoke(self.consumer, sorted(self.consumer.fetcher.assignment))
+            finally:
+                self._revoking = False
         meta = encode_subscription(self.topics)
         while True:
             resp = self._coordinator_request(ApiKey.JOIN_GROUP, lambda: JoinGroupRequest(

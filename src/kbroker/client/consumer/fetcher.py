@@ -14,7 +14,11 @@ ConsumerRecords lazily by ``fetched_records``, which advances positions; a buffe
 whose fetch offset no longer equals the position (after a seek) is dropped.
 
 Control batches (transaction markers) are skipped; their offsets still advance the
-position. OFFSET_OUT_OF_RANGE resets the position by auto.offset.reset (or raises
+position. ``isolation.level=read_committed``: the broker returns data below the last
+stable offset plus the aborted transactions (producer id, first offset) in range;
+batches of an aborted transaction are skipped as Kafka's CompletedFetch does (a
+producer is aborted from its transaction's first offset until its ABORT marker), their
+offsets still advancing the position. OFFSET_OUT_OF_RANGE resets the position by auto.offset.reset (or raises
 OffsetOutOfRangeError when it is "none"); leader errors refresh metadata.
 
 Not thread-safe: the application thread that calls Consumer.poll owns it.
@@ -85,15 +89,49 @@ class CompletedFetch:
     """One partition's records from one FetchResponse; ``batch_index`` / ``record_index``
     point at the next record to hand out (so max.poll.records slices cost O(slice))."""
 
-    __slots__ = ("tp", "fetch_offset", "batches", "batch_index", "record_index", "error")
+    __slots__ = ("tp", "fetch_offset", "batches", "batch_index", "record_index", "error", "skip")
 
-    def __init__(self, tp, fetch_offset, batches, error=None):
+    def __init__(self, tp, fetch_offset, batches, error=None, skip=None):
         self.tp = tp
         self.fetch_offset = fetch_offset
         self.batches = batches
         self.batch_index = 0
         self.record_index = -1    # -1: not positioned inside the current batch yet
         self.error = error
+        #: read_committed: indexes of the batches of aborted transactions (None: none)
+        self.skip = skip
+
+
+def aborted_batch_indexes(batches, aborted) -> set | None:
+    """Kafka's CompletedFetch filter for read_committed: the indexes of ``batches`` that
+    belong to an aborted transaction. ``aborted``: the response's (producer_id,
+    first_offset) list. A producer counts as aborted from the first offset of one of its
+    aborted transactions until its ABORT marker."""
+    if not aborted:
+        return None
+    pending = sorted((a.first_offset, a.producer_id) for a in aborted)
+    k = 0
+    aborting: set = set()
+    skip = set()
+    for i, b in enumerate(batches):
+        if not b.is_transactional:
+            continue
+        last = b.next_offset - 1
+        while k < len(pending) and pending[k][0] <= last:
+            aborting.add(pending[k][1])
+            k += 1
+        pid = b.producer_id
+        if b.is_control:
+            recs = b.records
+            if recs and _is_abort_marker(recs[0].key):
+                aborting.discard(pid)
+        elif pid in aborting:
+            skip.add(i)
+    return skip or None
+
+
+def _is_abort_marker(key) -> bool:
+    return key is not None and len(key) >= 4 and key[2] == 0 and key[3] == 0   # ControlRecordType ABORT
 
 
 _new_tuple = tuple.__new__
@@ -316,7 +354,9 @@ class Fetcher:
                                 ErrorCode.CORRUPT_MESSAGE)))
                             continue
                         if batches:
-                            self.completed.append(CompletedFetch(tp, fo, batches))
+                            skip = (aborted_batch_indexes(batches, p.aborted_transactions)
+                                    if self.isolation_level == 1 else None)
+                            self.completed.append(CompletedFetch(tp, fo, batches, skip=skip))
                             st.next_fetch = batches[-1].next_offset
                         elif len(recs) >= self.partition_max_bytes:
                             self.completed.append(CompletedFetch(tp, fo, None, E.RecordTooLargeError(
@@ -360,10 +400,11 @@ class Fetcher:
             if lst is None:
                 lst = out[cf.tp] = []
             batches = cf.batches
+            skip = cf.skip
             while cf.batch_index < len(batches) and n < max_records:
                 b = batches[cf.batch_index]
                 pos = st.position
-                if b.next_offset <= pos or b.is_control:
+                if b.next_offset <= pos or b.is_control or (skip is not None and cf.batch_index in skip):
                     cf.batch_index += 1
                     cf.record_index = -1
                     if b.next_offset > pos:

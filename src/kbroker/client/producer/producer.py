@@ -10,6 +10,12 @@ and the first record of each batch, takes the general path below. The Sender thr
 network I/O. Delivery callbacks ``on_delivery(err, metadata)`` (confluent-kafka's
 argument order) run in the sender thread: keep them short.
 
+Transactions (``transactional.id``): ``init_transactions``, ``begin_transaction``,
+``send_offsets_to_transaction``, ``commit_transaction``, ``abort_transaction``, as Kafka's
+KafkaProducer (and confluent-kafka) name them; the TransactionManager drives the
+coordinator requests from the sender thread. A transactional producer takes the general
+send path (each new partition must join the transaction before its batch is drained).
+
 Thread-safety: ``send``, ``flush`` and ``close`` may be called from any thread.
 """
 from __future__ import annotations
@@ -18,12 +24,13 @@ import time
 
 from kbroker.client import errors as E
 from kbroker.client.config import PRODUCER, ClientConfig
-from kbroker.client.metadata import Metadata
+from kbroker.client.metadata import Metadata, TopicPartition
 from kbroker.client.network_client import NetworkClient
 from kbroker.client.producer.accumulator import RecordAccumulator, _fast_append
 from kbroker.client.producer.partitioner import BuiltInPartitioner, partition_for_key
 from kbroker.client.producer.sender import Sender
 from kbroker.kernels import producer_append
+from kbroker.protocol import ErrorCode
 
 _time_ns = time.time_ns
 
@@ -57,7 +64,9 @@ class Producer:
         #: the Cython send path, or None when serializers / partitioner.class are set
         #: (and after close): send() then always takes the general path
         self._fast_send = None
-        if self._key_ser is None and self._value_ser is None and self._custom_partitioner is None:
+        self._txn = self.sender.txn if cfg["transactional.id"] is not None else None
+        if (self._key_ser is None and self._value_ser is None and self._custom_partitioner is None
+                and self._txn is None):
             self._fast_send = producer_append.SendPath(
                 self.metadata, self._open_batches, self.partitioner.sticky,
                 self.partitioner.sticky_batch_size, self.partitioner.ignore_keys,
@@ -112,6 +121,9 @@ class Producer:
             raise ValueError(f"Invalid partition given with record: {partition} is not in the range [0...{len(parts)}].")
         if timestamp_ms is None:
             timestamp_ms = _time_ns() // 1_000_000
+        if self._txn is not None:
+            self._txn.maybe_add_partition(TopicPartition(topic, partition))
+            self.client.wakeup()
         # a plain tuple finds the TopicPartition key (same hash and equality), and is cheaper
         # the accumulator's lock-free fast path, inlined
         fut = _fast_append(self._open_batches, (topic, partition), timestamp_ms, key, value,
@@ -153,6 +165,56 @@ class Producer:
     def partitions_for(self, topic: str) -> list[int]:
         cluster = self._wait_on_metadata(topic, None, time.monotonic() + self._max_block_s)
         return [p.partition for p in cluster.topics[topic]]
+
+    # -- transactions ---------------------------------------------------------------------
+    def _transactional(self):
+        if self._txn is None:
+            raise E.IllegalStateError("Transactional method invoked on a non-transactional producer.")
+        if self._closed:
+            raise E.IllegalStateError("Cannot perform operation after producer has been closed")
+        return self._txn
+
+    def _await(self, result, timeout) -> None:
+        self.client.wakeup()
+        result.wait(self._max_block_s if timeout is None else timeout)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional.id with its coordinator: fences any earlier producer
+        with the same id and completes (aborts) a transaction it left open."""
+        self._await(self._transactional().initialize(), timeout)
+
+    def begin_transaction(self) -> None:
+        self._transactional().begin()
+
+    def send_offsets_to_transaction(self, offsets: dict, group_metadata, timeout: float | None = None) -> None:
+        """Commit consumer ``offsets`` ({TopicPartition: offset or OffsetAndMetadata}: the next
+        record to read) as part of the transaction; ``group_metadata`` is
+        ``Consumer.group_metadata()`` (or a group id)."""
+        from kbroker.client.producer.transaction_manager import ConsumerGroupMetadata
+
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata)
+        self._await(self._transactional().send_offsets(dict(offsets), group_metadata), timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit: every record sent in the transaction becomes visible to
+        read_committed consumers, atomically."""
+        txn = self._transactional()
+        err = txn.in_error()
+        if err is not None:
+            raise err
+        self.flush(timeout)
+        self._await(txn.begin_commit(), timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort: records not yet sent fail with TransactionAbortedError, those written are
+        marked aborted (read_committed consumers skip them)."""
+        txn = self._transactional()
+        result = txn.begin_abort()
+        aborted = E.KafkaError("Failing batch since transaction was aborted", ErrorCode.UNKNOWN_SERVER_ERROR)
+        for b in self.accumulator.abort_all():
+            self.accumulator.complete(b, -1, -1, aborted)
+        self._await(result, timeout)
 
     # -- flush / close ------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:

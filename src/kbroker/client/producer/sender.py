@@ -33,13 +33,14 @@ Thread-safety: everything here runs in the sender thread, except ``wakeup``/``in
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 
 from kbroker.client import errors as E
-from kbroker.client.metadata import TopicPartition
-from kbroker.kernels import crc32c
+from kbroker.client.metadata import BrokerMetadata, TopicPartition
+from kbroker.client.producer.transaction_manager import (  # noqa: F401  (stamp_producer_state: tests)
+    TransactionManager, stamp_producer_state,
+)
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.init_producer_id import InitProducerIdRequest
 from kbroker.protocol.messages.produce import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -50,41 +51,6 @@ _PRODUCE = int(ApiKey.PRODUCE)
 _REFRESH_CODES = frozenset((ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                             ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_ENOUGH_REPLICAS,
                             ErrorCode.KAFKA_STORAGE_ERROR))
-_PID_EPOCH_SEQ = struct.Struct(">qhi")
-_CRC = struct.Struct(">I")
-
-
-def stamp_producer_state(buf: bytes, producer_id: int, epoch: int, base_sequence: int) -> bytes:
-    """Return a v2 batch with producer id/epoch/base sequence set and its CRC redone."""
-    b = bytearray(buf)
-    _PID_EPOCH_SEQ.pack_into(b, 43, producer_id, epoch, base_sequence)
-    _CRC.pack_into(b, 17, crc32c.crc32c(memoryview(b)[21:]))
-    return bytes(b)
-
-
-class TransactionManager:
-    """Producer id, epoch and per-partition sequence numbers (idempotence only)."""
-
-    def __init__(self):
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self.next_sequence: dict[TopicPartition, int] = {}
-        self.init_in_flight = False
-        self.fatal: E.KafkaError | None = None
-
-    def has_producer_id(self) -> bool:
-        return self.producer_id >= 0
-
-    def assign(self, batch) -> None:
-        if batch.base_sequence >= 0:
-            return      # a retry keeps its sequence
-        seq = self.next_sequence.get(batch.tp, 0)
-        batch.producer_id, batch.producer_epoch, batch.base_sequence = \
-            self.producer_id, self.producer_epoch, seq
-        self.next_sequence[batch.tp] = (seq + batch.record_count) & 0x7FFFFFFF
-        batch.buffer = stamp_producer_state(batch.buffer, self.producer_id, self.producer_epoch, seq)
-
-
 class Sender(threading.Thread):
     def __init__(self, config, client, metadata, accumulator):
         super().__init__(name=f"kbroker-producer-network-thread | {config['client.id']}", daemon=True)
@@ -96,7 +62,10 @@ class Sender(threading.Thread):
         self.request_timeout_ms = config["request.timeout.ms"]
         self.delivery_timeout_s = config["delivery.timeout.ms"] / 1000.0
         self.guarantee_order = config["max.in.flight.requests.per.connection"] == 1
-        self.txn = TransactionManager() if config["enable.idempotence"] else None
+        tid = config["transactional.id"]
+        self.transactional_id = tid
+        self.txn = TransactionManager(tid, config["transaction.timeout.ms"], config["retry.backoff.ms"] / 1000.0) \
+            if config["enable.idempotence"] or tid is not None else None
         self.running = True
         self.force_close = False
         self.in_flight_batches: set = set()
@@ -138,7 +107,11 @@ class Sender(threading.Thread):
 
     def run_once(self) -> None:
         now = time.monotonic()
-        if self.txn is not None and not self.txn.has_producer_id():
+        if self.txn is not None and self.txn.is_transactional:
+            if self._transactional_pass(now):
+                self.client.poll(0.05)
+                return
+        elif self.txn is not None and not self.txn.has_producer_id():
             if self.txn.fatal is not None:
                 self._fail_all(self.txn.fatal)
                 self.client.poll(0.1)
@@ -172,6 +145,42 @@ class Sender(threading.Thread):
         if not_ready:
             timeout = min(timeout, 0.05)
         self.client.poll(max(0.0, timeout))
+
+    def _transactional_pass(self, now: float) -> bool:
+        """Send the next transactional request if one is due; True if no batch may be
+        drained in this pass (Kafka's Sender.maybeSendAndPollTransactionalRequest)."""
+        txn = self.txn
+        err = txn.in_error()
+        if err is not None:
+            self._fail_all(err)           # undrained batches of a doomed transaction
+        h = txn.next_request(now, self.accumulator.has_incomplete())
+        if h is not None:
+            self._send_transactional(h)
+        return txn.blocks_produce() or err is not None
+
+    def _send_transactional(self, h) -> None:
+        txn = self.txn
+        if h.api_key == ApiKey.FIND_COORDINATOR:
+            node = self.client.least_loaded_node()
+        else:
+            cnode, host, port = txn.coordinators[(h.key_type, h.key)]
+            node = (1 << 31) - 1 - cnode          # the coordinator's own connection, as Kafka's client
+            self.metadata.extra_nodes[node] = BrokerMetadata(node, host, port, None)
+        if node is None or not self.client.is_ready(node):
+            if node is not None:
+                self.client.maybe_connect(node)
+            txn.not_sent(h)               # connecting: sent on a later pass
+            return
+        have = self.client.api_version(node, h.api_key)
+        version = have if h.version is None or have is None else min(h.version, have)
+
+        def done(resp, exc, h=h):
+            txn.on_response(h, resp, exc)
+            self.wakeup()
+        try:
+            self.client.send(node, h.api_key, h.build(version), done, version=version)
+        except E.KafkaError as e:
+            txn.on_response(h, None, e)
 
     def _fail_all(self, err) -> None:
         for b in self.accumulator.abort_all():
@@ -217,7 +226,7 @@ class Sender(threading.Thread):
             topics.setdefault(b.tp.topic, []).append(PartitionProduceData(index=b.tp.partition, records=b.buffer))
             by_tp[b.tp] = b
             self.in_flight_batches.add(b)
-        req = ProduceRequest(transactional_id=None, acks=self.acks, timeout_ms=self.request_timeout_ms,
+        req = ProduceRequest(transactional_id=self.transactional_id, acks=self.acks, timeout_ms=self.request_timeout_ms,
                              topic_data=[TopicProduceData(name=t, partition_data=p) for t, p in topics.items()])
         expect = self.acks != 0
 

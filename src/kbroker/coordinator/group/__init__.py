@@ -6,7 +6,8 @@
 - ``delayed``: the join / sync / heartbeat delayed operations (purgatory).
 - ``offsets``: :class:`OffsetAndMetadata` and a group's committed-offset store.
 - ``storage``: the ``__consumer_offsets`` record codecs and the :class:`OffsetsLog`
-  seam to the broker (:class:`InMemoryOffsetsLog`, :class:`LogOffsetsLog`).
+  seam to the broker (:class:`InMemoryOffsetsLog`, :class:`LogOffsetsLog`): the
+  runtime's (:mod:`kbroker.coordinator.runtime`) under the names used here.
 
 The wire handlers are in ``kbroker.server.apis.group``.
 """

@@ -9,7 +9,10 @@ v9, simple groups, KIP-211 expiry conditions).
 Ownership. A group lives in ``__consumer_offsets`` partition
 ``partition_for(group_id)`` = ``abs(java_hashcode(group_id)) %
 offsets.topic.num.partitions``; this coordinator serves the groups of the
-partitions it has loaded (all of them on a single node). Loading replays the
+partitions it has loaded (all of them on a single node). The partition table,
+loading, the append path and the timers are the shared
+:class:`~kbroker.coordinator.runtime.CoordinatorRuntime` (``_runtime``); this
+class is its state machine (``_load_groups`` / ``_unload_groups``). Loading replays the
 partition (:mod:`storage`) into memory; from then on state is served from
 memory and every change is appended to the partition before it is
 acknowledged. While a partition loads, its groups answer
@@ -21,8 +24,8 @@ Locking (Kafka's ``group.lock``): each group has one reentrant lock; every
 read and write of a group happens under it, including the append of the
 group's records (so the log order is the in-memory order) and the delayed
 operations' checks and expiry (they use the group lock as their operation
-lock). ``_lock`` guards only the group map and the partition table; it is
-a leaf lock: never held while taking a group lock or calling out. Lock order:
+lock). ``_lock`` guards only the group map (the runtime has its own for the
+partition table); it is a leaf lock: never held while taking a group lock or calling out. Lock order:
 group lock → ``_lock``. Callbacks that answer requests run under the group
 lock (``RequestContext.respond`` only encodes and enqueues, it never blocks).
 
@@ -47,12 +50,12 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
 
 from kbroker.coordinator.group import storage
+from kbroker.coordinator.runtime import CoordinatorRuntime
 from kbroker.coordinator.group.classic_group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, ClassicMember, GroupState
 from kbroker.coordinator.group.consumer_group import (
     CONSUMER_GROUP_TYPE, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ConsumerGroup, ConsumerGroupError,
@@ -68,8 +71,7 @@ from kbroker.protocol import ErrorCode
 from kbroker.protocol.messages.consumer_protocol_assignment import ConsumerProtocolAssignment
 from kbroker.protocol.messages.consumer_protocol_assignment import TopicPartition as CPATopicPartition
 from kbroker.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
-from kbroker.server.purgatory import DelayedOperationPurgatory
-from kbroker.server.timer import SystemTimer, TimerTask, monotonic_ms
+from kbroker.server.timer import TimerTask
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +196,6 @@ class OffsetFetchPartition(NamedTuple):
 DEAD_GROUP = GroupSummary(GroupState.DEAD.value, "", "", [])
 EMPTY_SUMMARY = GroupSummary("", "", "", [])
 
-_LOADING = "loading"
-_ACTIVE = "active"
-
 
 def _append_error_for_group(code: int) -> ErrorCode:
     """storeGroup's mapping of append errors (GroupMetadataManager.storeGroup)."""
@@ -222,10 +221,6 @@ def _append_error_for_offsets(code: int) -> ErrorCode:
     if code in (E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE):
         return E.INVALID_COMMIT_OFFSET_SIZE
     return code
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class _RetentionTask(TimerTask):
@@ -265,6 +260,61 @@ class _ConsumerGroupTimeout(TimerTask):
             log.exception("consumer group %s timeout of %s failed", self.group.group_id, self.member_id)
 
 
+_CONTROL_ABORT = 0
+_CONTROL_COMMIT = 1
+
+
+class _TxnReplay:
+    """Transactional offset commits met while loading a partition (Kafka's
+    loadGroupsAndOffsets): a transactional batch's offsets wait for the producer's
+    COMMIT (they count) or ABORT (dropped) control batch; those with no marker yet stay
+    pending in the group. ``records`` yields the records of the plain batches."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.pending: dict[int, list] = {}      # pid -> [(record, ...)]
+        self.committed: list = []              # records of committed transactions
+        self.sequences: dict[int, tuple[int, int]] = {}
+
+    def records(self, batches):
+        for batch in batches:
+            pid = getattr(batch, "producer_id", -1)
+            if getattr(batch, "is_control", False):
+                kind = None
+                for rec in batch:
+                    key = bytes(rec.key or b"")
+                    if len(key) >= 4:
+                        kind = struct.unpack_from(">h", key, 2)[0]
+                recs = self.pending.pop(pid, [])
+                if kind == _CONTROL_COMMIT:
+                    self.committed.extend(recs)
+                self.sequences.pop(pid, None)
+                continue
+            if getattr(batch, "is_transactional", False):
+                self.pending.setdefault(pid, []).extend(batch)
+                self.sequences[pid] = (batch.producer_epoch, batch.base_sequence + len(batch))
+                continue
+            yield from batch
+
+
+class _GroupShard:
+    """The group coordinator as the runtime's :class:`CoordinatorShard`."""
+
+    def __init__(self, coordinator: "GroupCoordinator") -> None:
+        self.coordinator = coordinator
+
+    def load_batches(self, partition: int, batches) -> int:
+        replay = _TxnReplay(partition)
+        n = self.coordinator._load_groups(partition, replay.records(batches), replay)
+        with self.coordinator._lock:
+            for pid, seq in replay.sequences.items():
+                self.coordinator._txn_sequences[(partition, pid)] = seq
+        return n
+
+    def unload(self, partition: int) -> None:
+        self.coordinator._unload_groups(partition)
+
+
 class GroupCoordinator:
     """See the module docstring. Public methods are thread-safe.
 
@@ -283,22 +333,17 @@ class GroupCoordinator:
         self.config = config
         self._metadata_image = metadata_image or (lambda: None)
         self.offsets_log = offsets_log
-        self._time_ms = time_ms or _wall_ms
-        timer_clock = time_ms or monotonic_ms
-        self._heartbeat_purgatory = DelayedOperationPurgatory(
-            "Heartbeat", SystemTimer("group-heartbeat", clock_ms=timer_clock), broker_id=broker_id,
-            reaper_enabled=reaper_enabled)
-        self._rebalance_purgatory = DelayedOperationPurgatory(
-            "Rebalance", SystemTimer("group-rebalance", clock_ms=timer_clock), broker_id=broker_id,
-            reaper_enabled=reaper_enabled)
+        self._runtime = CoordinatorRuntime(
+            "group-metadata", storage.OFFSETS_TOPIC, config.offsets_topic_num_partitions, offsets_log,
+            _GroupShard(self), time_ms=time_ms, reaper_enabled=reaper_enabled, broker_id=broker_id)
+        self._time_ms = self._runtime.time_ms
+        self._heartbeat_purgatory = self._runtime.new_purgatory("Heartbeat", "group-heartbeat")
+        self._rebalance_purgatory = self._runtime.new_purgatory("Rebalance", "group-rebalance")
         self._lock = threading.Lock()
         self._groups: dict[str, ClassicGroup] = {}
-        self._partitions: dict[int, str] = {}
-        self._active = False
-        self._loader: threading.Thread | None = None
-        self._load_queue: list[int] = []
-        self._load_cond = threading.Condition(self._lock)
         self._retention_task: _RetentionTask | None = None
+        #: (partition, producer id) -> (epoch, next sequence) of TxnOffsetCommit batches
+        self._txn_sequences: dict[tuple[int, int], tuple[int, int]] = {}
 
     # ==================================================================================
     # lifecycle and partitions
@@ -310,14 +355,14 @@ class GroupCoordinator:
 
     def is_serving(self, group_id: str) -> bool:
         """True if this coordinator owns the group's partition (loaded or loading)."""
-        return self._active and self.partition_for(group_id) in self._partitions
+        return self._runtime.owns(self.partition_for(group_id))
 
     def partition_for(self, group_id: str) -> int:
         return storage.partition_for(group_id, self.config.offsets_topic_num_partitions)
 
     @property
     def is_active(self) -> bool:
-        return self._active
+        return self._runtime.is_active
 
     def startup(self, partitions: Iterable[int] | None = None, *, background: bool = True,
                 enable_retention: bool = True) -> None:
@@ -326,66 +371,17 @@ class GroupCoordinator:
         ``background``: load on a loader thread (requests for a partition still
         loading get COORDINATOR_LOAD_IN_PROGRESS); else load before returning.
         """
-        if partitions is None:
-            partitions = range(self.config.offsets_topic_num_partitions)
-        self._active = True
-        parts = list(partitions)
-        if background:
-            with self._lock:
-                for p in parts:
-                    self._partitions[p] = _LOADING
-                self._load_queue.extend(parts)
-                if self._loader is None:
-                    self._loader = threading.Thread(target=self._load_loop, name="group-metadata-loader",
-                                                    daemon=True)
-                    self._loader.start()
-                self._load_cond.notify_all()
-        else:
-            for p in parts:
-                self.load_partition(p)
+        self._runtime.startup(partitions, background=background)
         if enable_retention:
             self._schedule_retention()
 
     def wait_loaded(self, timeout_s: float = 30.0) -> bool:
         """Block until no partition is loading (tests, start-up)."""
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            while any(s == _LOADING for s in self._partitions.values()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._load_cond.wait(min(left, 0.1))
-        return True
-
-    def _load_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._load_queue and self._active:
-                    self._load_cond.wait(0.5)
-                if not self._active:
-                    self._loader = None
-                    return
-                p = self._load_queue.pop(0)
-                if self._partitions.get(p) != _LOADING:
-                    continue
-            try:
-                self.load_partition(p)
-            except Exception:
-                log.exception("loading __consumer_offsets-%d failed", p)
-                with self._lock:
-                    self._partitions.pop(p, None)
-                    self._load_cond.notify_all()
+        return self._runtime.wait_loaded(timeout_s)
 
     def shutdown(self) -> None:
         """Unload everything (waiters get NOT_COORDINATOR), stop the timers. Idempotent."""
-        self._active = False
-        with self._lock:
-            self._load_cond.notify_all()
-            parts = list(self._partitions)
-        for p in parts:
-            self.unload_partition(p)
-        self._heartbeat_purgatory.shutdown()
-        self._rebalance_purgatory.shutdown()
+        self._runtime.shutdown()
 
     def load_partition(self, partition: int) -> int:
         """Replay ``__consumer_offsets-<partition>`` and serve its groups; returns groups loaded.
@@ -396,55 +392,69 @@ class GroupCoordinator:
         timeout); groups without metadata but with offsets come back as Empty
         simple groups.
         """
-        with self._lock:
-            self._partitions[partition] = _LOADING
-        now = self._time_ms()
+        return self._runtime.load_partition(partition)
+
+    def _load_groups(self, partition: int, records, txn: "_TxnReplay | None" = None) -> int:
+        """The runtime's load: replay the partition's records and install its groups.
+        ``txn``: the transactional offset commits (committed ones win by record offset as
+        any other commit; pending ones stay pending)."""
         offsets: dict[str, dict[tuple, tuple[OffsetAndMetadata, int]]] = {}
         metadata: dict[str, object] = {}
         consumer_groups: dict[str, ConsumerGroup] = {}
-        for batch in self.offsets_log.read_batches(partition):
-            if getattr(batch, "is_control", False):
+        for rec in records:
+            try:
+                parsed = storage.parse_record(rec.key, rec.value)
+            except Exception as e:
+                log.warning("__consumer_offsets-%d offset %d: unreadable record skipped (%s)",
+                            partition, rec.offset, e)
                 continue
-            for rec in batch:
-                try:
-                    parsed = storage.parse_record(rec.key, rec.value)
-                except Exception as e:
-                    log.warning("__consumer_offsets-%d offset %d: unreadable record skipped (%s)",
-                                partition, rec.offset, e)
-                    continue
-                if parsed.kind == "offset":
-                    k = parsed.key
-                    tp = (k.topic, k.partition)
+            if parsed.kind == "offset":
+                k = parsed.key
+                tp = (k.topic, k.partition)
+                if parsed.value is None:
+                    offsets.get(k.group, {}).pop(tp, None)
+                else:
+                    v = parsed.value
+                    offsets.setdefault(k.group, {})[tp] = (OffsetAndMetadata(
+                        v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp), rec.offset)
+            elif parsed.kind == "group":
+                if parsed.value is None:
+                    metadata.pop(parsed.key.group, None)
+                else:
+                    metadata[parsed.key.group] = parsed.value
+                    consumer_groups.pop(parsed.key.group, None)
+            elif parsed.kind == "consumer_group":
+                # KIP-848 records replay into the group exactly as a heartbeat applied them.
+                gid = parsed.key.group_id
+                cg = consumer_groups.get(gid)
+                if cg is None:
                     if parsed.value is None:
-                        offsets.get(k.group, {}).pop(tp, None)
-                    else:
-                        v = parsed.value
-                        offsets.setdefault(k.group, {})[tp] = (OffsetAndMetadata(
-                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp), rec.offset)
-                elif parsed.kind == "group":
-                    if parsed.value is None:
-                        metadata.pop(parsed.key.group, None)
-                    else:
-                        metadata[parsed.key.group] = parsed.value
-                        consumer_groups.pop(parsed.key.group, None)
-                elif parsed.kind == "consumer_group":
-                    # KIP-848 records replay into the group exactly as a heartbeat applied them.
-                    gid = parsed.key.group_id
-                    cg = consumer_groups.get(gid)
-                    if cg is None:
-                        if parsed.value is None:
-                            continue
-                        cg = consumer_groups[gid] = ConsumerGroup(gid)
-                        metadata.pop(gid, None)
-                    cg.replay(parsed)
-                    if cg.dead:
-                        del consumer_groups[gid]
+                        continue
+                    cg = consumer_groups[gid] = ConsumerGroup(gid)
+                    metadata.pop(gid, None)
+                cg.replay(parsed)
+                if cg.dead:
+                    del consumer_groups[gid]
+        pending_txn: dict[str, list] = {}
+        if txn is not None:
+            for rec in txn.committed:
+                parsed = self._parse_txn_offset(partition, rec)
+                if parsed is not None:
+                    gid, tp, om = parsed
+                    cur = offsets.get(gid, {}).get(tp)
+                    if cur is None or cur[1] <= rec.offset:
+                        offsets.setdefault(gid, {})[tp] = (om, rec.offset)
+            for pid, recs in txn.pending.items():
+                for rec in recs:
+                    parsed = self._parse_txn_offset(partition, rec)
+                    if parsed is not None:
+                        pending_txn.setdefault(parsed[0], []).append((pid, parsed[1], parsed[2], rec.offset))
         loaded = []
-        for gid in set(offsets) | set(metadata) | set(consumer_groups):
+        for gid in set(offsets) | set(metadata) | set(consumer_groups) | set(pending_txn):
             md = metadata.get(gid)
             cg = consumer_groups.get(gid)
             group_offsets = offsets.get(gid, {})
-            if md is None and cg is None and not group_offsets:
+            if md is None and cg is None and not group_offsets and gid not in pending_txn:
                 continue
             if cg is not None:
                 group = cg
@@ -453,6 +463,8 @@ class GroupCoordinator:
                                                                                                -1)
             for tp, (om, rec_off) in group_offsets.items():
                 group.offsets.put(tp, om, rec_off)
+            for pid, tp, om, rec_off in pending_txn.get(gid, ()):
+                group.offsets.put_txn(pid, tp, om, rec_off)
             loaded.append(group)
         with self._lock:
             for group in loaded:
@@ -461,8 +473,6 @@ class GroupCoordinator:
                     log.warning("group %s already in memory while loading partition %d; replaced",
                                 group.group_id, partition)
                 self._groups[group.group_id] = group
-            self._partitions[partition] = _ACTIVE
-            self._load_cond.notify_all()
         for group in loaded:
             with group.lock:
                 if isinstance(group, ConsumerGroup):
@@ -478,9 +488,21 @@ class GroupCoordinator:
                     self._complete_and_schedule_next_heartbeat_expiration(group, member)
                 if group.size() > self.config.group_max_size and group.can_rebalance():
                     self._prepare_rebalance(group, "group over capacity after loading")
-        log.log(logging.INFO if loaded else logging.DEBUG, "loaded %d groups from __consumer_offsets-%d in %d ms",
-                len(loaded), partition, self._time_ms() - now)
         return len(loaded)
+
+    @staticmethod
+    def _parse_txn_offset(partition: int, rec):
+        """(group, (topic, partition), OffsetAndMetadata) of a transactional offset record, or None."""
+        try:
+            parsed = storage.parse_record(rec.key, rec.value)
+        except Exception as e:
+            log.warning("__consumer_offsets-%d offset %d: unreadable record skipped (%s)", partition, rec.offset, e)
+            return None
+        if parsed.kind != "offset" or parsed.value is None:
+            return None
+        k, v = parsed.key, parsed.value
+        return k.group, (k.topic, k.partition), OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata,
+                                                                  v.commit_timestamp, v.expire_timestamp)
 
     def _group_from_record(self, group_id: str, md) -> ClassicGroup:
         state = GroupState.STABLE if md.members else GroupState.EMPTY
@@ -500,12 +522,16 @@ class GroupCoordinator:
 
     def unload_partition(self, partition: int) -> None:
         """Stop serving the partition's groups (Kafka's onGroupUnloaded for each)."""
+        self._runtime.unload_partition(partition)
+
+    def _unload_groups(self, partition: int) -> None:
+        """The runtime's unload: drop the partition's groups, answer their waiters NOT_COORDINATOR."""
         with self._lock:
-            self._partitions.pop(partition, None)
+            for key in [k for k in self._txn_sequences if k[0] == partition]:
+                del self._txn_sequences[key]
             groups = [g for gid, g in self._groups.items() if self.partition_for(gid) == partition]
             for g in groups:
                 del self._groups[g.group_id]
-            self._load_cond.notify_all()
         for group in groups:
             with group.lock:
                 if isinstance(group, ConsumerGroup):
@@ -527,11 +553,7 @@ class GroupCoordinator:
 
     def advance_timers(self) -> None:
         """Run every timer task due by the clock (tests with ``reaper_enabled=False``)."""
-        for _ in range(100):
-            ran = self._heartbeat_purgatory.timer.advance_clock(0)
-            ran = self._rebalance_purgatory.timer.advance_clock(0) or ran
-            if not ran:
-                return
+        self._runtime.advance_timers()
 
     # ==================================================================================
     # lookup helpers
@@ -540,14 +562,7 @@ class GroupCoordinator:
     def _validate_group_status(self, group_id: str | None, api: str) -> ErrorCode | None:
         if group_id is None or (not group_id and api not in _EMPTY_GROUP_ID_OK):
             return E.INVALID_GROUP_ID
-        if not self._active:
-            return E.COORDINATOR_NOT_AVAILABLE
-        state = self._partitions.get(self.partition_for(group_id))
-        if state == _LOADING:
-            return E.COORDINATOR_LOAD_IN_PROGRESS
-        if state != _ACTIVE:
-            return E.NOT_COORDINATOR
-        return None
+        return self._runtime.partition_error(self.partition_for(group_id))
 
     def _get_group(self, group_id: str) -> ClassicGroup | None:
         with self._lock:
@@ -1107,13 +1122,7 @@ class GroupCoordinator:
     # ==================================================================================
 
     def _append(self, group_id: str, kvs: list, callback: Callable[[int, int], None]) -> None:
-        partition = self.partition_for(group_id)
-        try:
-            batch = storage.encode_records(kvs, self._time_ms())
-            self.offsets_log.append(partition, batch, callback)
-        except Exception:
-            log.exception("append to __consumer_offsets-%d failed", partition)
-            callback(int(E.UNKNOWN_SERVER_ERROR), -1)
+        self._runtime.append(self.partition_for(group_id), kvs, callback)
 
     def _group_record(self, group: ClassicGroup, assignment: dict[str, bytes]):
         members = []
@@ -1202,8 +1211,11 @@ class GroupCoordinator:
         return None
 
     def _store_offsets(self, group: ClassicGroup, offsets: dict[tuple, OffsetAndMetadata],
-                       callback: Callable[[dict[tuple, ErrorCode]], None]) -> None:
-        """Group lock held. Append the commits; apply them and answer once written."""
+                       callback: Callable[[dict[tuple, ErrorCode]], None],
+                       producer: tuple[int, int] | None = None) -> None:
+        """Group lock held. Append the commits; apply them and answer once written.
+        ``producer`` (producer id, epoch): a TxnOffsetCommit, written as that producer's
+        transactional batch and pending until the transaction's marker."""
         errors: dict[tuple, ErrorCode] = {}
         valid: list[tuple[tuple, OffsetAndMetadata]] = []
         max_md = self.config.offset_metadata_max_bytes
@@ -1219,6 +1231,9 @@ class GroupCoordinator:
                                             om.metadata or "", om.commit_timestamp_ms, om.expire_timestamp_ms)
                for tp, om in valid]
         group.offsets.prepare(tp for tp, _ in valid)
+        batch_fields = {}
+        if producer is not None:
+            batch_fields = self._txn_batch_fields(self.partition_for(group.group_id), *producer, len(kvs))
 
         def on_append(code: int, base_offset: int) -> None:
             with group.lock:
@@ -1226,18 +1241,98 @@ class GroupCoordinator:
                     for i, (tp, om) in enumerate(valid):
                         if group.is_state(GroupState.DEAD):
                             group.offsets.fail(tp)
+                        elif producer is not None:
+                            group.offsets.fail(tp)  # no longer in flight: pending on the transaction
+                            group.offsets.put_txn(producer[0], tp, om, base_offset + i)
                         else:
                             group.offsets.complete(tp, om, base_offset + i)
                     result = NONE
                 else:
                     for tp, _ in valid:
                         group.offsets.fail(tp)
+                    if producer is not None:
+                        with self._lock:
+                            self._txn_sequences.pop((self.partition_for(group.group_id), producer[0]), None)
                     result = _append_error_for_offsets(code)
                 for tp, _ in valid:
                     errors[tp] = result
             callback(errors)
 
-        self._append(group.group_id, kvs, on_append)
+        self._runtime.append(self.partition_for(group.group_id), kvs, on_append, **batch_fields)
+
+    def _txn_batch_fields(self, partition: int, producer_id: int, producer_epoch: int, count: int) -> dict:
+        """The producer fields of a TxnOffsetCommit batch. Its sequence continues the
+        producer's earlier batches in this transaction (the partition's leader checks
+        sequences of producer batches); a new epoch or transaction starts at 0."""
+        with self._lock:
+            epoch, seq = self._txn_sequences.get((partition, producer_id), (producer_epoch, 0))
+            if epoch != producer_epoch:
+                seq = 0
+            self._txn_sequences[(partition, producer_id)] = (producer_epoch, (seq + count) & 0x7FFFFFFF)
+        return {"producer_id": producer_id, "producer_epoch": producer_epoch, "base_sequence": seq,
+                "transactional": True}
+
+    # ==================================================================================
+    # TxnOffsetCommit and the end of transactions
+    # ==================================================================================
+
+    def commit_transactional_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+                                     group_instance_id: str | None, generation_id: int,
+                                     offsets: dict[tuple, OffsetAndMetadata],
+                                     callback: Callable[[dict[tuple, ErrorCode]], None]) -> None:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): write the offsets as the
+        producer's transactional batch; they become visible when the transaction's COMMIT
+        marker reaches the group's partition (:meth:`on_transaction_completed`)."""
+        def fail(err: ErrorCode) -> None:
+            callback({tp: err for tp in offsets})
+
+        err = self._validate_group_status(group_id, "txn_offset_commit")
+        if err is not None:
+            return fail(err)
+        group = self._get_or_create_group(group_id, create=True)
+        with group.lock:
+            if isinstance(group, ConsumerGroup):
+                err = self._validate_consumer_offset_commit(group, member_id, group_instance_id, generation_id, 9)
+                if err == E.STALE_MEMBER_EPOCH:
+                    err = E.ILLEGAL_GENERATION  # a transactional commit's answer (ConsumerGroup 3.9)
+            else:
+                err = self._validate_txn_offset_commit(group, member_id, group_instance_id, generation_id)
+            if err is not None:
+                return fail(err)
+            self._store_offsets(group, offsets, callback, producer=(producer_id, producer_epoch))
+
+    @staticmethod
+    def _validate_txn_offset_commit(group: ClassicGroup, member_id: str, group_instance_id: str | None,
+                                    generation_id: int) -> ErrorCode | None:
+        """validateOffsetCommit with isTransactional: no member needed for a non-empty group."""
+        if group.is_state(GroupState.DEAD):
+            return E.COORDINATOR_NOT_AVAILABLE
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            if group_instance_id is not None:
+                current = group.static_member_id(group_instance_id)
+                if current is not None and current != member_id:
+                    return E.FENCED_INSTANCE_ID
+            if not group.has(member_id):
+                return E.UNKNOWN_MEMBER_ID
+            if generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+        return None
+
+    def on_transaction_completed(self, producer_id: int, partitions: Iterable[tuple], is_commit: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` was written to these ``__consumer_offsets``
+        partitions: its pending transactional offsets there become committed or are
+        dropped (Kafka's onTransactionCompleted). Called by the WriteTxnMarkers handler."""
+        parts = {p for t, p in partitions if t == storage.OFFSETS_TOPIC}
+        with self._lock:
+            for p in parts:
+                self._txn_sequences.pop((p, producer_id), None)
+            groups = [g for gid, g in self._groups.items() if self.partition_for(gid) in parts]
+        for group in groups:
+            with group.lock:
+                if producer_id in group.offsets.pending_txn:
+                    n = group.offsets.complete_txn(producer_id, is_commit)
+                    log.debug("[GroupId %s] %s %d transactional offsets of producer %d", group.group_id,
+                              "committed" if is_commit else "aborted", n, producer_id)
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple] | None, require_stable: bool = False
                       ) -> tuple[ErrorCode, dict[tuple, OffsetFetchPartition]]:
@@ -1344,12 +1439,12 @@ class GroupCoordinator:
     def list_groups(self, states_filter: Iterable[str] = (), types_filter: Iterable[str] = ()
                     ) -> tuple[ErrorCode, list[ListedGroup]]:
         """Groups served here; filters are case-insensitive (empty: all)."""
-        if not self._active:
+        if not self._runtime.is_active:
             return E.COORDINATOR_NOT_AVAILABLE, []
         states = {s.lower() for s in states_filter}
         types = {t.lower() for t in types_filter}
+        loading = self._runtime.any_loading()
         with self._lock:
-            loading = any(s == _LOADING for s in self._partitions.values())
             groups = list(self._groups.values())
         out = []
         for g in groups:
@@ -1433,7 +1528,7 @@ class GroupCoordinator:
     # ==================================================================================
 
     def _schedule_retention(self) -> None:
-        if not self._active:
+        if not self._runtime.is_active:
             return
         task = _RetentionTask(self, self.config.offsets_retention_check_interval_ms)
         self._retention_task = task
@@ -1785,13 +1880,15 @@ def build_group_coordinator(broker) -> GroupCoordinator:
         "compression.type": "producer",
         "segment.bytes": str(broker.config["offsets.topic.segment.bytes"]),
     }
-    topic = broker.topic_manager.create_internal(storage.OFFSETS_TOPIC, cfg.offsets_topic_num_partitions,
-                                                 topic_configs)
-    if topic.num_partitions != cfg.offsets_topic_num_partitions:
+    # a KRaft broker: created through the controller on first FindCoordinator, loaded per partition led
+    on_demand = getattr(broker, "offsets_topic_on_demand", False)
+    topic = broker.metadata.image.topics.get(storage.OFFSETS_TOPIC) if on_demand else \
+        broker.topic_manager.create_internal(storage.OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, topic_configs)
+    if topic is not None and topic.num_partitions != cfg.offsets_topic_num_partitions:
         # The topic outlives the setting (Kafka: the existing topic wins).
         cfg = GroupConfig(**{**cfg.__dict__, "offsets_topic_num_partitions": topic.num_partitions})
     offsets_log = storage.ReplicaOffsetsLog(broker.replica_manager, broker.config["offsets.commit.timeout.ms"])
     coordinator = GroupCoordinator(cfg, offsets_log, broker_id=broker.node_id,
                                    metadata_image=lambda: broker.metadata.image)
-    coordinator.startup(range(cfg.offsets_topic_num_partitions), background=True)
+    coordinator.startup(() if on_demand else range(cfg.offsets_topic_num_partitions), background=True)
     return coordinator

@@ -47,27 +47,44 @@ class OffsetStore:
 
     ``pending`` counts in-flight commits per partition (for OffsetFetch
     ``require_stable`` → UNSTABLE_OFFSET_COMMIT, and to keep retention from
-    expiring what is being rewritten).
+    expiring what is being rewritten). ``pending_txn``: TxnOffsetCommit offsets
+    written but not yet visible, by producer id, until the transaction's COMMIT
+    marker (:meth:`complete_txn`) or ABORT marker (Kafka's
+    ``pendingTransactionalOffsetCommits``); they count as pending too.
     """
 
-    __slots__ = ("committed", "pending")
+    __slots__ = ("committed", "pending", "pending_txn")
 
     def __init__(self) -> None:
         self.committed: dict[TopicPartition, CommittedOffset] = {}
         self.pending: dict[TopicPartition, int] = {}
+        self.pending_txn: dict[int, dict[TopicPartition, CommittedOffset]] = {}
 
     def __len__(self) -> int:
         return len(self.committed)
 
     def has_offsets(self) -> bool:
-        return bool(self.committed) or bool(self.pending)
+        return bool(self.committed) or bool(self.pending) or bool(self.pending_txn)
 
     def get(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         c = self.committed.get(tp)
         return c.offset if c is not None else None
 
     def has_pending(self, tp: TopicPartition) -> bool:
-        return self.pending.get(tp, 0) > 0
+        return self.pending.get(tp, 0) > 0 or any(tp in d for d in self.pending_txn.values())
+
+    def put_txn(self, producer_id: int, tp: TopicPartition, offset: OffsetAndMetadata, record_offset: int) -> None:
+        """A transactional commit was written at ``record_offset``: pending until its marker."""
+        self.pending_txn.setdefault(producer_id, {})[tp] = CommittedOffset(offset, record_offset)
+
+    def complete_txn(self, producer_id: int, commit: bool) -> int:
+        """The producer's transaction ended: its offsets become committed (the higher record
+        offset still wins) or are dropped. Returns how many it had."""
+        pending = self.pending_txn.pop(producer_id, {})
+        if commit:
+            for tp, c in pending.items():
+                self.put(tp, c.offset, c.record_offset)
+        return len(pending)
 
     def prepare(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:

@@ -35,15 +35,16 @@ decodes it and vice versa.
 :class:`OffsetsLog` is the seam to the broker: appends go to one
 ``__consumer_offsets`` partition with acks=all and report back through a
 callback (possibly later, from another thread); ``read_batches`` replays a
-partition at load time. :class:`InMemoryOffsetsLog` (tests; with failure and
-delay injection) and :class:`LogOffsetsLog` (a real ``kbroker.log.Log`` per
-partition) implement it.
+partition at load time. It is the coordinator runtime's :class:`CoordinatorLog`
+(:mod:`kbroker.coordinator.runtime`); :class:`InMemoryOffsetsLog` (tests; with
+failure and delay injection), :class:`LogOffsetsLog` (a real ``kbroker.log.Log``
+per partition) and :class:`ReplicaOffsetsLog` are its implementations under the
+names the group coordinator always used.
 """
 from __future__ import annotations
 
 import struct
-import threading
-from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
+from typing import Iterable, NamedTuple
 
 from kbroker.coordinator.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -63,9 +64,8 @@ from kbroker.coordinator.records import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
+from kbroker.coordinator import runtime as _runtime
 from kbroker.coordinator.records.group_metadata import MemberMetadata as MemberMetadataRecord
-from kbroker.kernels import records as _records
-from kbroker.protocol import ErrorCode
 
 __all__ = [
     "OFFSETS_TOPIC", "OffsetsLog", "InMemoryOffsetsLog", "LogOffsetsLog", "ParsedRecord",
@@ -93,19 +93,12 @@ GROUP_METADATA_VALUE_VERSION = 3
 
 # -- partitioning ---------------------------------------------------------------------
 
-def java_string_hashcode(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, int32 wrap-around)."""
-    h = 0
-    data = s.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
+java_string_hashcode = _runtime.java_string_hashcode
 
 
 def partition_for(group_id: str, num_partitions: int) -> int:
     """``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`` (abs(MIN_VALUE) = 0)."""
-    h = java_string_hashcode(group_id)
-    return (0 if h == -0x80000000 else abs(h)) % num_partitions
+    return _runtime.partition_for(group_id, num_partitions)
 
 
 # -- records ----------------------------------------------------------------------------
@@ -288,181 +281,21 @@ def consumer_group_current_assignment_tombstone(group_id: str, member_id: str) -
     return _cg(8, ConsumerGroupCurrentMemberAssignmentKey(group_id=group_id, member_id=member_id), None)
 
 
-def encode_records(kvs: Iterable[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
-    """One uncompressed v2 batch (base offset 0; the log assigns offsets)."""
-    return _records.encode_batch([(timestamp_ms, k, v, ()) for k, v in kvs])
+encode_records = _runtime.encode_records
 
 
 # -- the log ------------------------------------------------------------------------------
+# The log seam is the coordinator runtime's (kbroker.coordinator.runtime); these are its
+# __consumer_offsets names.
 
-AppendCallback = Callable[[int, int], None]  # (error_code, base_offset)
-
-
-class OffsetsLog(Protocol):
-    """What the coordinator needs from the broker's ``__consumer_offsets`` partitions.
-
-    ``append``: append ``batch`` (one v2 batch, offsets unassigned) to the
-    partition with acks=all semantics and call ``callback(error_code,
-    base_offset)`` exactly once when it is durable (or failed; base_offset
-    -1), possibly before returning, possibly later on another thread.
-    ``read_batches``: the partition's batches from its log start to its end,
-    decoded (objects iterable over records with ``offset``/``key``/``value``).
-    """
-
-    def append(self, partition: int, batch: bytes, callback: AppendCallback) -> None: ...
-
-    def read_batches(self, partition: int) -> Iterable: ...
+AppendCallback = _runtime.AppendCallback
+OffsetsLog = _runtime.CoordinatorLog
+InMemoryOffsetsLog = _runtime.InMemoryCoordinatorLog
+LogOffsetsLog = _runtime.LogCoordinatorLog
 
 
-class InMemoryOffsetsLog:
-    """An :class:`OffsetsLog` in memory, for tests.
-
-    Thread-safe (one lock). ``fail_appends(code, n)`` makes the next ``n``
-    appends fail with ``code``; ``hold_callbacks(True)`` queues callbacks
-    until ``release_callbacks()`` (an acks=all append still in flight).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._batches: dict[int, list[bytes]] = {}
-        self._next_offset: dict[int, int] = {}
-        self._fail: list[int] = []
-        self._hold = False
-        self._held: list[tuple[AppendCallback, int, int]] = []
-        self.appends = 0
-
-    def fail_appends(self, error_code: int, n: int = 1) -> None:
-        with self._lock:
-            self._fail.extend([int(error_code)] * n)
-
-    def hold_callbacks(self, hold: bool = True) -> None:
-        with self._lock:
-            self._hold = hold
-
-    def release_callbacks(self) -> int:
-        with self._lock:
-            held, self._held = self._held, []
-        for cb, err, off in held:
-            cb(err, off)
-        return len(held)
-
-    def append(self, partition: int, batch: bytes, callback: AppendCallback) -> None:
-        with self._lock:
-            self.appends += 1
-            if self._fail:
-                err, off = self._fail.pop(0), -1
-            else:
-                base = self._next_offset.get(partition, 0)
-                buf = bytearray(batch)
-                _records.set_base_offset(buf, 0, base)
-                decoded = _records.decode_batches(buf)
-                self._next_offset[partition] = decoded[-1].next_offset
-                self._batches.setdefault(partition, []).append(bytes(buf))
-                err, off = int(ErrorCode.NONE), base
-            if self._hold:
-                self._held.append((callback, err, off))
-                return
-        callback(err, off)
-
-    def read_batches(self, partition: int) -> Iterator:
-        with self._lock:
-            raw = list(self._batches.get(partition, ()))
-        for buf in raw:
-            yield from _records.decode_batches(buf)
-
-    def partitions(self) -> list[int]:
-        with self._lock:
-            return sorted(self._batches)
-
-    def record_count(self, partition: int) -> int:
-        return sum(len(b) for b in self.read_batches(partition))
-
-
-class LogOffsetsLog:
-    """An :class:`OffsetsLog` over real ``kbroker.log.Log`` objects, appending inline.
-
-    ``log_for(partition)`` returns the open ``Log`` of ``__consumer_offsets-<partition>``
-    (the broker creates it). Single node: a leader append is acks=all once it is
-    in the log (fsynced first when the log is configured so), and the high
-    watermark moves with it. The callback runs before ``append`` returns.
-    """
-
-    READ_CHUNK_BYTES = 1 << 20
-
-    def __init__(self, log_for: Callable[[int], object]) -> None:
-        self._log_for = log_for
-
-    def append(self, partition: int, batch: bytes, callback: AppendCallback) -> None:
-        from kbroker.log import KafkaStorageError, RecordBatchTooLargeError, RecordTooLargeError
-        try:
-            log = self._log_for(partition)
-            info = log.append_as_leader(bytearray(batch))
-            log.maybe_increment_high_watermark(log.log_end_offset_metadata)
-        except (RecordTooLargeError, RecordBatchTooLargeError):
-            callback(int(ErrorCode.RECORD_LIST_TOO_LARGE), -1)
-            return
-        except KafkaStorageError:
-            callback(int(ErrorCode.KAFKA_STORAGE_ERROR), -1)
-            return
-        except Exception:
-            callback(int(ErrorCode.UNKNOWN_SERVER_ERROR), -1)
-            return
-        callback(int(ErrorCode.NONE), info.first_offset)
-
-    def read_batches(self, partition: int) -> Iterator:
-        log = self._log_for(partition)
-        offset = log.log_start_offset
-        end = log.log_end_offset
-        while offset < end:
-            info = log.read(offset, self.READ_CHUNK_BYTES, None, True)
-            recs = info.records
-            data = recs.read_bytes() if hasattr(recs, "read_bytes") else bytes(recs)
-            if not data:
-                break
-            batches = _records.decode_batches(data)
-            if not batches:
-                break
-            for b in batches:
-                if b.next_offset > offset:  # the first batch may start before ``offset``
-                    yield b
-            offset = batches[-1].next_offset
-
-
-class ReplicaOffsetsLog:
-    """An :class:`OffsetsLog` through the broker's ReplicaManager (the production path).
-
-    Appends go through ``replica_manager.append_records`` with acks=all and
-    ``internal_topics_allowed`` (so the high watermark, the produce and fetch
-    purgatories and append listeners all see them); reads come straight from
-    the partition's log. ``timeout_ms``: offsets.commit.timeout.ms.
-    """
+class ReplicaOffsetsLog(_runtime.ReplicaCoordinatorLog):
+    """The runtime's ReplicaCoordinatorLog over ``__consumer_offsets``."""
 
     def __init__(self, replica_manager, timeout_ms: int = 5000) -> None:
-        self._rm = replica_manager
-        self._timeout_ms = timeout_ms
-        self._reader = LogOffsetsLog(self._log_for)
-
-    def _log_for(self, partition: int):
-        part = self._rm.get_partition((OFFSETS_TOPIC, partition))
-        if part is None:
-            raise KeyError(f"{OFFSETS_TOPIC}-{partition} is not hosted here")
-        return part.log
-
-    def append(self, partition: int, batch: bytes, callback: AppendCallback) -> None:
-        tp = (OFFSETS_TOPIC, partition)
-
-        def respond(results) -> None:
-            r = results.get(tp)
-            if r is None:
-                callback(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), -1)
-            else:
-                err = int(r.error)
-                callback(err, r.base_offset if err == 0 else -1)
-
-        self._rm.append_records(self._timeout_ms, -1, {tp: bytearray(batch)}, respond,
-                                internal_topics_allowed=True)
-
-    def read_batches(self, partition: int) -> Iterator:
-        if self._rm.get_partition((OFFSETS_TOPIC, partition)) is None:
-            return iter(())
-        return self._reader.read_batches(partition)
+        super().__init__(replica_manager, OFFSETS_TOPIC, timeout_ms)

@@ -34,12 +34,13 @@ def handle_describe_cluster(broker, ctx, req) -> None:
         resp.error_code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
         resp.error_message = "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER"
     else:
-        host, port = broker.advertised_endpoint
-        resp.brokers = [DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port,
-                                              rack=broker.config["broker.rack"])]
+        view = broker.metadata_cache
+        alive = view.alive_brokers(getattr(ctx.request, "listener_name", None))
+        resp.brokers = [DescribeClusterBroker(broker_id=i, host=host, port=port, rack=rack)
+                        for i, host, port, rack in alive]
         # Kafka's brokers name a random live broker as "controller" (clients cannot reach the
         # KRaft quorum); on one node that is this node, which is also the controller
-        resp.controller_id = broker.node_id
+        resp.controller_id = view.controller_id(alive)
         if req.include_cluster_authorized_operations:
             resp.cluster_authorized_operations = CLUSTER_OPERATIONS
         else:

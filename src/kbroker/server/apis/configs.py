@@ -257,7 +257,7 @@ def _validate_topic_overrides(broker, topic: str, configs: dict[str, str]) -> No
         raise ConfigApiError(ErrorCode.INVALID_CONFIG,
                              "Null value not supported for topic configs: " + ",".join(nulls))
     try:
-        validate_topic_configs(dict(configs))
+        validate_topic_configs(dict(configs), schema_registry=bool(broker.config["kbroker.schema.registry.url"]))
         broker.log_manager.default_config.with_overrides(configs)
     except TopicError as e:
         raise ConfigApiError(e.code, e.message) from None

@@ -29,8 +29,8 @@ INVALID_LOW_WATERMARK = -1
 def delete_records(broker, topic: str, partition: int, offset: int) -> tuple[int, int]:
     """(error_code, low_watermark) for one partition."""
     part = broker.replica_manager.get_partition((topic, partition))
-    if part is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, INVALID_LOW_WATERMARK
+    if part is None or not part.is_leader:
+        return broker.replica_manager.partition_error((topic, partition)), INVALID_LOW_WATERMARK
     lg = part.log
     if not lg.config.delete:
         return ErrorCode.POLICY_VIOLATION, INVALID_LOW_WATERMARK

@@ -1,11 +1,15 @@
 """Fetch: full and incremental (KIP-227) fetches, long polling in the fetch purgatory,
-record data sent as FileRegions (sendfile, zero copy)."""
+record data sent as FileRegions (sendfile, zero copy). ``isolation_level=1``
+(read_committed): records below the last stable offset only, with the aborted
+transactions (producer id, first offset) that overlap them, from the ``.txnindex``."""
 from __future__ import annotations
 
 from collections import OrderedDict
 
 from kbroker.protocol import ApiKey, ErrorCode
-from kbroker.protocol.messages.fetch import FetchableTopicResponse, FetchResponse, PartitionData
+from kbroker.protocol.messages.fetch import (
+    AbortedTransaction, FetchableTopicResponse, FetchResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+)
 from kbroker.server.apis import ApiHandler
 from kbroker.server.delayed import FetchPartitionStatus
 from kbroker.server.fetch_session import CachedPartition, FetchSessionError
@@ -25,6 +29,19 @@ def _topic_id_error(image, cp: CachedPartition) -> int:
     if t.topic_id != cp.topic_id:
         return ErrorCode.INCONSISTENT_TOPIC_ID
     return ErrorCode.NONE
+
+
+def _current_leader(broker, ctx, tp, pd, node_endpoints, v: int) -> None:
+    """KIP-951: name the partition's leader in a NOT_LEADER_OR_FOLLOWER answer (v12+), and
+    its endpoint (v16+)."""
+    leader = broker.metadata_cache.leader_of(tp[0], tp[1])
+    if leader is None or leader[0] < 0:
+        return
+    pd.current_leader = LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    if v >= 16 and leader[0] not in node_endpoints:
+        ep = broker.metadata_cache.endpoint(leader[0], getattr(ctx.request, "listener_name", None))
+        if ep is not None:
+            node_endpoints[leader[0]] = NodeEndpoint(node_id=leader[0], host=ep[0], port=ep[1], rack=None)
 
 
 def handle_fetch(broker, ctx, req) -> None:
@@ -80,23 +97,32 @@ def handle_fetch(broker, ctx, req) -> None:
 
     def respond(results: dict) -> None:
         topics: "OrderedDict[object, list]" = OrderedDict()  # topic id (v13+) or name -> partitions
+        node_endpoints: dict = {}
         for key, cp in fetch_list:
             r = erroneous.get(key) or results[(cp.topic, key[1])]
             has_records = _region_size(r.records) > 0
             if not fctx.include(key, cp, r.error, r.high_watermark, r.last_stable_offset,
                                 r.log_start_offset, has_records):
                 continue
-            topics.setdefault(key[0], []).append(PartitionData(
+            pd = PartitionData(
                 partition_index=key[1], error_code=r.error, high_watermark=r.high_watermark,
                 last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                aborted_transactions=None if isolation == 0 else [],
-                preferred_read_replica=-1, records=r.records if has_records else b""))
+                aborted_transactions=None if isolation == 0 else [
+                    AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in (r.aborted_transactions or ())],
+                preferred_read_replica=-1, records=r.records if has_records else b"")
+            if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 12:
+                _current_leader(broker, ctx, (cp.topic, key[1]), pd, node_endpoints, v)
+            topics.setdefault(key[0], []).append(pd)
         if uses_topic_ids:
             responses = [FetchableTopicResponse(topic_id=tid, partitions=parts) for tid, parts in topics.items()]
         else:
             responses = [FetchableTopicResponse(topic=name, partitions=parts) for name, parts in topics.items()]
-        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
-                                  session_id=fctx.session_id, responses=responses))
+        resp = FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
+                             session_id=fctx.session_id, responses=responses)
+        if node_endpoints:
+            resp.node_endpoints = list(node_endpoints.values())
+        ctx.respond(resp)
 
     broker.replica_manager.fetch_messages(req.max_wait_ms, req.min_bytes, max_bytes, isolation, infos, respond,
                                           replica_id)

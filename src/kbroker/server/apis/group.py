@@ -9,8 +9,11 @@ call → response, per-version field rules). The logic is in
 What the handlers need from ``broker``:
 
 * ``broker.group_coordinator``: the :class:`GroupCoordinator` (started).
-* ``broker.node``: ``(node_id, host, port)`` of this node on the listener clients use
-  (FindCoordinator's answer).
+* ``broker.endpoint(listener_name)``: ``(host, port)`` of this node on the listener the
+  request came in on (FindCoordinator's answer when this node coordinates the key); otherwise
+  ``broker.metadata_cache`` names the leader of the group's ``__consumer_offsets``
+  partition (a KRaft broker, which asks ``broker.topic_manager.create_offsets_topic()``
+  when that topic does not exist yet).
 * ``broker.metadata.image.topics``: ``name → TopicImage`` with ``num_partitions``
   (OffsetCommit / OffsetDelete answer UNKNOWN_TOPIC_OR_PARTITION for partitions
   that do not exist, as KafkaApis does against its metadata cache), and
@@ -51,6 +54,7 @@ from kbroker.protocol.messages.sync_group import SyncGroupResponse
 from kbroker.server.apis import ApiHandler
 
 E = ErrorCode
+OFFSETS_TOPIC = "__consumer_offsets"
 
 COORDINATOR_TYPE_GROUP = 0
 COORDINATOR_TYPE_TRANSACTION = 1
@@ -70,16 +74,34 @@ def _partition_exists(broker, topic: str, partition: int) -> bool:
 
 # -- FindCoordinator ------------------------------------------------------------------------
 
-def _find(broker, key: str, key_type: int) -> tuple[ErrorCode, int, str, int]:
+def _find(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, int]:
     coordinator = broker.group_coordinator
     if key_type == COORDINATOR_TYPE_TRANSACTION:
-        # No transaction coordinator yet. A retriable COORDINATOR_NOT_AVAILABLE would make
-        # transactional clients retry until their timeout (aiokafka's start() never returns);
-        # this fatal code makes them fail at once with a clear error.
-        return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
+        coordinator = getattr(broker, "transaction_coordinator", None)
+        if coordinator is None:
+            # A broker without a transaction coordinator. A retriable COORDINATOR_NOT_AVAILABLE
+            # would make transactional clients retry until their timeout (aiokafka's start()
+            # never returns); this fatal code makes them fail at once with a clear error.
+            return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
+        if coordinator.is_serving(key):
+            host, port = broker.endpoint(getattr(ctx.request, "listener_name", None))
+            return E.NONE, broker.node_id, host, port
+        return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_serving(key):
-        node_id, host, port = broker.node
-        return E.NONE, node_id, host, port
+        host, port = broker.endpoint(getattr(ctx.request, "listener_name", None))
+        return E.NONE, broker.node_id, host, port
+    if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_active:
+        # the leader of the group's __consumer_offsets partition coordinates it (KRaft: another broker)
+        view = broker.metadata_cache
+        leader = view.leader_of(OFFSETS_TOPIC, coordinator.partition_for(key))
+        if leader is None:
+            create = getattr(broker.topic_manager, "create_offsets_topic", None)
+            if create is not None:
+                create()   # through the controller; clients retry COORDINATOR_NOT_AVAILABLE
+        elif leader[0] >= 0 and leader[0] != broker.node_id:
+            ep = view.endpoint(leader[0], getattr(ctx.request, "listener_name", None))
+            if ep is not None:
+                return E.NONE, leader[0], ep[0], ep[1]
     return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
 
 
@@ -88,13 +110,13 @@ def handle_find_coordinator(broker, ctx, req) -> None:
     key_type = req.key_type if v >= 1 else COORDINATOR_TYPE_GROUP
     invalid = key_type not in (COORDINATOR_TYPE_GROUP, COORDINATOR_TYPE_TRANSACTION)
     if v < 4:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type, ctx)
         ctx.respond(FindCoordinatorResponse(error_code=err, error_message=_message(err), node_id=node_id,
                                             host=host, port=port))
         return
     coordinators = []
     for key in req.coordinator_keys:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type, ctx)
         coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=err,
                                         error_message=_message(err)))
     ctx.respond(FindCoordinatorResponse(coordinators=coordinators))

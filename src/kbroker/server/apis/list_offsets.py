@@ -46,8 +46,8 @@ def handle_list_offsets(broker, ctx, req) -> None:
                 continue
             part = rm.get_partition(tp)
             ts = p.timestamp
-            if part is None:
-                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if part is None or not part.is_leader:
+                r.error_code = rm.partition_error(tp)
             elif ts < -5 or (ts in _MIN_VERSION and v < _MIN_VERSION[ts]):
                 r.error_code = ErrorCode.UNSUPPORTED_VERSION
             else:
@@ -58,7 +58,12 @@ def handle_list_offsets(broker, ctx, req) -> None:
                     lg = part.log
                     # consumers see up to the high watermark (LSO for read_committed, equal to it
                     # without transactions); other replica ids up to the log end offset
-                    last_fetchable = lg.high_watermark if req.replica_id < 0 else None
+                    if req.replica_id >= 0:
+                        last_fetchable = None
+                    elif v >= 2 and req.isolation_level == 1:
+                        last_fetchable = lg.last_stable_offset
+                    else:
+                        last_fetchable = lg.high_watermark
                     if ts == LATEST and last_fetchable is not None:
                         r.offset = last_fetchable
                         r.leader_epoch = part.leader_epoch if v >= 4 else -1

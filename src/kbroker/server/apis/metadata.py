@@ -38,37 +38,44 @@ class TopicMetadataCache:
     encodes only what changed since the last one.
 
     An entry is valid while the topic's TopicImage is the same object (images are
-    replaced, never mutated) and so are its Partition objects (the ReplicaManager
-    replaces its partitions map on every change and never mutates a Partition's
-    leader epoch or replicas). Checking the partitions costs one dict lookup per
-    partition only when the map object changed. Thread-safety: entries are replaced
-    whole; a race encodes a topic twice, never serves a wrong one.
+    replaced, never mutated), so are its partition states (``metadata_cache.
+    partition_states``: the ReplicaManager's Partition objects, or the KRaft image's
+    registrations, never mutated) and so is the view's ``cluster_token`` (alive brokers).
+    Comparing the states costs one lookup per partition only when the view's
+    ``states_token`` (the partitions map, or the KRaft topic) changed.
+    Thread-safety: entries are replaced whole; a race encodes a topic twice, never serves
+    a wrong one.
     """
 
     def __init__(self):
-        self._entries: dict[str, tuple] = {}   # name -> (image, partitions map, parts, {key: bytes})
+        #: name -> (TopicImage, states token, partition states, {(version, ops): bytes}, cluster token)
+        self._entries: dict[str, tuple] = {}
 
-    def get(self, broker, t, v: int, include_ops: bool):
-        rm = broker.replica_manager
-        pmap = rm.partitions
+    def get(self, broker, t, v: int, include_ops: bool, view=None, cluster=None):
+        """``t``'s entry encoded at ``v``; ``view`` / ``cluster``: the broker's metadata_cache
+        and its cluster_token, when the caller read them once for many topics."""
+        if view is None:
+            view = broker.metadata_cache
+            cluster = view.cluster_token
+        token = view.states_token(t)
         key = (v, include_ops)
         e = self._entries.get(t.name)
-        if e is not None and e[0] is t:
-            if e[1] is not pmap:
-                parts = [pmap.get((t.name, p)) for p in range(t.num_partitions)]
-                if len(parts) != len(e[2]) or any(a is not b for a, b in zip(parts, e[2])):
+        if e is not None and e[0] is t and e[4] is cluster:
+            if e[1] is not token:
+                states = view.partition_states(t)
+                if len(states) != len(e[2]) or any(a is not b for a, b in zip(states, e[2])):
                     e = None
                 else:
-                    e = (t, pmap, e[2], e[3])
+                    e = (t, token, e[2], e[3], cluster)
                     self._entries[t.name] = e
             if e is not None:
                 data = e[3].get(key)
                 if data is None:
-                    data = e[3][key] = _encode_topic(_build_topic(broker, t, e[2], include_ops), v)
+                    data = e[3][key] = _encode_topic(_build_topic(view, t, e[2], include_ops), v)
                 return _EncodedTopic(data)
-        parts = [pmap.get((t.name, p)) for p in range(t.num_partitions)]
-        data = _encode_topic(_build_topic(broker, t, parts, include_ops), v)
-        self._entries[t.name] = (t, pmap, parts, {key: data})
+        states = view.partition_states(t)
+        data = _encode_topic(_build_topic(view, t, states, include_ops), v)
+        self._entries[t.name] = (t, token, states, {key: data}, cluster)
         return _EncodedTopic(data)
 
     def retain(self, names) -> None:
@@ -87,44 +94,41 @@ def topic_metadata(broker, name: str, error: int = ErrorCode.NONE, include_ops: 
                    topic_id=None, version: int | None = None):
     """The topic's entry of a Metadata response (pre-encoded at ``version`` when the
     broker has a TopicMetadataCache and the topic exists)."""
-    image = broker.metadata.image
+    view = broker.metadata_cache
+    image = view.image
     t = image.topics.get(name) if name is not None else image.topics_by_id.get(topic_id)
     if t is None or error != ErrorCode.NONE:
         return MetadataResponseTopic(error_code=error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
                                      topic_id=topic_id or uuid.UUID(int=0), partitions=[],
                                      topic_authorized_operations=NOT_REQUESTED)
-    cache = getattr(broker, "metadata_cache", None)
+    cache = getattr(broker, "topic_metadata_cache", None)
     if cache is not None and version is not None:
         return cache.get(broker, t, version, include_ops)
-    get = broker.replica_manager.get_partition
-    return _build_topic(broker, t, [get((t.name, p)) for p in range(t.num_partitions)], include_ops)
+    return _build_topic(view, t, view.partition_states(t), include_ops)
 
 
-def _build_topic(broker, t, partitions, include_ops: bool) -> MetadataResponseTopic:
-    parts = []
-    node = broker.node_id
-    for p, part in enumerate(partitions):
-        epoch = part.leader_epoch if part is not None else 0
-        parts.append(MetadataResponsePartition(
-            error_code=ErrorCode.NONE if part is not None else ErrorCode.LEADER_NOT_AVAILABLE,
-            partition_index=p, leader_id=node if part is not None else -1, leader_epoch=epoch,
-            replica_nodes=[node], isr_nodes=[node] if part is not None else [], offline_replicas=[]))
+def _build_topic(view, t, states, include_ops: bool) -> MetadataResponseTopic:
     return MetadataResponseTopic(
         error_code=ErrorCode.NONE, name=t.name, topic_id=t.topic_id, is_internal=t.is_internal,
-        partitions=parts, topic_authorized_operations=TOPIC_OPERATIONS if include_ops else NOT_REQUESTED)
+        partitions=view.partition_metadata(t, states),
+        topic_authorized_operations=TOPIC_OPERATIONS if include_ops else NOT_REQUESTED)
 
 
 def handle_metadata(broker, ctx, req) -> None:
     v = ctx.api_version
-    image = broker.metadata.image
+    view = broker.metadata_cache
+    image = view.image
     include_ops = v >= 8 and req.include_topic_authorized_operations
     topics = []
     if req.topics is None or (v == 0 and not req.topics):
         names = sorted(image.topics)
-        topics = [topic_metadata(broker, n, include_ops=include_ops, version=v) for n in names]
-        cache = getattr(broker, "metadata_cache", None)
+        cache = getattr(broker, "topic_metadata_cache", None)
         if cache is not None:
+            get, by_name, cluster = cache.get, image.topics, view.cluster_token
+            topics = [get(broker, by_name[n], v, include_ops, view, cluster) for n in names]
             cache.retain(image.topics)
+        else:
+            topics = [topic_metadata(broker, n, include_ops=include_ops, version=v) for n in names]
     else:
         allow_auto = (req.allow_auto_topic_creation if v >= 4 else True) and broker.config["auto.create.topics.enable"]
         for rt in req.topics:
@@ -153,16 +157,21 @@ def handle_metadata(broker, ctx, req) -> None:
                         # AutoTopicCreationManager answers the creation's error for the topic
                         topics.append(topic_metadata(broker, name, e.code))
                         continue
-                    image = broker.metadata.image
+                    image = view.image
+                    if name not in image.topics:
+                        # created through the controller, not in this broker's metadata yet:
+                        # Kafka's AutoTopicCreationManager answers LEADER_NOT_AVAILABLE (retriable)
+                        topics.append(topic_metadata(broker, name, ErrorCode.LEADER_NOT_AVAILABLE))
+                        continue
                 else:
                     topics.append(topic_metadata(broker, name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
             topics.append(topic_metadata(broker, name, include_ops=include_ops, version=v))
-    host, port = broker.advertised_endpoint
+    alive = view.alive_brokers(getattr(ctx.request, "listener_name", None))
     resp = MetadataResponse(
         throttle_time_ms=0,
-        brokers=[MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=broker.config["broker.rack"])],
-        cluster_id=broker.cluster_id, controller_id=broker.node_id, topics=topics,
+        brokers=[MetadataResponseBroker(node_id=i, host=host, port=port, rack=rack) for i, host, port, rack in alive],
+        cluster_id=broker.cluster_id, controller_id=view.controller_id(alive), topics=topics,
         cluster_authorized_operations=(CLUSTER_OPERATIONS if 8 <= v <= 10 and req.include_cluster_authorized_operations
                                        else NOT_REQUESTED))
     ctx.respond(resp)

@@ -16,8 +16,8 @@ def handle_offset_for_leader_epoch(broker, ctx, req) -> None:
         for p in t.partitions:
             r = EpochEndOffset(partition=p.partition, leader_epoch=-1, end_offset=-1)
             part = broker.replica_manager.get_partition((t.topic, p.partition))
-            if part is None:
-                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if part is None or not part.is_leader:
+                r.error_code = broker.replica_manager.partition_error((t.topic, p.partition))
             else:
                 err = part.check_leader_epoch(p.current_leader_epoch if v >= 2 else -1)
                 if err != ErrorCode.NONE:

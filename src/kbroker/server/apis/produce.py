@@ -10,6 +10,13 @@ partition is answered here first, and the replica manager keeps Kafka's order of
 answers where its own checks (min.insync.replicas, internal topics) come between.
 With acks=0 there is no response; an error then closes the connection so the client
 notices (Kafka's behaviour).
+
+Transactional batches need the request's ``transactional_id`` (else every partition
+answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's check before its ACL) and a
+producer id and epoch (else INVALID_RECORD); the log then applies Kafka's producer
+rules (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE for a plain batch inside the
+producer's open transaction) and starts or extends its ongoing transaction. KIP-890's
+verification with the transaction coordinator is not done here (yet).
 """
 from __future__ import annotations
 
@@ -18,7 +25,8 @@ import logging
 from kbroker.kernels import records as _records
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.produce import (
-    BatchIndexAndErrorMessage, PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, ProduceResponse,
+    TopicProduceResponse,
 )
 from kbroker.server.apis import ApiHandler
 from kbroker.server.replica_manager import ProducePartitionResult
@@ -34,8 +42,8 @@ def handle_produce(broker, ctx, req) -> None:
                    for t in req.topic_data for p in t.partition_data}
         _respond_errors(ctx, req, results)
         return
-    if req.transactional_id is not None and v >= 3:
-        # transactions are not implemented yet (no coordinator can have begun one)
+    if req.transactional_id is None and _has_transactional_records(req):
+        # KafkaApis: transactional records need a transactional id (the ACL's resource)
         results = {(t.name, p.index): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                    for t in req.topic_data for p in t.partition_data}
         _respond_errors(ctx, req, results)
@@ -52,10 +60,11 @@ def handle_produce(broker, ctx, req) -> None:
         for p in t.partition_data:
             tp = (name, p.index)
             order.append(tp)
-            if tp in partitions:
+            part = partitions.get(tp)
+            if part is not None and part.is_leader:
                 entries[tp] = p.records      # ProduceRequest.validateRecords: in the replica manager
             else:
-                early[tp] = ProducePartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                early[tp] = ProducePartitionResult(rm.partition_error(tp))
 
     def respond(results) -> None:
         if early:
@@ -70,6 +79,7 @@ def handle_produce(broker, ctx, req) -> None:
                 ctx.respond_no_op()
             return
         topics: dict[str, list] = {}
+        node_endpoints: dict = {}
         for tp in order:
             r = results[tp]
             pr = PartitionProduceResponse(index=tp[1], error_code=r.error, base_offset=r.base_offset,
@@ -81,16 +91,47 @@ def handle_produce(broker, ctx, req) -> None:
                                         for i, m in r.record_errors]
                 if r.error != ErrorCode.NONE:
                     pr.error_message = r.error_message
+            if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
+                _current_leader(broker, ctx, tp, pr, node_endpoints)
             ps = topics.get(tp[0])
             if ps is None:
                 topics[tp[0]] = [pr]
             else:
                 ps.append(pr)
-        ctx.respond(ProduceResponse(
+        resp = ProduceResponse(
             responses=[TopicProduceResponse(name=n, partition_responses=ps) for n, ps in topics.items()],
-            throttle_time_ms=0))
+            throttle_time_ms=0)
+        if node_endpoints:
+            resp.node_endpoints = list(node_endpoints.values())
+        ctx.respond(resp)
 
     broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v)
+
+
+def _current_leader(broker, ctx, tp, pr, node_endpoints) -> None:
+    """KIP-951: name the partition's leader (and its endpoint) in a NOT_LEADER_OR_FOLLOWER answer."""
+    leader = broker.metadata_cache.leader_of(tp[0], tp[1])
+    if leader is None or leader[0] < 0:
+        return
+    pr.current_leader = LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    if leader[0] not in node_endpoints:
+        listener = getattr(ctx.request, "listener_name", None)
+        ep = broker.metadata_cache.endpoint(leader[0], listener)
+        if ep is not None:
+            rack = next((r for i, _h, _p, r in broker.metadata_cache.alive_brokers(listener) if i == leader[0]), None)
+            node_endpoints[leader[0]] = NodeEndpoint(node_id=leader[0], host=ep[0], port=ep[1], rack=rack)
+
+
+def _has_transactional_records(req) -> bool:
+    """Kafka's ProduceRequest.hasTransactionalRecords: a partition's (first) batch has the
+    transactional attribute (byte 22 of a v2 batch, bit 0x10). Malformed records are
+    left to the records kernel."""
+    for t in req.topic_data:
+        for p in t.partition_data:
+            r = p.records
+            if r is not None and len(r) > 22 and r[16] == 2 and r[22] & 0x10:
+                return True
+    return False
 
 
 def validate_records(version: int, records) -> int:

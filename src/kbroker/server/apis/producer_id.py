@@ -12,12 +12,13 @@ across restarts.
   also gets a fresh id, as Kafka's blind accept does.
 * a transactional id: after Kafka's request checks (INVALID_REQUEST for an
   empty id or a half-set producer id/epoch, INVALID_TRANSACTION_TIMEOUT), the
-  answer is TRANSACTIONAL_ID_AUTHORIZATION_FAILED until a transaction
-  coordinator exists (``broker.transaction_coordinator``). Not
-  COORDINATOR_NOT_AVAILABLE: that is retriable, and clients retry it until
-  their timeout (aiokafka's ``start()`` forever); error 53 is fatal in
-  librdkafka, kafka-python and aiokafka, so ``init_transactions`` fails at once
-  with a clear error. The produce handler answers transactional produce the same way.
+  transaction coordinator (``broker.transaction_coordinator``) answers: epoch
+  bump, fencing (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH below v4),
+  CONCURRENT_TRANSACTIONS while a transaction completes. A broker without one
+  answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED: not COORDINATOR_NOT_AVAILABLE,
+  which clients retry until their timeout (aiokafka's ``start()`` forever); error
+  53 is fatal in librdkafka, kafka-python and aiokafka, so ``init_transactions``
+  fails at once with a clear error.
 
 Throttling and ACLs (IDEMPOTENT_WRITE, TRANSACTIONAL_ID) do not exist here.
 """
@@ -33,8 +34,8 @@ class _NoTransactionCoordinator:
     """Stands in for the transaction coordinator until there is one (see the module docstring)."""
 
     @staticmethod
-    def handle_init_producer_id(transactional_id, transaction_timeout_ms, expected) -> InitProducerIdResult:
-        return InitProducerIdResult(int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    def handle_init_producer_id(transactional_id, transaction_timeout_ms, expected, callback) -> None:
+        callback(InitProducerIdResult(int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)))
 
 
 _NO_TRANSACTION_COORDINATOR = _NoTransactionCoordinator()
@@ -43,12 +44,21 @@ _NO_TRANSACTION_COORDINATOR = _NoTransactionCoordinator()
 def handle_init_producer_id_request(broker, ctx, req) -> None:
     v = ctx.api_version
     producer_id, producer_epoch = (req.producer_id, req.producer_epoch) if v >= 3 else (-1, -1)
+
+    def respond(result: InitProducerIdResult) -> None:
+        err = result.error_code
+        if v < 4 and err == ErrorCode.PRODUCER_FENCED:
+            err = int(ErrorCode.INVALID_PRODUCER_EPOCH)  # older clients do not know PRODUCER_FENCED
+        ctx.respond(InitProducerIdResponse(throttle_time_ms=0, error_code=err,
+                                           producer_id=result.producer_id, producer_epoch=result.producer_epoch))
+
     result = handle_init_producer_id(
         broker.producer_id_manager.generate_producer_id, req.transactional_id, req.transaction_timeout_ms,
         producer_id, producer_epoch, transaction_max_timeout_ms=broker.config["transaction.max.timeout.ms"],
-        transaction_coordinator=getattr(broker, "transaction_coordinator", None) or _NO_TRANSACTION_COORDINATOR)
-    ctx.respond(InitProducerIdResponse(throttle_time_ms=0, error_code=result.error_code,
-                                       producer_id=result.producer_id, producer_epoch=result.producer_epoch))
+        transaction_coordinator=getattr(broker, "transaction_coordinator", None) or _NO_TRANSACTION_COORDINATOR,
+        respond=respond)
+    if result is not None:
+        respond(result)
 
 
 HANDLERS = {ApiKey.INIT_PRODUCER_ID: ApiHandler(0, 5, handle_init_producer_id_request)}

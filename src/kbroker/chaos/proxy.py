@@ -1,0 +1,166 @@
+"""FaultProxy: a TCP proxy on 127.0.0.1 in front of one broker, with faults on command.
+
+Threads, one per direction per connection; every loop polls ``stopped`` at least every
+0.2 s, so ``stop`` returns promptly. The broker must advertise the proxy's port
+(``advertised.listeners``), else clients leave the proxy after bootstrap.
+
+Faults on the broker->client direction (after the broker handled a request):
+``kill_probability`` drops a reply and closes both connections (at most ``max_faults``
+times), ``delay_probability`` holds a reply back 50-250 ms, ``blackhole`` (an Event) drops
+every reply (counted in ``dropped``). The first ``spare_replies`` reply chunks of a
+connection (ApiVersions ...) are never killed: librdkafka takes a connection closed during
+ApiVersions for a pre-0.10 broker and then refuses idempotence.
+
+On the client->broker direction, ``hold`` (an Event) keeps the client's bytes in the proxy
+while set and forwards them, in order, once it is cleared (a delayed request arriving
+late: the Jepsen transaction anomalies). ``partition()`` cuts the broker off: open
+connections are closed and new ones closed at once, until ``heal()``.
+"""
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+
+
+class FaultProxy:
+    spare_replies = 2
+
+    def __init__(self, upstream_port=None, *, seed=0, kill_probability=0.0, delay_probability=0.0,
+                 max_faults=0, upstream_host="127.0.0.1"):
+        self.upstream_host = upstream_host
+        self.upstream_port = upstream_port
+        self.rnd = random.Random(seed)
+        self.kill_probability = kill_probability
+        self.delay_probability = delay_probability
+        self.max_faults = max_faults
+        self.kills = 0
+        self.delays = 0
+        self.dropped = 0
+        self.held = 0
+        self.blackhole = threading.Event()
+        self.hold = threading.Event()
+        self.partitioned = threading.Event()
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._pairs: set = set()
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> "FaultProxy":
+        self._spawn(self._accept_loop)
+        return self
+
+    def partition(self) -> None:
+        """Cut the broker off: close every open connection, refuse new ones."""
+        self.partitioned.set()
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            self._close(pair)
+
+    def heal(self) -> None:
+        self.partitioned.clear()
+
+    def _spawn(self, fn, *args) -> None:
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        t.start()
+        self._threads = [x for x in self._threads if x.is_alive()] + [t]
+
+    def _accept_loop(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if self.partitioned.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection((self.upstream_host, self.upstream_port), timeout=1)
+            except OSError:
+                client.close()   # broker down: the client sees a closed connection and reconnects
+                continue
+            pair = (client, upstream)
+            with self._lock:
+                self._pairs.add(pair)
+            self._spawn(self._pump, upstream, client, pair, True)
+            self._spawn(self._pump, client, upstream, pair, False)
+
+    def _fault(self, reply_number: int):
+        with self._lock:
+            if self.blackhole.is_set():
+                self.dropped += 1
+                return "drop"
+            x = self.rnd.random()
+            if reply_number < self.spare_replies:
+                return None
+            if self.kills < self.max_faults and x < self.kill_probability:
+                self.kills += 1
+                return "kill"
+            if x > 1 - self.delay_probability:
+                self.delays += 1
+                return self.rnd.uniform(0.05, 0.25)
+            return None
+
+    def _pump(self, src, dst, pair, replies: bool) -> None:
+        n = 0
+        pending: list[bytes] = []
+        try:
+            src.settimeout(0.2)   # inside the try: the other direction may have closed src already
+            while not self.stopped.is_set() and not self.partitioned.is_set():
+                if pending and not self.hold.is_set():
+                    dst.sendall(b"".join(pending))
+                    pending.clear()
+                try:
+                    data = src.recv(65536)
+                except socket.timeout:
+                    continue
+                if not data:
+                    break
+                if replies:
+                    fault = self._fault(n)
+                    n += 1
+                    if fault == "drop":
+                        continue
+                    if fault == "kill":
+                        break
+                    if fault is not None:
+                        time.sleep(fault)
+                elif self.hold.is_set() or pending:
+                    pending.append(data)
+                    with self._lock:
+                        self.held += 1
+                    continue
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._close(pair)
+
+    def _close(self, pair) -> None:
+        with self._lock:
+            self._pairs.discard(pair)
+        for s in pair:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self._listener.close()
+        for t in list(self._threads):
+            t.join(2)

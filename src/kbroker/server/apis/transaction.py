@@ -1,0 +1,255 @@
+"""Transaction coordinator APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+DescribeTransactions, ListTransactions; and TxnOffsetCommit (the group coordinator's).
+
+Kafka: the transaction parts of ``core/.../server/KafkaApis.scala`` (request →
+coordinator call → response, per-version error rules). The logic is in
+:class:`kbroker.coordinator.transaction.TransactionCoordinator`
+(``broker.transaction_coordinator``); InitProducerId is in :mod:`.producer_id`,
+FindCoordinator(TRANSACTION) in :mod:`.group`. No authorizer: the ACL checks
+(TRANSACTIONAL_ID, GROUP, TOPIC, CLUSTER_ACTION for v4+ AddPartitionsToTxn) pass.
+
+Version rules: AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2 answer
+INVALID_PRODUCER_EPOCH where the coordinator says PRODUCER_FENCED (clients that old
+do not know it). AddPartitionsToTxn v0-3 is the client's form (one transaction);
+v4+ is the brokers' batched form, with ``verify_only`` (KIP-890 part 1: is the
+partition in the ongoing transaction?). A partition of an unknown topic fails the
+whole transaction's request: UNKNOWN_TOPIC_OR_PARTITION for it,
+OPERATION_NOT_ATTEMPTED for the others.
+
+TxnOffsetCommit goes to the group coordinator (``commit_transactional_offsets``):
+written as the producer's transactional batch, visible once the COMMIT marker reaches
+the group's ``__consumer_offsets`` partition. Before that, KIP-890 part 1: the
+transaction coordinator must confirm that partition was added to the producer's
+ongoing transaction (AddOffsetsToTxn), else the commit is refused (Kafka's
+AddPartitionsToTxnManager mapping: PRODUCER_FENCED → INVALID_PRODUCER_EPOCH,
+TRANSACTION_ABORTABLE → INVALID_TXN_STATE below v4). Below v2,
+COORDINATOR_LOAD_IN_PROGRESS is answered COORDINATOR_NOT_AVAILABLE (KAFKA-7296).
+
+Answers come from the coordinator's callbacks, possibly on another thread;
+``ctx.respond`` is thread-safe and answers once.
+"""
+from __future__ import annotations
+
+import threading
+
+from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.protocol.messages import describe_transactions as dt
+from kbroker.protocol.messages import list_transactions as lt
+from kbroker.protocol.messages.add_offsets_to_txn import AddOffsetsToTxnResponse
+from kbroker.protocol.messages.add_partitions_to_txn import (
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResponse, AddPartitionsToTxnResult,
+    AddPartitionsToTxnTopicResult,
+)
+from kbroker.protocol.messages.end_txn import EndTxnResponse
+from kbroker.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+)
+from kbroker.server.apis import ApiHandler
+
+E = ErrorCode
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _coordinator(broker):
+    return getattr(broker, "transaction_coordinator", None)
+
+
+def _fenced_for(version: int, err: ErrorCode, first_version_with_fenced: int = 2) -> ErrorCode:
+    if version < first_version_with_fenced and err == E.PRODUCER_FENCED:
+        return E.INVALID_PRODUCER_EPOCH
+    return err
+
+
+def _partition_exists(broker, topic: str, partition: int) -> bool:
+    t = broker.metadata.image.topics.get(topic)
+    return t is not None and 0 <= partition < t.num_partitions
+
+
+def _topic_results(errors: dict) -> list:
+    by_topic: dict[str, list] = {}
+    for (topic, p), err in sorted(errors.items()):
+        by_topic.setdefault(topic, []).append(AddPartitionsToTxnPartitionResult(partition_index=p,
+                                                                                 partition_error_code=err))
+    return [AddPartitionsToTxnTopicResult(name=t, results_by_partition=ps) for t, ps in by_topic.items()]
+
+
+# -- AddPartitionsToTxn ---------------------------------------------------------------------------
+
+def _add_partitions_one(broker, version: int, transactional_id: str, producer_id: int, producer_epoch: int,
+                        topics, verify_only: bool, done) -> None:
+    """One transaction of the request; ``done({(topic, partition): error})``."""
+    partitions = [(t.name, p) for t in topics for p in t.partitions]
+    coordinator = _coordinator(broker)
+    if coordinator is None:
+        done({tp: E.COORDINATOR_NOT_AVAILABLE for tp in partitions})
+        return
+    missing = {tp for tp in partitions if not _partition_exists(broker, *tp)}
+    if missing:
+        done({tp: (E.UNKNOWN_TOPIC_OR_PARTITION if tp in missing else E.OPERATION_NOT_ATTEMPTED)
+              for tp in partitions})
+        return
+    if verify_only:
+        done(coordinator.handle_verify_partitions(transactional_id, producer_id, producer_epoch, partitions))
+        return
+    coordinator.handle_add_partitions(
+        transactional_id, producer_id, producer_epoch, partitions,
+        lambda err: done({tp: _fenced_for(version, err) for tp in partitions}))
+
+
+def handle_add_partitions_to_txn(broker, ctx, req) -> None:
+    v = ctx.api_version
+    if v < 4:
+        def done_v3(errors: dict) -> None:
+            ctx.respond(AddPartitionsToTxnResponse(throttle_time_ms=0,
+                                                   results_by_topic_v3_and_below=_topic_results(errors)))
+
+        _add_partitions_one(broker, v, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                            req.v3_and_below_producer_epoch, req.v3_and_below_topics, False, done_v3)
+        return
+    txns = list(req.transactions)
+    results: list = []
+    lock = threading.Lock()
+
+    def done_one(tid: str, errors: dict) -> None:
+        with lock:
+            results.append(AddPartitionsToTxnResult(transactional_id=tid, topic_results=_topic_results(errors)))
+            complete = len(results) == len(txns)
+        if complete:
+            ctx.respond(AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=0,
+                                                   results_by_transaction=results))
+
+    if not txns:
+        ctx.respond(AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=0, results_by_transaction=[]))
+        return
+    for t in txns:
+        _add_partitions_one(broker, v, t.transactional_id, t.producer_id, t.producer_epoch, t.topics,
+                            t.verify_only, lambda errors, tid=t.transactional_id: done_one(tid, errors))
+
+
+# -- AddOffsetsToTxn / EndTxn -----------------------------------------------------------------------
+
+def handle_add_offsets_to_txn(broker, ctx, req) -> None:
+    v = ctx.api_version
+    coordinator = _coordinator(broker)
+
+    def respond(err: ErrorCode) -> None:
+        ctx.respond(AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err)))
+
+    if coordinator is None:
+        return respond(E.COORDINATOR_NOT_AVAILABLE)
+    offsets_partition = (OFFSETS_TOPIC, broker.group_coordinator.partition_for(req.group_id))
+    coordinator.handle_add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+                                      [offsets_partition], respond)
+
+
+def handle_end_txn(broker, ctx, req) -> None:
+    v = ctx.api_version
+    coordinator = _coordinator(broker)
+
+    def respond(err: ErrorCode) -> None:
+        ctx.respond(EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err)))
+
+    if coordinator is None:
+        return respond(E.COORDINATOR_NOT_AVAILABLE)
+    coordinator.handle_end_transaction(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
+                                       respond)
+
+
+# -- TxnOffsetCommit ---------------------------------------------------------------------------------
+
+def handle_txn_offset_commit(broker, ctx, req) -> None:
+    from kbroker.coordinator.group.offsets import OffsetAndMetadata
+
+    v = ctx.api_version
+    group = broker.group_coordinator
+    now = group.now_ms()
+    order: list[tuple[str, list[int]]] = []
+    errors: dict[tuple, ErrorCode] = {}
+    offsets: dict[tuple, OffsetAndMetadata] = {}
+    for t in req.topics:
+        order.append((t.name, [p.partition_index for p in t.partitions]))
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if not _partition_exists(broker, *tp):
+                errors[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offsets[tp] = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch if v >= 2 else -1,
+                                            p.committed_metadata if p.committed_metadata is not None else "", now)
+
+    def respond(result: dict) -> None:
+        errors.update(result)
+        out = []
+        for name, parts in order:
+            ps = []
+            for i in parts:
+                err = errors.get((name, i), E.NONE)
+                if v < 2 and err == E.COORDINATOR_LOAD_IN_PROGRESS:
+                    err = E.COORDINATOR_NOT_AVAILABLE
+                ps.append(TxnOffsetCommitResponsePartition(partition_index=i, error_code=err))
+            out.append(TxnOffsetCommitResponseTopic(name=name, partitions=ps))
+        ctx.respond(TxnOffsetCommitResponse(throttle_time_ms=0, topics=out))
+
+    if not offsets:
+        return respond({})
+    coordinator = _coordinator(broker)
+    if coordinator is not None and req.group_id is not None:
+        offsets_partition = (OFFSETS_TOPIC, group.partition_for(req.group_id))
+        verified = coordinator.handle_verify_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                        [offsets_partition])
+        err = verified[offsets_partition]
+        if err != E.NONE:
+            if err == E.PRODUCER_FENCED:
+                err = E.INVALID_PRODUCER_EPOCH
+            elif err == E.TRANSACTION_ABORTABLE and v < 4:
+                err = E.INVALID_TXN_STATE
+            return respond({tp: err for tp in offsets})
+    group.commit_transactional_offsets(
+        req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
+        req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, respond)
+
+
+# -- DescribeTransactions / ListTransactions ---------------------------------------------------------
+
+def handle_describe_transactions(broker, ctx, req) -> None:
+    coordinator = _coordinator(broker)
+    states = []
+    for tid in req.transactional_ids:
+        if coordinator is None:
+            states.append(dt.TransactionState(error_code=E.COORDINATOR_NOT_AVAILABLE, transactional_id=tid,
+                                              transaction_state="", topics=[]))
+            continue
+        d = coordinator.describe_transaction(tid)
+        topics: dict[str, list[int]] = {}
+        for topic, p in d.partitions:
+            topics.setdefault(topic, []).append(p)
+        states.append(dt.TransactionState(
+            error_code=d.error, transactional_id=tid, transaction_state=d.state,
+            transaction_timeout_ms=d.timeout_ms, transaction_start_time_ms=d.start_time_ms,
+            producer_id=d.producer_id, producer_epoch=d.producer_epoch,
+            topics=[dt.TopicData(topic=t, partitions=ps) for t, ps in topics.items()]))
+    ctx.respond(dt.DescribeTransactionsResponse(throttle_time_ms=0, transaction_states=states))
+
+
+def handle_list_transactions(broker, ctx, req) -> None:
+    coordinator = _coordinator(broker)
+    if coordinator is None:
+        ctx.respond(lt.ListTransactionsResponse(throttle_time_ms=0, error_code=E.COORDINATOR_NOT_AVAILABLE,
+                                                unknown_state_filters=[], transaction_states=[]))
+        return
+    duration = req.duration_filter if ctx.api_version >= 1 else -1
+    err, unknown, txns = coordinator.list_transactions(req.state_filters, req.producer_id_filters, duration)
+    ctx.respond(lt.ListTransactionsResponse(
+        throttle_time_ms=0, error_code=err, unknown_state_filters=unknown,
+        transaction_states=[lt.TransactionState(transactional_id=t.transactional_id, producer_id=t.producer_id,
+                                                transaction_state=t.state) for t in txns]))
+
+
+HANDLERS = {
+    ApiKey.ADD_PARTITIONS_TO_TXN: ApiHandler(0, 5, handle_add_partitions_to_txn),
+    ApiKey.ADD_OFFSETS_TO_TXN: ApiHandler(0, 4, handle_add_offsets_to_txn),
+    ApiKey.END_TXN: ApiHandler(0, 4, handle_end_txn),
+    ApiKey.DESCRIBE_TRANSACTIONS: ApiHandler(0, 0, handle_describe_transactions),
+    ApiKey.LIST_TRANSACTIONS: ApiHandler(0, 1, handle_list_transactions),
+    #: a transactional batch to __consumer_offsets, visible once the COMMIT marker lands
+    ApiKey.TXN_OFFSET_COMMIT: ApiHandler(0, 4, handle_txn_offset_commit),
+}

@@ -1,0 +1,104 @@
+"""At least once across a SIGKILL of the mirror, and the Tansu peer as a source cluster."""
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+
+from kbroker.client import Admin, Consumer, NewTopic, Producer, TopicPartition
+from kbroker.testing import TansuProcess
+
+from tests.mirror.conftest import count, mm2_props, read_partitions, wait_until
+
+
+def _end_offsets(bootstrap, topic, partitions):
+    c = Consumer({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False})
+    try:
+        return c.end_offsets([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    finally:
+        c.close()
+
+
+def test_sigkill_and_restart_loses_nothing_and_duplicates_only_uncommitted(cluster_a, cluster_b, mirror):
+    a, b = cluster_a.bootstrap, cluster_b.bootstrap
+    with Admin({"bootstrap.servers": a}) as admin:
+        admin.create_topics([NewTopic("stream", 3, 1)])
+    total = 6000
+    done = threading.Event()
+
+    def produce():      # ~2000 records/s for ~3 s, so the kill lands mid-stream
+        with Producer({"bootstrap.servers": a, "linger.ms": 2}) as p:
+            for i in range(total):
+                p.send("stream", f"r{i}".encode(), f"k{i % 13}".encode(), partition=i % 3)
+                if i % 100 == 99:
+                    time.sleep(0.05)
+            p.flush(30)
+        done.set()
+    t = threading.Thread(target=produce, daemon=True)
+    t.start()
+    # the dead instance leaves the group after session.timeout.ms: keep that short
+    props = mm2_props(cluster_a, cluster_b, topics="stream", emit_checkpoints_enabled="false",
+                      **{"A.consumer.session.timeout.ms": 6000, "A.consumer.heartbeat.interval.ms": 1000})
+    m = mirror(props)
+    wait_until(lambda: count(b, "A.stream") >= 1500, 40, "replication under way")
+    m.kill()                                    # SIGKILL: no flush, no commit
+    written = _end_offsets(b, "A.stream", 3)    # what reached B before the kill
+    assert sum(written.values()) < total, "the kill must land mid-stream"
+    with Admin({"bootstrap.servers": a}) as admin:
+        committed = {tp.partition: om.offset for tp, om in admin.list_consumer_group_offsets("mm2-A->B").items()
+                     if tp.topic == "stream"}
+    m2 = mirror(props)
+    t.join(60)
+    assert done.is_set()
+    wait_until(lambda: count(b, "A.stream") >= total, 60, "everything on B after the restart")
+    time.sleep(1)
+    src = read_partitions(a, "stream")
+    dst = read_partitions(b, "A.stream")
+    for p in range(3):
+        index = {r.value: i for i, r in enumerate(src[p])}
+        seq = [index[r.value] for r in dst[p]]
+        # ascending runs with no gap between them; the first starts at 0, the last ends at the end
+        assert seq[0] == 0 and seq[-1] == len(src[p]) - 1
+        runs = [[seq[0]]]
+        for x in seq[1:]:
+            if x == runs[-1][-1] + 1:
+                runs[-1].append(x)
+            else:
+                assert x <= runs[-1][-1], f"partition {p}: records {runs[-1][-1] + 1}..{x - 1} lost"
+                runs.append([x])
+        assert set(seq) == set(range(len(src[p]))), f"partition {p} lost records"
+        dups = len(seq) - len(src[p])
+        # the restart resends exactly from the last committed offset: only what was written after it
+        w = written[TopicPartition("A.stream", p)]
+        assert dups <= w - committed.get(p, 0), (p, dups, w, committed)
+        # records, keys and order of the resent suffix are the source's
+        assert [(r.key, r.value) for r in dst[p][-len(src[p]):]] != [] and dst[p][-1].value == src[p][-1].value
+    assert m2.terminate() == 0
+
+
+def test_tansu_as_the_source_cluster(cluster_b, mirror, tmp_path):
+    with TansuProcess().start() as tansu:
+        a = tansu.bootstrap
+        with Admin({"bootstrap.servers": a}) as admin:
+            admin.create_topics([NewTopic("tansu-orders", 2, 1)])
+        with Producer({"bootstrap.servers": a, "linger.ms": 2}) as p:
+            for i in range(200):
+                p.send("tansu-orders", f"v{i}".encode(), f"k{i % 5}".encode(), partition=i % 2,
+                       timestamp_ms=1_700_000_000_000 + i, headers=[("h", str(i).encode())])
+            p.flush(30)
+        m = mirror(mm2_props(tansu, cluster_b, topics="tansu-orders"))
+        wait_until(lambda: count(cluster_b.bootstrap, "A.tansu-orders") == 200, 60, "A.tansu-orders on B")
+        src, dst = read_partitions(a, "tansu-orders"), read_partitions(cluster_b.bootstrap, "A.tansu-orders")
+        for p in src:
+            assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in dst[p]] == \
+                [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in src[p]]
+
+        def scrape():      # the task retires acknowledged records on its next poll
+            body = urllib.request.urlopen(f"http://127.0.0.1:{m.metrics_port}/metrics", timeout=10).read().decode()
+            return body if ('kafka_connect_mirror_MirrorSourceConnector_record_count_total{partition="0",source="A",'
+                            'target="B",topic="A.tansu-orders"} 100.0') in body else None
+        body = wait_until(scrape, 10, "the records in the metrics")
+        assert 'kafka_connect_mirror_MirrorSourceConnector_lag{partition="1",source="A",target="B",' \
+               'topic="A.tansu-orders"} 0.0' in body
+        assert 'kafka_connect_mirror_MirrorSourceConnector_replication_latency_ms_count{partition="1"' in body
+        assert m.terminate() == 0
