@@ -354,3 +354,30 @@ def test_alter_partition_answers():
     assert lead.make_leader(10, leader_epoch=3, partition_epoch=4, replicas=[1, 2], isr=[1],
                             leader_end_offset=10) is False
     assert lead.state.isr == {1, 2}
+
+
+def test_alter_partition_request_encodes_at_v3():
+    """The manager's request goes on the wire as AlterPartition v3 (ISR with broker
+    epochs, KIP-903): it must encode there (v3 has no new_isr)."""
+    from kbroker.protocol.messages.alter_partition import AlterPartitionRequest
+    mgr = AlterPartitionManager(1, lambda: 100)
+    mgr.submit("t", TOPIC_ID, 0, LeaderAndIsr(1, 3, ((1, 100), (2, 200)), 4), lambda r, e: None)
+    req = AlterPartitionRequest.decode(mgr.poll(0).encode(3), 3)
+    (p,) = req.topics[0].partitions
+    assert [(s.broker_id, s.broker_epoch) for s in p.new_isr_with_epochs] == [(1, 100), (2, 200)]
+    assert (req.broker_id, req.broker_epoch, p.leader_epoch, p.partition_epoch) == (1, 100, 3, 4)
+
+
+def test_a_leader_elected_again_forgets_the_followers_log_end_offsets():
+    """Leader of epoch 1, then (having missed epoch 2, led elsewhere, where follower 2
+    truncated from 7 to 6) leader of epoch 3: follower 2's end offset 7 from epoch 1 must
+    not count, or record 6 would be committed without follower 2 having it."""
+    reg = Registry()
+    lead = PartitionLeader(1, reg, replica_lag_time_max_ms=1000, local_broker_epoch=100)
+    lead.make_leader(0, leader_epoch=1, partition_epoch=1, replicas=[1, 2], isr=[1, 2], leader_end_offset=6)
+    lead.update_follower_fetch_state(5, 2, 7, 0, 7, 6, broker_epoch=200)
+    assert lead.high_watermark_candidate(5, 7) == 7
+    lead.make_leader(10, leader_epoch=3, partition_epoch=3, replicas=[1, 2], isr=[1, 2], leader_end_offset=7)
+    assert lead.high_watermark_candidate(10, 7) < 7
+    lead.update_follower_fetch_state(15, 2, 6, 0, 7, 6, broker_epoch=200)
+    assert lead.high_watermark_candidate(15, 7) == 6

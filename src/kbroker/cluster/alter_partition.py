@@ -59,6 +59,8 @@ class AlterPartitionManager:
         return True
 
     def poll(self, now_ms: int) -> AlterPartitionRequest | None:
+        """The request to send now (AlterPartition v3: the ISR with broker epochs, KIP-903;
+        ``new_isr`` is left empty, v3 has no such field), or None."""
         if self.in_flight is not None or not self.unsent or now_ms < self._not_before_ms:
             return None
         items = list(self.unsent.values())
@@ -71,7 +73,6 @@ class AlterPartitionManager:
             topics=[AlterPartitionRequestTopicData(topic_name=its[0].topic, topic_id=tid, partitions=[
                 AlterPartitionRequestPartitionData(
                     partition_index=it.partition, leader_epoch=it.leader_and_isr.leader_epoch,
-                    new_isr=[b for b, _ in it.leader_and_isr.isr_with_epochs],
                     new_isr_with_epochs=[BrokerState(broker_id=b, broker_epoch=e)
                                          for b, e in it.leader_and_isr.isr_with_epochs],
                     leader_recovery_state=it.leader_and_isr.leader_recovery_state,

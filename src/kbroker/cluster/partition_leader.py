@@ -166,7 +166,13 @@ class PartitionLeader:
         if is_new_leader_epoch:
             self.leader_epoch_start_offset = leader_end_offset
             for r, st in self.remote.items():
-                self.remote[r] = st.reset(now_ms, leader_end_offset, is_new_leader, r in self.state.isr)
+                # Stricter than Kafka, which keeps the followers' log end offsets when the
+                # same broker is leader again: a leader that missed the epochs in between
+                # (cut off, its metadata late) would count a follower's offset from before
+                # it truncated following another leader, and commit records that follower
+                # no longer has (the replication simulation found it: seed 3397). A new
+                # leader epoch forgets them; each follower's next fetch tells.
+                self.remote[r] = st.reset(now_ms, leader_end_offset, True, r in self.state.isr)
             self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
         self.is_leader = True
@@ -179,8 +185,16 @@ class PartitionLeader:
     # -- followers' fetches -----------------------------------------------------------
     def update_follower_fetch_state(self, now_ms: int, replica_id: int, fetch_offset: int,
                                     log_start_offset: int, leader_end_offset: int, high_watermark: int,
-                                    broker_epoch: int = -1):
-        """Record a follower's fetch. Returns the ISR expansion to submit, if any."""
+                                    broker_epoch: int = -1, leader_log_start_offset: int = -1):
+        """Record a follower's fetch. Returns the ISR expansion to submit, if any.
+
+        Stricter than Kafka: a follower whose log start offset (from its fetch) is below
+        the leader's does not join the ISR yet (it takes the leader's with the answer, one
+        fetch later). Its log below the leader's start is not covered by the diverging-epoch
+        check (the leader's epoch cache starts there, Kafka's endOffsetFor answers the
+        leader's start for any older epoch), so it may hold batches other than the ones
+        committed there; elected at once, it would serve them (the replication simulation
+        found it: DeleteRecords, then a restarted former leader joining and being elected)."""
         st = self.remote.get(replica_id)
         if st is None:
             raise NotLeaderOrFollowerError(f"replica {replica_id} is not a replica of this partition")
@@ -190,6 +204,8 @@ class PartitionLeader:
                                            f"vs expected={cached}")
         self.remote[replica_id] = st.update_fetch_state(fetch_offset, log_start_offset, now_ms,
                                                         leader_end_offset, broker_epoch)
+        if 0 <= log_start_offset < leader_log_start_offset:
+            return None
         return self._maybe_expand_isr(replica_id, high_watermark)
 
     def _is_isr_eligible(self, replica_id: int) -> bool:

@@ -104,6 +104,7 @@ import logging
 import os
 import random
 import shutil
+import struct
 import threading
 import time
 from typing import Callable, NamedTuple
@@ -140,6 +141,9 @@ LATEST_TIERED_TIMESTAMP = -5
 
 #: ``LogAppendInfo(...)`` without the NamedTuple's Python-level ``__new__`` (hot path)
 _new_tuple = tuple.__new__
+
+#: the base offset field at the start of a batch
+_FIRST_OFFSET = struct.Struct(">q")
 
 #: a reader whose view went stale under it (segment closed) retries on a newer one
 _READ_ATTEMPTS = 8
@@ -399,7 +403,7 @@ class Log:
 
     # -- append -------------------------------------------------------------------------
     def append(self, buf, infos=None, *, leader_epoch: int = -1, assign_offsets: bool = True,
-               origin: AppendOrigin | None = None) -> LogAppendInfo:
+               batch_epochs=None, origin: AppendOrigin | None = None) -> LogAppendInfo:
         """Append whole v2 record batches (already validated, e.g. by
         ``kernels.records.validate_batches``, whose BatchInfos are ``infos``).
         With ``infos`` and no producer ids among them, the append is one kernel
@@ -495,6 +499,12 @@ class Log:
                 cache = self.leader_epoch_cache
                 if cache.latest_epoch != leader_epoch:
                     cache.assign(leader_epoch, first)
+            elif batch_epochs:
+                # follower append: the epochs the leader stamped, [(epoch, first offset)]
+                cache = self.leader_epoch_cache
+                for epoch, start in batch_epochs:
+                    if cache.latest_epoch != epoch:
+                        cache.assign(epoch, start)
             # The bytes and index entries are in place: publish the new end to readers.
             self._view = _new_tuple(LogView, (self._segments, self._bases, self._log_start_offset,
                                               _new_tuple(LogOffsetMetadata, (next_offset, seg.base_offset, seg.size)),
@@ -583,6 +593,34 @@ class Log:
         from kbroker.kernels import records
         infos = records.validate_batches(buf)
         return self.append(buf, infos, leader_epoch=leader_epoch)
+
+    def append_as_follower(self, buf) -> LogAppendInfo:
+        """Append the leader's batches exactly as they are (Kafka's ``appendAsFollower``):
+        offsets, partition leader epochs, producer ids and sequences kept, nothing
+        rewritten. Checked first, nothing appended on failure: every batch's framing and
+        CRC (CorruptRecordError), offsets increasing from batch to batch, and the first
+        batch's base offset equal to ``log_end_offset`` (above it only on a compacted
+        topic, whose leader may have removed whole batches): else
+        UnexpectedAppendOffsetError. Each new partition leader epoch among the batches
+        gets its leader-epoch cache entry; idempotent producers' state is updated
+        (replication origin: no sequence checks) so a new leader answers retries as the
+        old one did. The high watermark is the caller's: min(leader's, own log end).
+        """
+        if isinstance(buf, memoryview) and buf.format != "B":
+            buf = buf.cast("B")
+        n = buf.nbytes if isinstance(buf, memoryview) else len(buf)
+        if n == 0:
+            raise CorruptRecordError(f"empty follower append to {self.name}")
+        leo = self._leo
+        first = _FIRST_OFFSET.unpack_from(buf, 0)[0] if n >= 8 else -1
+        if first != leo and not (self.config.compact and first > leo):
+            raise UnexpectedAppendOffsetError(
+                f"follower append to {self.name} starts at offset {first}, not at the log end offset {leo}")
+        r = _scan.scan(buf, first, index_interval_bytes=-1, verify_crc=True, end=n)
+        if r.error is not None or r.valid_bytes != n:
+            raise CorruptRecordError(f"corrupt records in the follower append to {self.name}: "
+                                     f"{r.error or 'trailing bytes'}")
+        return self.append(buf, None, assign_offsets=False, batch_epochs=r.epochs)
 
     # -- read ---------------------------------------------------------------------------
     # Readers take no lock: they work on one published view (module docstring, Locking).
@@ -856,6 +894,19 @@ class Log:
                     return found
         return None
 
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """A replica becoming leader of ``epoch``: record that the epoch starts at
+        ``start_offset`` (its log end offset) before anything is appended in it, so a
+        follower's diverging-epoch check sees the new epoch at once (Kafka's
+        assignEpochStartOffset). Written to the checkpoint now: once per leader change."""
+        with self._lock:
+            if self.leader_epoch_cache.latest_epoch != epoch:
+                self.leader_epoch_cache.assign(epoch, start_offset)
+        try:
+            self.leader_epoch_cache.flush()
+        except OSError as e:
+            raise KafkaStorageError(f"error writing the leader-epoch checkpoint of {self.name}: {e}") from e
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (epoch, end offset) — see LeaderEpochFileCache.end_offset_for."""
         return self.leader_epoch_cache.end_offset_for(epoch, self._view.end.message_offset)
@@ -948,14 +999,25 @@ class Log:
     # -- truncation ------------------------------------------------------------------------------
     def truncate_to(self, target_offset: int) -> bool:
         """Remove every offset >= target_offset (whole batches: the batch
-        holding target_offset goes too). Returns True if anything was removed."""
+        holding target_offset goes too): segments, index entries, producer state
+        (reloaded), leader-epoch entries; the high watermark and recovery point are
+        clamped to the new end. Durable before it returns (_sync_truncation_locked).
+        Returns True if anything was removed."""
         if target_offset < 0:
             raise ValueError(f"Cannot truncate partition {self.name} to a negative offset ({target_offset}).")
         with self._lock:
             if target_offset >= self._leo:
+                # Nothing to cut, but an epoch entry at the log end with no batches (a
+                # leader's, assign_epoch_start_offset) may conflict with the new leader's
+                # log: Kafka truncates the epoch cache here too.
+                cache = self.leader_epoch_cache
+                if cache.latest_epoch is not None and cache.epoch_entries()[-1][1] >= target_offset:
+                    cache.truncate_from_end(target_offset)
+                    self._sync_truncation_locked(None)
                 return False
             if target_offset < self._segments[0].base_offset:
                 self._truncate_fully_locked(target_offset)
+                self._sync_truncation_locked(None)
                 return True
             i = bisect.bisect_right(self._bases, target_offset) - 1
             doomed = self._segments[i + 1:]
@@ -973,12 +1035,29 @@ class Log:
             self._update_first_unstable_locked()
             self._publish()
             self._schedule_delete(doomed)    # after the view without them is published
+            self._sync_truncation_locked(seg)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``new_offset``."""
         with self._lock:
             self._truncate_fully_locked(new_offset)
+            self._sync_truncation_locked(None)
+
+    def _sync_truncation_locked(self, seg: LogSegment | None) -> None:
+        """Make a truncation durable before anything is appended after it, so no crash
+        (not even a power loss) brings the removed batches back under new ones: the cut
+        segment fsynced, the leader-epoch checkpoint written, and the directory (segments
+        renamed ``.deleted``, snapshots unlinked) fsynced. Truncation is rare (a follower's
+        divergence, a replica that was leader); Kafka's LogManager.truncateTo checkpoints
+        the recovery points at the same place. Lock held."""
+        try:
+            if seg is not None:
+                seg.flush()
+            self.leader_epoch_cache.flush()
+            fsync_dir(self.dir)
+        except OSError as e:
+            raise KafkaStorageError(f"error making the truncation of {self.name} durable: {e}") from e
 
     def _truncate_fully_locked(self, new_offset: int) -> None:
         doomed = self._segments
