@@ -22,7 +22,7 @@ import threading
 
 from kbroker.log.checkpoints import META_PROPERTIES, random_uuid, read_meta_properties
 from kbroker.log.manager import LogManager
-from kbroker.network.socket_server import SocketServer, SocketServerConfig
+from kbroker.network.socket_server import SocketServer
 from kbroker.server.config import KafkaConfig
 from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
 from kbroker.server.fetch_session import FetchSessionCache
@@ -147,21 +147,7 @@ class KafkaBroker:
         self.metadata_cache = SingleNodeMetadataCache(self)
         self.topic_metadata_cache = TopicMetadataCache()
         self._start_coordinators()
-        self.socket_server = SocketServer(SocketServerConfig(
-            listeners=c.listeners,
-            num_network_threads=c["num.network.threads"],
-            queued_max_requests=c["queued.max.requests"],
-            socket_request_max_bytes=c["socket.request.max.bytes"],
-            socket_send_buffer_bytes=c["socket.send.buffer.bytes"],
-            socket_receive_buffer_bytes=c["socket.receive.buffer.bytes"],
-            socket_listen_backlog_size=c["socket.listen.backlog.size"],
-            connections_max_idle_ms=c["connections.max.idle.ms"],
-            max_connections=c["max.connections"],
-            max_connections_per_ip=c["max.connections.per.ip"],
-            max_connections_per_ip_overrides=c.max_connections_per_ip_overrides,
-            queued_max_request_bytes=c["queued.max.request.bytes"],
-            listener_security=c.listener_security,
-        ))
+        self.socket_server = SocketServer(c.socket_server_config(c.listeners))
         self.apis = _required("request handlers (kbroker.server.apis)",
                               lambda: KafkaApis(self, self.socket_server.channel))
         self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,

@@ -652,6 +652,30 @@ class KafkaConfig:
             raise ConfigError("metadata.log.dir", "only a KRaft node (process.roles set) has a metadata log; a "
                               "zero-config node keeps its metadata in the first of log.dirs")
 
+    def socket_server_config(self, listeners, *, client_limits: bool = True):
+        """The network layer's settings for ``listeners`` (listener URLs), from this config.
+        ``client_limits``: also the per-IP connection limits, the request-memory pool and
+        the listeners' security (a client-facing SocketServer; not a controller's)."""
+        from kbroker.network.socket_server import SocketServerConfig
+
+        extra = {}
+        if client_limits:
+            extra = dict(max_connections_per_ip=self["max.connections.per.ip"],
+                         max_connections_per_ip_overrides=self.max_connections_per_ip_overrides,
+                         queued_max_request_bytes=self["queued.max.request.bytes"],
+                         listener_security=self.listener_security)
+        return SocketServerConfig(
+            listeners=listeners,
+            num_network_threads=self["num.network.threads"],
+            queued_max_requests=self["queued.max.requests"],
+            socket_request_max_bytes=self["socket.request.max.bytes"],
+            socket_send_buffer_bytes=self["socket.send.buffer.bytes"],
+            socket_receive_buffer_bytes=self["socket.receive.buffer.bytes"],
+            socket_listen_backlog_size=self["socket.listen.backlog.size"],
+            connections_max_idle_ms=self["connections.max.idle.ms"],
+            max_connections=self["max.connections"],
+            **extra)
+
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
 

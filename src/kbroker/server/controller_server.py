@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from kbroker.network.socket_server import SocketServer, SocketServerConfig
+from kbroker.network.socket_server import SocketServer
 from kbroker.protocol import API_INFO, ApiKey
 from kbroker.server.apis import ApiHandler
 from kbroker.server.kafka_apis import KafkaApis
@@ -63,17 +63,7 @@ class ControllerServer:
 
     def __init__(self, config, listeners, handlers: dict[int, ApiHandler], target=None):
         c = config
-        self.socket_server = SocketServer(SocketServerConfig(
-            listeners=listeners,
-            num_network_threads=c["num.network.threads"],
-            queued_max_requests=c["queued.max.requests"],
-            socket_request_max_bytes=c["socket.request.max.bytes"],
-            socket_send_buffer_bytes=c["socket.send.buffer.bytes"],
-            socket_receive_buffer_bytes=c["socket.receive.buffer.bytes"],
-            socket_listen_backlog_size=c["socket.listen.backlog.size"],
-            connections_max_idle_ms=c["connections.max.idle.ms"],
-            max_connections=c["max.connections"],
-        ))
+        self.socket_server = SocketServer(c.socket_server_config(listeners, client_limits=False))
         self.apis = ControllerApis(target if target is not None else self, self.socket_server.channel, handlers)
         self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,
                                                     c["num.io.threads"], self.socket_server.metrics)

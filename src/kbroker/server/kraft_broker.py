@@ -47,7 +47,7 @@ from kbroker.protocol import API_INFO, ApiKey, ErrorCode
 from kbroker.raft.client import Listener
 from kbroker.raft.replicated_log import DATA
 from kbroker.log.manager import LogManager
-from kbroker.network.socket_server import SocketServer, SocketServerConfig
+from kbroker.network.socket_server import SocketServer
 from kbroker.protocol.messages.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kbroker.server import schema_validation
 from kbroker.server.apis import ApiHandler
@@ -312,20 +312,8 @@ class KRaftBroker:
         self.topic_metadata_cache = TopicMetadataCache()
         self.producer_id_manager = RPCProducerIdManager(self.node_id, self.controller_channel,
                                                         broker_epoch=self._broker_epoch)
-        self.socket_server = SocketServer(SocketServerConfig(
-            listeners=[f"{l.name}://{l.host}:{l.port}" for l in self.listeners],
-            num_network_threads=c["num.network.threads"],
-            queued_max_requests=c["queued.max.requests"],
-            socket_request_max_bytes=c["socket.request.max.bytes"],
-            socket_send_buffer_bytes=c["socket.send.buffer.bytes"],
-            socket_receive_buffer_bytes=c["socket.receive.buffer.bytes"],
-            socket_listen_backlog_size=c["socket.listen.backlog.size"],
-            connections_max_idle_ms=c["connections.max.idle.ms"],
-            max_connections=c["max.connections"],
-            max_connections_per_ip=c["max.connections.per.ip"],
-            max_connections_per_ip_overrides=c.max_connections_per_ip_overrides,
-            queued_max_request_bytes=c["queued.max.request.bytes"],
-        ))
+        # PLAINTEXT only on a KRaft node for now (KafkaConfig refuses other protocols there)
+        self.socket_server = SocketServer(c.socket_server_config([f"{l.name}://{l.host}:{l.port}" for l in self.listeners]))
         self.apis = KafkaApis(self, self.socket_server.channel, self._handlers())
         self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,
                                                     c["num.io.threads"], self.socket_server.metrics)
