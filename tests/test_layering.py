@@ -23,7 +23,9 @@ RULES = {
     # MirrorMaker 2 is a client application: it talks to clusters only through kbroker.client
     "mirror": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.coordinator", "kbroker.raft",
                "kbroker.controller", "kbroker.cluster"),
-    "cluster": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "kbroker.raft",
+    # replication's state machines act on a partition's Log (its offsets, epochs and errors,
+    # as raft's do on the metadata log) but own no server, network, threads or clocks
+    "cluster": ("kbroker.server", "kbroker.network", "kbroker.client", "kbroker.raft",
                 "kbroker.controller", "socket", "selectors", "threading", "time"),
 }
 

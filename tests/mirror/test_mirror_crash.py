@@ -87,7 +87,9 @@ def test_tansu_as_the_source_cluster(cluster_b, mirror, tmp_path):
                        timestamp_ms=1_700_000_000_000 + i, headers=[("h", str(i).encode())])
             p.flush(30)
         m = mirror(mm2_props(tansu, cluster_b, topics="tansu-orders"))
-        wait_until(lambda: count(cluster_b.bootstrap, "A.tansu-orders") == 200, 60, "A.tansu-orders on B")
+        # ~24 s here: the mirror's source consumer group takes that long to form on Tansu (its
+        # rebalances are slow, see tests/client); 120 s leaves room on a loaded machine
+        wait_until(lambda: count(cluster_b.bootstrap, "A.tansu-orders") == 200, 120, "A.tansu-orders on B")
         src, dst = read_partitions(a, "tansu-orders"), read_partitions(cluster_b.bootstrap, "A.tansu-orders")
         for p in src:
             assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in dst[p]] == \
