@@ -64,6 +64,10 @@ def test_commit_and_abort_are_atomic_across_partitions(broker):
         p.begin_transaction()
         p.send(topic, value=b"c-last", partition=1)
         p.commit_transaction(30)
+        p.begin_transaction()              # an empty transaction commits (nothing at the coordinator)
+        p.commit_transaction(30)
+        p.begin_transaction()
+        p.abort_transaction(30)
     finally:
         p.close()
     committed = sorted([b"c%d" % i for i in range(10)] + [b"c-last"])

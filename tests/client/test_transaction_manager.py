@@ -147,3 +147,27 @@ def test_batches_are_stamped_transactional():
     assert b.is_transactional and (b.producer_id, b.producer_epoch, b.base_sequence) == (42, 3, 7)
     (plain,) = list(records.iter_batches(stamp_producer_state(raw, 42, 3, 7)))
     assert not plain.is_transactional
+
+
+def test_an_empty_transaction_ends_locally_but_one_with_offsets_only_sends_end_txn():
+    """Kafka's client: commit or abort of a transaction that reached nothing at the
+    coordinator completes without EndTxn (the coordinator would refuse an EndTxn for a
+    transaction it never saw); offsets alone make it a real transaction."""
+    tm = ready(TransactionManager("tx"))
+    tm.begin()
+    r = tm.begin_commit()
+    assert r.is_done() and r.error is None and tm.state is State.READY
+    assert tm.next_request(0.0, False) is None
+    tm.begin()
+    r = tm.begin_abort()
+    assert r.is_done() and tm.state is State.READY
+    tm.begin()
+    tm.send_offsets({TP0: 1}, ConsumerGroupMetadata("g"))
+    step(tm, ApiKey.ADD_OFFSETS_TO_TXN, aot.AddOffsetsToTxnResponse(error_code=0))
+    step(tm, ApiKey.FIND_COORDINATOR, found(9))
+    step(tm, ApiKey.TXN_OFFSET_COMMIT, toc.TxnOffsetCommitResponse(topics=[toc.TxnOffsetCommitResponseTopic(
+        name="t", partitions=[toc.TxnOffsetCommitResponsePartition(partition_index=0, error_code=0)])]))
+    r = tm.begin_abort()
+    assert not r.is_done()
+    step(tm, ApiKey.END_TXN, et.EndTxnResponse(error_code=0))
+    assert r.is_done() and tm.state is State.READY

@@ -140,6 +140,9 @@ class TransactionManager:
         self.state = State.UNINITIALIZED
         self.last_error: Exception | None = None
         self.partitions_in_txn: set = set()
+        #: the coordinator knows of this transaction (partitions or offsets were added): only
+        #: then does commit/abort send EndTxn (an empty transaction ends locally, as Kafka's)
+        self.transaction_started = False
         self.pending_partitions: set = set()     # sent to, not yet in an AddPartitionsToTxn
         self.adding_partitions: set = set()      # in the AddPartitionsToTxn in flight
         self._queue: collections.deque = collections.deque()
@@ -214,8 +217,17 @@ class TransactionManager:
             self._require(State.IN_TRANSACTION, op="commit the transaction")
             self.state = State.COMMITTING_TRANSACTION
             r = TransactionalRequestResult("EndTxn(commit)")
+            if not self._started_at_coordinator():
+                self._complete_transaction()
+                r.done()
+                return r
             self._queue.append(self._end_txn(True, r))
             return r
+
+    def _started_at_coordinator(self) -> bool:
+        """Anything of this transaction reached (or may reach) the coordinator. Lock held."""
+        return bool(self.transaction_started or self.pending_partitions or self.adding_partitions
+                    or self.in_flight is not None or any(h.api_key != ApiKey.END_TXN for h in self._queue))
 
     def begin_abort(self) -> TransactionalRequestResult:
         with self._lock:
@@ -228,7 +240,7 @@ class TransactionManager:
                     h.result.done(E.KafkaError("Transaction aborted", ErrorCode.UNKNOWN_SERVER_ERROR))
             self._queue = collections.deque(h for h in self._queue if h.api_key == ApiKey.END_TXN)
             r = TransactionalRequestResult("EndTxn(abort)")
-            if not self.partitions_in_txn and self.in_flight is None:
+            if not self.transaction_started and self.in_flight is None:
                 # nothing reached the coordinator: the transaction never began there
                 self._complete_transaction()
                 r.done()
@@ -313,6 +325,7 @@ class TransactionManager:
 
     def _complete_transaction(self) -> None:
         self.state = State.READY
+        self.transaction_started = False
         self.partitions_in_txn = set()
         self.pending_partitions = set()
         self.adding_partitions = set()
@@ -379,6 +392,7 @@ class TransactionManager:
             bad = {tp: c for tp, c in codes.items() if c != ErrorCode.NONE}
             if not bad:
                 self.partitions_in_txn |= self.adding_partitions
+                self.transaction_started = True
                 self.adding_partitions = set()
                 return
             worst = next(iter(bad.values()))
@@ -399,6 +413,7 @@ class TransactionManager:
         def handle(resp):
             code = resp.error_code
             if code == ErrorCode.NONE:
+                self.transaction_started = True
                 self._queue.appendleft(self._txn_offset_commit(offsets, group, result))
             elif code in _COORDINATOR_MOVED:
                 self.coordinators.pop((TRANSACTION, self.transactional_id), None)
