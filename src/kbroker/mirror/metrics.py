@@ -10,15 +10,12 @@ Values are read at scrape time on the HTTP thread from counters that have one wr
 """
 from __future__ import annotations
 
-import logging
-import threading
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
-from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
-log = logging.getLogger(__name__)
+from kbroker.prometheus import MetricsServer, serve
+
 _SRC = "kafka_connect_mirror_MirrorSourceConnector_"
 _CP = "kafka_connect_mirror_MirrorCheckpointConnector_"
 _HB = "kafka_connect_mirror_MirrorHeartbeatConnector_"
@@ -70,28 +67,5 @@ class MirrorCollector(Collector):
         yield from (records, nbytes, latency, latency_max, lag, rate, failures, checkpoints, synced, heartbeats)
 
 
-class MetricsServer:
-    def __init__(self, httpd, thread: threading.Thread, host: str):
-        self._httpd, self._thread, self.host = httpd, thread, host
-        self.port = httpd.server_port
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}/metrics"
-
-    def shutdown(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-            self._thread.join(5)
-
-
 def start_metrics_server(maker, host: str, port: int) -> MetricsServer:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(MirrorCollector(maker))
-    httpd, thread = start_http_server(port, addr=host, registry=registry)
-    thread.name = "kbroker-mirror-metrics"
-    server = MetricsServer(httpd, thread, host)
-    log.info("metrics endpoint listening on %s", server.url)
-    return server
+    return serve(MirrorCollector(maker), host, port, "kbroker-mirror-metrics")

@@ -19,18 +19,15 @@ counters have one writer each; Log properties are single-attribute reads).
 """
 from __future__ import annotations
 
-import logging
-import threading
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
-from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
+
+from kbroker.prometheus import MetricsServer, serve
 
 from kbroker.protocol import API_INFO
 from kbroker.server.purgatory import DelayedOperationPurgatory
 
-log = logging.getLogger(__name__)
 
 #: NetworkMetrics per-api fields exported as RequestMetrics summaries (Kafka's names)
 _REQUEST_TIMES = (
@@ -190,36 +187,7 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily("kafka_log_LogManager_Size", "Bytes in all hosted logs", value=total)
 
 
-class MetricsServer:
-    """The HTTP server serving ``/metrics``; ``port`` is the bound port."""
-
-    def __init__(self, httpd, thread: threading.Thread, host: str):
-        self._httpd = httpd
-        self._thread = thread
-        self.host = host
-        self.port = httpd.server_port
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}/metrics"
-
-    def shutdown(self) -> None:
-        """Stop serving and close the socket; idempotent."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.server_close()
-        self._thread.join(5)
-
-
 def start_metrics_server(broker, port: int) -> MetricsServer:
     """Serve ``broker``'s metrics on the first listener's host and ``port`` (0 = any free port)."""
     host = broker.config.listeners[0].host or "0.0.0.0"
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker))
-    httpd, thread = start_http_server(port, addr=host, registry=registry)
-    thread.name = "kbroker-metrics-http"
-    server = MetricsServer(httpd, thread, host)
-    log.info("metrics endpoint listening on %s", server.url)
-    return server
+    return serve(BrokerCollector(broker), host, port, "kbroker-metrics-http")
