@@ -115,10 +115,14 @@ class _Link(FaultProxy):
 
 class ChaosCluster:
     """1 controller + ``brokers`` brokers; see the module docstring. ``nodes[i]`` is node
-    i's :class:`KBrokerProcess` (``pid``, ``data_dir``, ``read_log``)."""
+    i's :class:`KBrokerProcess` (``pid``, ``data_dir``, ``read_log``).
+
+    ``links=False`` (benchmarks): no proxy on the inter-node path — every node is told the
+    real ports, so replication runs at full speed, and ``isolate`` is not available."""
 
     def __init__(self, base_dir: str, brokers: int = 3, overrides: dict | None = None,
-                 broker_overrides: dict | None = None, cluster_id: str = "Q2hhb3NDbHVzdGVyMDAwMA"):
+                 broker_overrides: dict | None = None, cluster_id: str = "Q2hhb3NDbHVzdGVyMDAwMA",
+                 links: bool = True):
         from kbroker.tools import storage
 
         self.base_dir = base_dir
@@ -126,10 +130,13 @@ class ChaosCluster:
         self.broker_ids = list(range(CONTROLLER_ID + 1, CONTROLLER_ID + 1 + brokers))
         self.isolated: set[int] = set()
         self._lock = threading.Lock()
-        self.links = {i: _Link(self, i) for i in [CONTROLLER_ID] + self.broker_ids}
+        self.linked = links
+        self.links = {i: _Link(self, i) for i in [CONTROLLER_ID] + self.broker_ids} if links else {}
         self.client_ports = {i: free_port() for i in self.broker_ids}
         self.replication_ports = {i: free_port() for i in self.broker_ids}
-        voters = f"{CONTROLLER_ID}@127.0.0.1:{self.links[CONTROLLER_ID].port}"
+        controller_port = self.links[CONTROLLER_ID].port if links else free_port()
+        advertised = {i: (self.links[i].port if links else self.replication_ports[i]) for i in self.broker_ids}
+        voters = f"{CONTROLLER_ID}@127.0.0.1:{controller_port}"
         from kbroker.server.config import BROKER_CONFIG
 
         fast = {k: v for k, v in FAST.items() if k in BROKER_CONFIG}   # keys the broker knows yet
@@ -142,17 +149,18 @@ class ChaosCluster:
             if i == CONTROLLER_ID:
                 # an ephemeral port nobody is told: every node reaches the controller through its proxy
                 props = {"process.roles": "controller", "node.id": i, **common,
-                         "listeners": "CONTROLLER://127.0.0.1:0"}
+                         "listeners": f"CONTROLLER://127.0.0.1:{0 if links else controller_port}"}
             else:
                 props = {"process.roles": "broker", "node.id": i, **common,
                          "listeners": f"PLAINTEXT://127.0.0.1:{self.client_ports[i]},"
                                       f"REPLICATION://127.0.0.1:{self.replication_ports[i]}",
                          "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.client_ports[i]},"
-                                                 f"REPLICATION://127.0.0.1:{self.links[i].port}",
+                                                 f"REPLICATION://127.0.0.1:{advertised[i]}",
                          "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,"
                                                            "CONTROLLER:PLAINTEXT",
                          "inter.broker.listener.name": "REPLICATION", **(broker_overrides or {})}
-                self.links[i].upstream_port = self.replication_ports[i]
+                if links:
+                    self.links[i].upstream_port = self.replication_ports[i]
             props["log.dirs"] = os.path.join(d, "logs")
             conf = os.path.join(d, "node.properties")
             with open(conf, "w", encoding="utf-8") as f:
@@ -161,7 +169,7 @@ class ChaosCluster:
                 if storage.main(["format", "-c", conf, "-t", cluster_id]) != 0:
                     raise RuntimeError(f"kbroker storage format failed for node {i}")
             # the controller's start waits on its proxy's port (always open), then finds the real one
-            port = self.client_ports.get(i) or self.links[i].port
+            port = self.client_ports.get(i) or controller_port
             self.nodes[i] = KBrokerProcess(data_dir=d, overrides=props, port=port)
         for link in self.links.values():
             link.start()
@@ -189,7 +197,7 @@ class ChaosCluster:
             try:
                 n = self.nodes[j]
                 n.start(timeout_s)
-                if j == CONTROLLER_ID:
+                if j == CONTROLLER_ID and self.linked:
                     self.links[j].upstream_port = self._await_listener(n, timeout_s)
             except Exception as e:
                 errors.append(e)
@@ -238,6 +246,8 @@ class ChaosCluster:
 
     def isolate(self, i: int) -> None:
         """Cut node ``i`` off from every other node (clients still reach it)."""
+        if not self.linked:
+            raise RuntimeError("isolate needs a cluster started with links=True")
         with self._lock:
             self.isolated.add(i)
         for link in self.links.values():
