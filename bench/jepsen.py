@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import tempfile
 import time
 
@@ -44,6 +45,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-faults", type=int, default=10)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped in ``finally``
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
     clients = tuple("kbroker" if i % 3 == 2 else "confluent" for i in range(args.producers))
     runs, bad = [], 0
     with tempfile.TemporaryDirectory(prefix="bench-jepsen-") as d:

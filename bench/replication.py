@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import struct
 import tempfile
 import threading
@@ -264,6 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-wait", type=float, default=60.0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped in ``finally``
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
     phases = set(args.phases.split(","))
     out: dict = {"tool": "bench.replication", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "config": vars(args), "anchor": ANCHOR}

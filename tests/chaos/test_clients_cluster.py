@@ -21,7 +21,10 @@ PARTITIONS = 2
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ChaosCluster(str(tmp_path_factory.mktemp("clients")), overrides={"default.replication.factor": 3})
+    # __consumer_offsets with RF 3 (Kafka's default; kbroker's default is 1), so its partitions,
+    # and the group coordinators with them, can move to another broker
+    c = ChaosCluster(str(tmp_path_factory.mktemp("clients")),
+                     overrides={"default.replication.factor": 3, "offsets.topic.replication.factor": 3})
     try:
         c.start()
         c.wait_ready(60)
@@ -166,7 +169,7 @@ def test_produce_and_consume_through_a_leader_kill(cluster, client):
 
 
 def test_a_group_keeps_consuming_through_its_coordinators_death(cluster):
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
     c = cluster
@@ -206,7 +209,15 @@ def test_a_group_keeps_consuming_through_its_coordinators_death(cluster):
         c.kill(victim)
         produce(b"b", 60)
         assert consume_until(120, 60) == 120, "the group stopped consuming after its coordinator died"
-        cons.commit(asynchronous=False)
+        deadline = time.monotonic() + 30
+        while True:      # the client finds the new coordinator (the new leader of the group's partition)
+            try:
+                cons.commit(asynchronous=False)
+                break
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         committed = cons.committed([TopicPartition(topic, i) for i in range(3)], timeout=15)
         assert sum(tp.offset for tp in committed) == 120
         desc = admin.describe_consumer_groups(["g-coord"])["g-coord"].result(15)

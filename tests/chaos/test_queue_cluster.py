@@ -51,7 +51,8 @@ def _run(c, topic, seed, faults, *, partitions=4, max_faults=3, duration_s=8.0, 
 
 
 def test_leader_kills_pauses_and_a_cut_off_broker_lose_nothing(cluster):
-    _run(cluster, "q-mixed", 11, ("kill-leader", "pause", "isolate"))
+    v, log = _run(cluster, "q-mixed", 17, ("kill-leader", "pause", "isolate"))
+    assert {f for _, f, _ in log} >= {"kill-leader", "pause", "isolate"}, log
 
 
 @pytest.mark.slow
