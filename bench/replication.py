@@ -102,18 +102,17 @@ def latency(c, topic: str, size: int, rate: float, duration_s: float) -> dict:
 
     cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": f"lat-{time.time()}", "enable.auto.commit": False,
                      "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
-    cons.assign([TopicPartition(topic, i, -1) for i in range(3)])   # from the end
+    cons.assign([TopicPartition(topic, i, 0) for i in range(3)])   # a fresh topic: from the start
     e2e: list = []
     stop = threading.Event()
 
     def consume():
         while not stop.is_set():
-            for m in cons.consume(1000, 0.1):
-                if not m.error():
-                    e2e.append((time.time_ns() - struct.unpack_from("<q", m.value())[0]) / 1e6)
+            m = cons.poll(0.1)          # one at a time: consume(n, t) waits for n records or t
+            if m is not None and not m.error():
+                e2e.append((time.time_ns() - struct.unpack_from("<q", m.value())[0]) / 1e6)
     t = threading.Thread(target=consume, daemon=True)
     t.start()
-    time.sleep(2)                         # the consumer's fetch positions are set
     p = _producer(c, **{"linger.ms": 0})
     pub: list = []
     errors = [0]
@@ -126,6 +125,15 @@ def latency(c, topic: str, size: int, rate: float, duration_s: float) -> dict:
             else:
                 errors[0] += 1
         return cb
+    # warm-up, untimed: metadata, connections, producer id, the consumer's positions
+    for i in range(300):
+        p.produce(topic, value=struct.pack("<q", time.time_ns()) + tail, partition=i % 3)
+        p.poll(0.003)
+    p.flush(30)
+    deadline = time.monotonic() + 20
+    while len(e2e) < 300 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    e2e.clear()
     t0 = time.monotonic()
     n = int(rate * duration_s)
     for i in range(n):
@@ -150,8 +158,9 @@ def latency(c, topic: str, size: int, rate: float, duration_s: float) -> dict:
 
 # -- 3./4. failover and controlled shutdown ----------------------------------------------------------
 class SteadyLoad:
-    """A producer thread at ``rate`` records/s to partition 0 of ``topic``; ``oks`` and
-    ``errors`` are the monotonic times of successful and failed delivery reports."""
+    """A producer thread at ``rate`` records/s to partition 0 of ``topic``; ``oks`` are
+    (send time, report time) of successful deliveries, ``errors`` the report times of
+    failed ones (time.monotonic)."""
 
     def __init__(self, c, topic: str, rate: float):
         self.p = _producer(c, **{"linger.ms": 0})
@@ -161,8 +170,13 @@ class SteadyLoad:
         self.stop = threading.Event()
         self.t = threading.Thread(target=self._run, daemon=True)
 
-    def _cb(self, err, _m):
-        (self.oks if err is None else self.errors).append(time.monotonic())
+    def _report(self, t_send):
+        def cb(err, _m):
+            if err is None:
+                self.oks.append((t_send, time.monotonic()))
+            else:
+                self.errors.append(time.monotonic())
+        return cb
 
     def _run(self):
         i = 0
@@ -174,7 +188,7 @@ class SteadyLoad:
                 self.p.poll(min(lag, 0.002))
                 continue
             try:
-                self.p.produce(self.topic, value=b"%d" % i, partition=0, on_delivery=self._cb)
+                self.p.produce(self.topic, value=b"%d" % i, partition=0, on_delivery=self._report(time.monotonic()))
                 i += 1
             except BufferError:
                 self.p.poll(0.01)
@@ -182,9 +196,11 @@ class SteadyLoad:
         self.p.flush(60)
 
     def first_ok_after(self, t: float, timeout_s: float) -> float | None:
+        """The report time of the first successful delivery of a record sent after ``t``
+        (a report of an earlier record may still arrive late from the old leader)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            later = [x for x in self.oks[-2000:] if x > t]
+            later = [done for sent, done in self.oks[-5000:] if sent > t]
             if later:
                 return min(later)
             time.sleep(0.005)
@@ -236,7 +252,7 @@ def shutdown(c, topic: str, shutdowns: int, rate: float, max_wait: float) -> dic
             rc = c.terminate(victim, timeout_s=max_wait)
             load.first_ok_after(time.monotonic(), max_wait)
             time.sleep(1.0)
-            oks = sorted(x for x in load.oks[-5000:] if x >= t0 - 0.5)
+            oks = sorted(done for _, done in load.oks[-5000:] if done >= t0 - 0.5)
             gap = max((b - a for a, b in zip(oks, oks[1:])), default=float("nan")) * 1e3
             gaps.append(gap)
             errors.append(len(load.errors) - e0)
@@ -258,11 +274,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--rate", type=float, default=2000.0, help="latency phase: records/s")
     ap.add_argument("--latency-size", type=int, default=1024)
+    ap.add_argument("--latency-rf", type=int, default=3, help="latency phase: replication factor (1: the baseline)")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--shutdowns", type=int, default=5)
     ap.add_argument("--failover-rate", type=float, default=500.0)
     ap.add_argument("--session-timeout-ms", type=int, default=2000)
     ap.add_argument("--max-wait", type=float, default=60.0)
+    ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker/controller setting for every node (repeatable)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped in ``finally``
@@ -273,7 +292,8 @@ def main(argv=None) -> int:
     from confluent_kafka import libversion
     out["client"] = f"confluent-kafka / librdkafka {libversion()[0]}"
     with tempfile.TemporaryDirectory(prefix="bench-repl-") as d:
-        c = ChaosCluster(d, links=False, overrides={"broker.session.timeout.ms": args.session_timeout_ms})
+        extra = dict(kv.split("=", 1) for kv in args.broker_config)
+        c = ChaosCluster(d, links=False, overrides={"broker.session.timeout.ms": args.session_timeout_ms, **extra})
         try:
             c.start()
             c.wait_ready(60)
@@ -293,7 +313,7 @@ def main(argv=None) -> int:
                     res.append({"size": size, "rf3_over_rf1": round(float(r3 / r1), 3) if r1 else None})
                 out["throughput"] = res
             if "latency" in phases:
-                c.create_topic("latency", 3, 3, configs={"min.insync.replicas": 2})
+                c.create_topic("latency", 3, args.latency_rf, configs={"min.insync.replicas": min(2, args.latency_rf)})
                 out["latency"] = latency(c, "latency", args.latency_size, args.rate, args.duration)
                 print(f"latency: {out['latency']}", flush=True)
             if "failover" in phases and args.kills:
