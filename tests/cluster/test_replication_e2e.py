@@ -29,7 +29,7 @@ from kbroker.kernels import records as rec
 from kbroker.log.checkpoints import OffsetCheckpointFile
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.frames import decode_response, encode_request
-from kbroker.protocol.messages import produce as pr
+from kbroker.protocol.messages import find_coordinator as fc, produce as pr
 from kbroker.testing import KRaftControllerQuorum
 
 FAST = {"controller.quorum.election.timeout.ms": 300, "controller.quorum.fetch.timeout.ms": 600,
@@ -125,6 +125,21 @@ def _raw_produce(port, topic, acks, values, timeout_ms=5000):
             buf += chunk
     r = decode_response(buf[4:4 + int.from_bytes(buf[:4], "big")], ApiKey.PRODUCE, 9)[1]
     return r.responses[0].partition_responses[0]
+
+
+def _find_coordinator(port, group):
+    """The coordinator a broker names for ``group`` (FindCoordinator v3), -1 if none."""
+    body = fc.FindCoordinatorRequest(key=group, key_type=0)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(encode_request(ApiKey.FIND_COORDINATOR, 3, 7, "repl-test", body))
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+    r = decode_response(buf[4:4 + int.from_bytes(buf[:4], "big")], ApiKey.FIND_COORDINATOR, 3)[1]
+    return r.node_id if r.error_code == ErrorCode.NONE else -1
 
 
 def _consume_all(q, topic, n, group):
@@ -294,3 +309,94 @@ def test_isr_below_min_insync_answers_not_enough_replicas(cluster):
         _raw_produce(leader_port, "minisr", -1, [b"ok2"])), 10, "acks=all accepted again")
     assert (r.error_code, r.base_offset) == (ErrorCode.NONE, 2)
     _same_logs(q, "minisr", 3)
+
+
+def test_controlled_shutdown_moves_leadership_without_failed_sends(cluster):
+    """SIGTERM to the leader: the controller moves leadership to an ISR member before the
+    broker stops (controlled shutdown), so an idempotent acks=all producer sees no error."""
+    q = cluster
+    _heal(q)
+    first = _create(q, "graceful")
+    victim = first.leader
+    errors, acked = [], []
+
+    def delivered(err, msg):
+        (errors.append(err) if err is not None else acked.append((msg.offset(), msg.value())))
+
+    p = Producer({"bootstrap.servers": q.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2,
+                  "retry.backoff.ms": 50, "topic.metadata.refresh.interval.ms": 500})
+    n = 0
+    for _ in range(5):
+        for _ in range(100):
+            p.produce("graceful", value=b"g%d" % n, on_delivery=delivered)
+            n += 1
+        p.poll(0.05)
+    q.procs[victim].proc.send_signal(signal.SIGTERM)
+    for _ in range(20):
+        for _ in range(100):
+            p.produce("graceful", value=b"g%d" % n, on_delivery=delivered)
+            n += 1
+        p.poll(0.1)
+    assert p.flush(60) == 0
+    assert q.procs[victim].terminate(30) == 0            # exited cleanly
+    assert errors == []
+    moved = _partition(q, "graceful")
+    assert moved.leader in BROKERS and moved.leader != victim
+    got = _consume_all(q, "graceful", n, "g-graceful")
+    assert sorted(acked) == got and [v for _, v in got] == [b"g%d" % i for i in range(n)]
+    q.procs[victim].start()
+    _wait(lambda: sorted(_partition(q, "graceful").isrs) == BROKERS, 60, "the restarted broker back in the ISR")
+
+
+def test_consumer_group_survives_its_coordinators_death(cluster):
+    """__consumer_offsets has 3 replicas: when the coordinator's broker is SIGKILLed, the
+    new leader of the group's offsets partition loads the group, and the group's committed
+    offsets survive."""
+    q = cluster
+    _heal(q)
+    _create(q, "grp")
+    p = Producer({"bootstrap.servers": q.bootstrap, "enable.idempotence": True, "acks": "all"})
+    for i in range(400):
+        p.produce("grp", value=b"c%d" % i)
+    assert p.flush(30) == 0
+
+    def consumer():
+        c = Consumer({"bootstrap.servers": q.bootstrap, "group.id": "g-coord", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+        c.subscribe(["grp"])
+        return c
+
+    def take(c, count):
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        return got
+
+    c = consumer()
+    try:
+        first = take(c, 200)
+        assert first == [b"c%d" % i for i in range(200)]
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    coordinator = _find_coordinator(q.broker_ports[BROKERS[0]], "g-coord")
+    assert coordinator in BROKERS
+    q.procs[coordinator].kill()
+    alive = next(b for b in BROKERS if b != coordinator)
+    try:
+        _wait(lambda: _find_coordinator(q.broker_ports[alive], "g-coord") not in (-1, coordinator), 60,
+              "another coordinator")
+        c = consumer()
+        try:
+            rest = take(c, 200)
+            assert rest == [b"c%d" % i for i in range(200, 400)]     # resumed at the committed offset
+            c.commit(asynchronous=False)
+            committed = c.committed([TopicPartition("grp", 0)], timeout=10)
+            assert committed[0].offset == 400
+        finally:
+            c.close()
+    finally:
+        q.procs[coordinator].start()
