@@ -21,16 +21,30 @@ PARTITIONS = 2
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    # __consumer_offsets with RF 3 (Kafka's default; kbroker's default is 1), so its partitions,
-    # and the group coordinators with them, can move to another broker
-    c = ChaosCluster(str(tmp_path_factory.mktemp("clients")),
-                     overrides={"default.replication.factor": 3, "offsets.topic.replication.factor": 3})
+    c = ChaosCluster(str(tmp_path_factory.mktemp("clients")), overrides={"default.replication.factor": 3})
     try:
         c.start()
         c.wait_ready(60)
+        _create_offsets_topic(c)
         yield c
     finally:
         c.stop()
+
+
+def _create_offsets_topic(c):
+    """FindCoordinator creates __consumer_offsets; do it while all three brokers are up (created
+    while one is down, it gets fewer replicas for good)."""
+    from confluent_kafka import Consumer
+
+    c.create_topic("warm-up", 1, 3)
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "warm-up"})
+    try:
+        cons.subscribe(["warm-up"])
+        c.wait(lambda: cons.poll(0.2) is None and cons.assignment(), 60, "a group joined")
+    finally:
+        cons.close()
+    md = c.metadata("__consumer_offsets")
+    assert md and all(len(r) == 3 for _, _, r, _, _ in md.values()), md
 
 
 def _kill_leader_when(c, topic, started: threading.Event, killed: list):
@@ -206,6 +220,9 @@ def test_a_group_keeps_consuming_through_its_coordinators_death(cluster):
         desc = admin.describe_consumer_groups(["g-coord"])["g-coord"].result(15)
         victim = desc.coordinator.id
         assert victim in c.broker_ids
+        # __consumer_offsets has 3 replicas by default (Kafka's offsets.topic.replication.factor)
+        md = c.metadata("__consumer_offsets")
+        assert all(len(r) == 3 for _, _, r, _, _ in md.values()), md
         c.kill(victim)
         produce(b"b", 60)
         assert consume_until(120, 60) == 120, "the group stopped consuming after its coordinator died"
