@@ -7,7 +7,8 @@ The suite's tests/chaos/test_queue_cluster.py runs short seeded runs; this runs 
 seeds as asked, each ``--duration`` s of ``--producers`` idempotent acks=all producers
 (confluent-kafka, and kbroker.client for every third) on a fresh topic (RF 3,
 min.insync.replicas=2, ``--partitions``) while a :class:`ClusterNemesis` applies up to
-``--max-faults`` faults from ``--faults`` (kill-leader, kill, pause, isolate, terminate).
+``--max-faults`` faults from ``--faults`` (kill, pause, isolate, terminate, each also
+on a partition leader: kill-leader, ...).
 One cluster (``kbroker.chaos.cluster.ChaosCluster``) for all seeds, stopped by PID at the
 end. Prints each run's verdict (:func:`kbroker.chaos.checker.check`) and the fault log;
 exits 1 if any run lost, duplicated, reordered or moved an acknowledged record.
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="records/s per producer")
     ap.add_argument("--producers", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--faults", default="kill-leader,kill,pause,isolate,terminate")
+    ap.add_argument("--faults", default="kill-leader,pause-leader,isolate-leader,kill,pause,isolate,terminate-leader")
     ap.add_argument("--max-faults", type=int, default=10)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)

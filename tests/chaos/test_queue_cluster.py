@@ -58,7 +58,8 @@ def test_leader_kills_pauses_and_a_cut_off_broker_lose_nothing(cluster):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_seeded_runs(cluster, seed):
-    _run(cluster, f"q-seed-{seed}", seed, ("kill-leader", "kill", "pause", "isolate", "terminate"),
+    _run(cluster, f"q-seed-{seed}", seed, ("kill-leader", "pause-leader", "isolate-leader", "kill", "pause", "isolate",
+                                          "terminate-leader"),
          max_faults=5, duration_s=15.0, per_producer=800)
 
 

@@ -387,7 +387,9 @@ class ClusterNemesis:
     - ``kill-leader``: the same for the leader of a random partition of ``topic``;
     - ``pause``: SIGSTOP a random broker for the hold (a long GC pause), then SIGCONT;
     - ``isolate``: cut a random broker off from its peers and the controller for the hold;
-    - ``terminate``: SIGTERM (controlled shutdown), start it again after the hold.
+    - ``terminate``: SIGTERM (controlled shutdown), start it again after the hold;
+    - ``<fault>-leader`` (``kill-leader``, ``pause-leader``, ``isolate-leader``,
+      ``terminate-leader``): the fault on the leader of a random partition of ``topic``.
 
     After each fault heals, the nemesis waits (up to ``settle_s``) until every broker is
     registered and unfenced again, then a quiet gap. ``run(stop)`` returns once ``stop`` is
@@ -413,7 +415,7 @@ class ClusterNemesis:
 
     def _victim(self, fault: str) -> int:
         c = self.cluster
-        if fault == "kill-leader" and self.topic:
+        if fault.endswith("-leader") and self.topic:
             p = self.rnd.randrange(max(1, self.partitions))
             try:
                 leader = c.metadata(self.topic)[p][0]
@@ -433,17 +435,18 @@ class ClusterNemesis:
             hold = self.rnd.uniform(*self.fault_s)
             b = self._victim(fault)
             self._note(fault, b)
+            action = fault[:-len("-leader")] if fault.endswith("-leader") else fault
             try:
-                if fault in ("kill", "kill-leader"):
+                if action == "kill":
                     c.kill(b)
                     stop.wait(hold)
-                elif fault == "terminate":
+                elif action == "terminate":
                     c.terminate(b)
                     stop.wait(hold)
-                elif fault == "pause":
+                elif action == "pause":
                     c.pause(b)
                     stop.wait(hold)
-                elif fault == "isolate":
+                elif action == "isolate":
                     c.isolate(b)
                     stop.wait(hold)
                 else:
