@@ -63,9 +63,18 @@ def test_isolate_kill_pause_and_cleanup(tmp_path):
         reads = read_all(c.bootstrap, "rf1", 3, timeout_s=30)
         assert sorted(int(v) for rows in reads.values() for _, v in rows) == list(range(30))
 
-        # cut off: fenced by the controller (session timeout), yet its client listener answers
+        # followers fetch through the proxies: broker 2 has links to the other brokers and they to it
+        c.create_topic("rf3", 3, replication_factor=3)
+        links = c.wait(lambda: (lambda l: l if all((a, b) in l for a in c.broker_ids for b in c.broker_ids if a != b)
+                                else None)(c.links_between()), 20, "replication links between every pair")
+        assert all(links.get((b, 1)) for b in c.broker_ids), links     # and to the controller
+
+        # cut off: no link from or to broker 2 is left open; fenced by the controller (session
+        # timeout), yet its client listener answers
         c.isolate(2)
+        c.wait(lambda: not any(2 in k for k in c.links_between()), 10, "broker 2's links closed")
         c.wait(lambda: c.registered_brokers() == [3, 4], 20, "broker 2 fenced")
+        assert not any(2 in k for k in c.links_between())
         assert c.metadata("rf1", via=2)        # clients still reach it
         c.heal()
         c.wait_ready(20)

@@ -103,6 +103,27 @@ def owner_of(client_port: int, server_port: int, pids: dict) -> object | None:
     return None
 
 
+def stable_port() -> int:
+    """A free port below the kernel's ephemeral range: a broker restarted after SIGKILL binds
+    its port again, and while it is down an ephemeral port (another test's ``bind(0)``, any
+    outgoing connection's local port) could take it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rnd = random.Random()
+    for _ in range(200):
+        port = rnd.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
 # -- the cluster ----------------------------------------------------------------------------------
 class _Link(FaultProxy):
     """The proxy in front of one node's inter-node listener (``owner``: its node id)."""
@@ -132,9 +153,9 @@ class ChaosCluster:
         self._lock = threading.Lock()
         self.linked = links
         self.links = {i: _Link(self, i) for i in [CONTROLLER_ID] + self.broker_ids} if links else {}
-        self.client_ports = {i: free_port() for i in self.broker_ids}
-        self.replication_ports = {i: free_port() for i in self.broker_ids}
-        controller_port = self.links[CONTROLLER_ID].port if links else free_port()
+        self.client_ports = {i: stable_port() for i in self.broker_ids}
+        self.replication_ports = {i: stable_port() for i in self.broker_ids}
+        controller_port = self.links[CONTROLLER_ID].port if links else stable_port()
         advertised = {i: (self.links[i].port if links else self.replication_ports[i]) for i in self.broker_ids}
         voters = f"{CONTROLLER_ID}@127.0.0.1:{controller_port}"
         from kbroker.server.config import BROKER_CONFIG
@@ -187,10 +208,13 @@ class ChaosCluster:
         return self.nodes[i].pid
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self, i: int | None = None, timeout_s: float = 30.0) -> "ChaosCluster":
-        """Start node ``i`` (else every node not running, in parallel: Python start-up
-        dominates) and wait until it listens."""
-        ids = [i] if i is not None else [j for j in self.nodes if self.nodes[j].proc is None]
+    def start(self, i=None, timeout_s: float = 30.0) -> "ChaosCluster":
+        """Start node ``i`` (a node id, a list of them, else every node not running; in
+        parallel: Python start-up dominates) and wait until each listens."""
+        if i is None:
+            ids = list(self.nodes)
+        else:
+            ids = [i] if isinstance(i, int) else list(i)
         errors = []
 
         def one(j):
@@ -256,6 +280,18 @@ class ChaosCluster:
     def heal(self) -> None:
         with self._lock:
             self.isolated.clear()
+
+    def links_between(self) -> dict:
+        """{(from node, to node): open connections} through the inter-node proxies."""
+        pids = {i: n.pid for i, n in self.nodes.items()}
+        out: dict = {}
+        for owner, link in self.links.items():
+            with link._lock:
+                addrs = list(link._pairs.values())
+            for addr in addrs:
+                src = owner_of(addr[1], link.port, pids)
+                out[(src, owner)] = out.get((src, owner), 0) + 1
+        return out
 
     def _cut(self, owner: int, client_port: int, server_port: int) -> bool:
         """Must a connection from 127.0.0.1:client_port to ``owner``'s proxy be refused?"""
