@@ -291,7 +291,10 @@ def test_isr_below_min_insync_answers_not_enough_replicas(cluster):
     _heal(q)
     part = _create(q, "minisr", min_isr=3)
     leader_port = q.broker_ports[part.leader]
-    assert _raw_produce(leader_port, "minisr", -1, [b"ok0"]).error_code == ErrorCode.NONE
+    # the leader may learn of its leadership a moment after the broker that answered Metadata
+    r = _wait(lambda: (lambda r: r if r.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER else None)(
+        _raw_produce(leader_port, "minisr", -1, [b"ok0"])), 10, "the leader serving")
+    assert (r.error_code, r.base_offset) == (ErrorCode.NONE, 0)
     follower = next(b for b in part.replicas if b != part.leader)
     os.kill(q.procs[follower].pid, signal.SIGSTOP)
     try:
