@@ -107,3 +107,22 @@ def test_unclean_leader_election_disabled_keeps_the_partition_offline(cluster):
     reads = read_all(c.bootstrap, topic, 1, timeout_s=30)
     assert sorted(acked) == [(o, v) for o, v in reads[0] if (o, v) in set(acked)]
     assert {v for _, v in acked} <= {v for _, v in reads[0]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["pause-leader", "isolate-leader"])
+def test_a_leader_paused_or_cut_off_past_its_session_comes_back_stale(cluster, fault):
+    """The leader is frozen (SIGSTOP) or cut off for longer than broker.session.timeout.ms:
+    the controller fences it and elects another; when it comes back it still believes it
+    leads, takes writes it can never commit, and must truncate them as a follower."""
+    c = cluster
+    topic = f"q-{fault}"
+    c.create_topic(topic, 2, 3, configs=RF3)
+    nem = ClusterNemesis(c, topic=topic, partitions=2, seed=5, faults=(fault,), gap_s=(0.5, 1.0),
+                         fault_s=(4.0, 6.0), max_faults=2)
+    sends, reads, log = run_queue_workload(c.bootstrap, topic, 2, producers=2, records_per_producer=500,
+                                           duration_s=12.0, seed=5, nemesis=nem, clients=("confluent", "kbroker"))
+    v = check(sends, reads)
+    assert v.ok, f"{v.summary()}; faults: {log}"
+    assert len([f for _, f, _ in log if f == fault]) == 2, log
+    c.wait_ready(30)

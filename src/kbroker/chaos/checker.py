@@ -34,12 +34,15 @@ class Send(NamedTuple):
     partition: int
     outcome: str          # OK, FAILED or UNKNOWN
     offset: int = -1      # the acknowledged offset (OK only)
+    error: str = ""       # the client's error name (FAILED / UNKNOWN)
 
 
 @dataclass
 class Verdict:
     sends: int = 0
     acknowledged: int = 0
+    failed: int = 0       # sends with a definite error
+    unknown: int = 0      # sends that timed out
     read: int = 0
     lost: list = field(default_factory=list)
     reassigned: list = field(default_factory=list)
@@ -47,6 +50,7 @@ class Verdict:
     reordered: list = field(default_factory=list)
     unexpected: list = field(default_factory=list)
     offsets: list = field(default_factory=list)
+    errors: dict = field(default_factory=dict)   # error name -> sends (not acknowledged)
 
     @property
     def ok(self) -> bool:
@@ -54,7 +58,10 @@ class Verdict:
                     or self.unexpected or self.offsets)
 
     def summary(self) -> str:
-        parts = [f"{self.sends} sends, {self.acknowledged} acknowledged, {self.read} read"]
+        parts = [f"{self.sends} sends, {self.acknowledged} acknowledged ({self.failed} failed, "
+                 f"{self.unknown} unknown), {self.read} read"]
+        if self.errors:
+            parts.append(f"errors {dict(sorted(self.errors.items(), key=lambda kv: -kv[1]))}")
         for name in ("lost", "reassigned", "duplicated", "reordered", "unexpected", "offsets"):
             v = getattr(self, name)
             if v:
@@ -85,6 +92,11 @@ def check(sends: Iterable[Send], reads: dict) -> Verdict:
             v.duplicated.append((value, places))
     for s in sends:
         if s.outcome != OK:
+            if s.outcome == FAILED:
+                v.failed += 1
+            else:
+                v.unknown += 1
+            v.errors[s.error] = v.errors.get(s.error, 0) + 1
             continue
         v.acknowledged += 1
         places = where.get(s.value)

@@ -35,9 +35,9 @@ def _produce_kbroker(bootstrap, topic, partitions, producer_id, count, duration_
                 s = Send(producer_id, seq, value, part, OK, md.offset)
             elif isinstance(err, KafkaTimeoutError) or "timed out" in str(err).lower() \
                     or "expir" in str(err).lower():
-                s = Send(producer_id, seq, value, part, UNKNOWN)
+                s = Send(producer_id, seq, value, part, UNKNOWN, error=type(err).__name__)
             else:
-                s = Send(producer_id, seq, value, part, FAILED)
+                s = Send(producer_id, seq, value, part, FAILED, error=type(err).__name__)
             with slock:
                 sends.append(s)
         return cb
@@ -49,9 +49,9 @@ def _produce_kbroker(bootstrap, topic, partitions, producer_id, count, duration_
             value = b"%d:%d" % (producer_id, seq)
             try:
                 p.send(topic, value=value, partition=part, on_delivery=report(seq, part, value))
-            except Exception:   # metadata or buffer not available within max.block.ms: never sent
+            except Exception as e:   # metadata or buffer not available within max.block.ms: never sent
                 with slock:
-                    sends.append(Send(producer_id, seq, value, part, FAILED))
+                    sends.append(Send(producer_id, seq, value, part, FAILED, error=type(e).__name__))
             lag = t0 + (seq + 1) * pause - time.monotonic()
             if lag > 0:
                 time.sleep(lag)
@@ -63,7 +63,7 @@ def _produce_kbroker(bootstrap, topic, partitions, producer_id, count, duration_
         p.close(5)
     with slock:
         done = {s.sequence for s in sends}
-        sends += [Send(producer_id, seq, b"%d:%d" % (producer_id, seq), -1, UNKNOWN)
+        sends += [Send(producer_id, seq, b"%d:%d" % (producer_id, seq), -1, UNKNOWN, error="not reported")
                   for seq in range(count) if seq not in done]
     with lock:
         out.extend(sends)
@@ -85,9 +85,9 @@ def _produce(bootstrap, topic, partitions, producer_id, count, duration_s, seed,
             if err is None:
                 sends.append(Send(producer_id, seq, value, part, OK, msg.offset()))
             elif err.code() == ck.KafkaError._MSG_TIMED_OUT:
-                sends.append(Send(producer_id, seq, value, part, UNKNOWN))
+                sends.append(Send(producer_id, seq, value, part, UNKNOWN, error=err.name()))
             else:
-                sends.append(Send(producer_id, seq, value, part, FAILED))
+                sends.append(Send(producer_id, seq, value, part, FAILED, error=err.name()))
         return cb
 
     t0 = time.monotonic()
@@ -110,7 +110,7 @@ def _produce(bootstrap, topic, partitions, producer_id, count, duration_s, seed,
         done = {(s.sequence) for s in sends}
         for seq in range(count):
             if seq not in done:
-                sends.append(Send(producer_id, seq, b"%d:%d" % (producer_id, seq), -1, UNKNOWN))
+                sends.append(Send(producer_id, seq, b"%d:%d" % (producer_id, seq), -1, UNKNOWN, error="not reported"))
     with lock:
         out.extend(sends)
 
