@@ -51,6 +51,7 @@ from kbroker.protocol.messages import (
     list_transactions as ltx, txn_offset_commit as toc,
     sasl_handshake as sh, sasl_authenticate as sa,
     alter_user_scram_credentials as auc, describe_user_scram_credentials as duc,
+    alter_client_quotas as acq, describe_client_quotas as dcq,
 )
 from tests.broker.raw_client import ConnectionClosed, RawClient, advertised, decode_exact
 
@@ -106,6 +107,8 @@ EXPECTED: dict[int, tuple[int, int]] = {
     K.SASL_AUTHENTICATE: (0, 2),
     K.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     K.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    K.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    K.ALTER_CLIENT_QUOTAS: (0, 1),
 }
 
 # -- environment: setup helpers shared by the cases ---------------------------------------------
@@ -1421,6 +1424,49 @@ def case_describe_user_scram_credentials(env: Env, v: int):
     assert got[user].error_code == E.NONE
     assert [(c.mechanism, c.iterations) for c in got[user].credential_infos] == [(1, 8192)]
     assert got["ghost-" + user].error_code == E.RESOURCE_NOT_FOUND
+
+
+@case(K.ALTER_CLIENT_QUOTAS)
+def case_alter_client_quotas(env: Env, v: int):
+    client = f"mx-quota-{uuid.uuid4().hex[:8]}"
+    ent = [acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=client)]
+    r = env.call(K.ALTER_CLIENT_QUOTAS, v, acq.AlterClientQuotasRequest(entries=[
+        acq.AlterClientQuotasRequestEntryData(entity=ent, ops=[
+            acq.OpData(key="producer_byte_rate", value=1e9, remove=False)]),
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="user", entity_name=client)],
+            ops=[acq.OpData(key="producer_byte_rate", value=1.5, remove=False)]),
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="ip", entity_name="127.0.0.1")],
+            ops=[acq.OpData(key="producer_byte_rate", value=10.0, remove=False)])], validate_only=False))
+    assert [(e.error_code, e.entity[0].entity_type) for e in r.entries] == [
+        (E.NONE, "client-id"), (E.INVALID_REQUEST, "user"), (E.INVALID_REQUEST, "ip")], r
+    assert "fractional" in r.entries[1].error_message and "Invalid configuration key" in r.entries[2].error_message
+    r = env.call(K.ALTER_CLIENT_QUOTAS, v, acq.AlterClientQuotasRequest(entries=[
+        acq.AlterClientQuotasRequestEntryData(entity=ent, ops=[
+            acq.OpData(key="producer_byte_rate", value=0.0, remove=True)])], validate_only=False))
+    assert r.entries[0].error_code == E.NONE, r
+
+
+@case(K.DESCRIBE_CLIENT_QUOTAS)
+def case_describe_client_quotas(env: Env, v: int):
+    client = f"mx-quota-{uuid.uuid4().hex[:8]}"
+    env.call(K.ALTER_CLIENT_QUOTAS, 0, acq.AlterClientQuotasRequest(entries=[
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=client)],
+            ops=[acq.OpData(key="consumer_byte_rate", value=1e9, remove=False)])], validate_only=False))
+    r = env.call(K.DESCRIBE_CLIENT_QUOTAS, v, dcq.DescribeClientQuotasRequest(components=[
+        dcq.ComponentData(entity_type="client-id", match_type=0, match=client)], strict=True))
+    assert r.error_code == E.NONE, r
+    assert [([(e.entity_type, e.entity_name) for e in x.entity], [(q.key, q.value) for q in x.values])
+            for x in r.entries] == [([("client-id", client)], [("consumer_byte_rate", 1e9)])], r
+    r = env.call(K.DESCRIBE_CLIENT_QUOTAS, v, dcq.DescribeClientQuotasRequest(components=[
+        dcq.ComponentData(entity_type="group", match_type=2, match=None)], strict=False))
+    assert r.error_code == E.UNSUPPORTED_VERSION and r.error_message, r
+    env.call(K.ALTER_CLIENT_QUOTAS, 0, acq.AlterClientQuotasRequest(entries=[
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=client)],
+            ops=[acq.OpData(key="consumer_byte_rate", value=0.0, remove=True)])], validate_only=False))
 
 
 # -- the matrix -----------------------------------------------------------------------------------

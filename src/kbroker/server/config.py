@@ -162,6 +162,10 @@ BROKER_CONFIG = (
     .define("request.timeout.ms", "int", 30000, at_least(0))
     .define("sasl.kerberos.min.time.before.relogin", "long", 60000, None,
             "Kafka's GSSAPI relogin interval; kbroker has no GSSAPI mechanism (see BROKER_NO_OP_CONFIGS).")
+    # --- client quotas ---
+    .define("quota.window.num", "int", 11, at_least(1),
+            "Samples kept for client quota rates (producer_byte_rate, consumer_byte_rate, request_percentage).")
+    .define("quota.window.size.seconds", "int", 1, at_least(1), "The time span of each client quota sample.")
     # --- topics ---
     .define("auto.create.topics.enable", "boolean", True)
     .define("num.partitions", "int", 1, at_least(1))

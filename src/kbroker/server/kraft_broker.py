@@ -48,6 +48,7 @@ from kbroker.raft.client import Listener
 from kbroker.raft.replicated_log import DATA
 from kbroker.log.manager import LogManager
 from kbroker.network.socket_server import SocketServer
+from kbroker.quota.manager import QuotaManagers
 from kbroker.protocol.messages.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kbroker.server import schema_validation
 from kbroker.server.apis import ApiHandler
@@ -70,7 +71,8 @@ log = logging.getLogger(__name__)
 #: admin requests a broker forwards to the active controller
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
              ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
-             ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS)
+             ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+             ApiKey.ALTER_CLIENT_QUOTAS)
 NOT_REQUESTED = -(2**31)
 
 
@@ -292,6 +294,7 @@ class KRaftBroker:
     def startup(self) -> None:
         c = self.config
         self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
+        self.quotas = QuotaManagers.from_config(c)      # the publisher sets the image's quotas
         self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
                                                          topic_overrides=self._topic_overrides)
         self.log_manager.startup()

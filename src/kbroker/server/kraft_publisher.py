@@ -6,7 +6,7 @@ Runs on the raft thread (BrokerMetadataListener), once per committed batch, in l
 1. the handler view (KRaftMetadataCache) is refreshed to the new image;
 2. topic config changes go to the LogManager (before any log of the topic is created, so
    a new topic's logs start with its overrides); BROKER config changes reload the dynamic
-   broker configs;
+   broker configs; client quota changes go to the broker's QuotaManagers;
 3. the delta's local changes (``MetadataDelta.local_changes(node.id)``) go to the
    ReplicaManager: stop and delete replicas of removed partitions, become leader (log
    opened or created, leader epoch / replicas / ISR from the registration), become
@@ -55,6 +55,8 @@ class BrokerMetadataPublisher:
                 b.log_manager.update_topic_config(name, dict(image.topic_configs(name)))
         if any(rtype == BROKER_RESOURCE and name in ("", str(self.node_id)) for rtype, name in changed):
             b.dynamic_config.reload(b.log_manager)
+        if delta.client_quotas_changed() and getattr(b, "quotas", None) is not None:
+            b.quotas.update_quotas(image.client_quotas.entities)
         changes = delta.local_changes(self.node_id)
         if first:
             if getattr(getattr(b, "metadata_listener", None), "incomplete", False):

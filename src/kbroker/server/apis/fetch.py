@@ -93,9 +93,19 @@ def handle_fetch(broker, ctx, req) -> None:
         infos.append(((cp.topic, key[1]), FetchPartitionStatus(
             cp.fetch_offset, cp.max_bytes, cp.current_leader_epoch, cp.log_start_offset, cp.last_fetched_epoch)))
     max_bytes = min(req.max_bytes if v >= 3 else 2**31 - 1, broker.config["fetch.max.bytes"])
+    if ctx.quotas is not None and ctx.quotas.fetch.enabled:
+        # at most what the quota allows in its window, so a throttled consumer still advances
+        max_bytes = min(max_bytes, ctx.quotas.fetch.max_value_in_window(ctx.user, ctx.client_id or ""))
     isolation = req.isolation_level if v >= 4 else 0
 
     def respond(results: dict) -> None:
+        q = ctx.quotas
+        if q is not None and q.fetch.enabled and _throttled(ctx, q, results):
+            # KafkaApis: a throttled fetch is answered empty (its bytes not counted), the
+            # session kept only when it was an incremental fetch (getThrottledResponse)
+            ctx.respond(FetchResponse(throttle_time_ms=ctx.bandwidth_throttle_ms, error_code=ErrorCode.NONE,
+                                      session_id=0 if fctx.full else fctx.session_id, responses=[]))
+            return
         topics: "OrderedDict[object, list]" = OrderedDict()  # topic id (v13+) or name -> partitions
         node_endpoints: dict = {}
         for key, cp in fetch_list:
@@ -126,6 +136,19 @@ def handle_fetch(broker, ctx, req) -> None:
 
     broker.replica_manager.fetch_messages(req.max_wait_ms, req.min_bytes, max_bytes, isolation, infos, respond,
                                           replica_id)
+
+
+def _throttled(ctx, q, results: dict) -> bool:
+    """Record the response's bytes against consumer_byte_rate; on a violation take them
+    back, set the context's bandwidth throttle and return True."""
+    size = sum(_region_size(r.records) for r in results.values())
+    user, client_id = ctx.user, ctx.client_id or ""
+    throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size)
+    if not throttle:
+        return False
+    q.fetch.unrecord(user, client_id, size)
+    ctx.bandwidth_throttle_ms = throttle
+    return True
 
 
 HANDLERS = {ApiKey.FETCH: ApiHandler(4, 16, handle_fetch)}

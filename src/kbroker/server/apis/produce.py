@@ -48,6 +48,11 @@ def handle_produce(broker, ctx, req) -> None:
                    for t in req.topic_data for p in t.partition_data}
         _respond_errors(ctx, req, results)
         return
+    q = ctx.quotas
+    if q is not None and q.produce.enabled:
+        # the request's bytes count against producer_byte_rate (Kafka: request.sizeInBytes)
+        ctx.bandwidth_throttle_ms = q.produce.record_and_get_throttle_ms(
+            ctx.user, ctx.client_id or "", len(ctx.request.payload))
     # KafkaApis.handleProduceRequest: an unknown partition, then records that break
     # ProduceRequest.validateRecords, are answered without reaching the replica manager
     rm = broker.replica_manager
