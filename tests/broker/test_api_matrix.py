@@ -64,11 +64,11 @@ CLIENT_ID = "kbroker-matrix"
 #: What kbroker implements: {api key: (min version, max version)}, written down here (not read
 #: from the broker) so that losing a handler fails the matrix. Reviewed against Kafka 3.9's
 #: ranges: Produce starts at v3 and Fetch at v4 (message format v2 only, as Kafka 4.0);
-#: Fetch v17 (KIP-853 replica directory ids) and the ACL/SASL APIs are absent; of the transaction
+#: Fetch v17 (KIP-853 replica directory ids, a tagged field followers send) is served; the ACL/SASL APIs are absent; of the transaction
 #: APIs, the coordinator's are here (WriteTxnMarkers and TxnOffsetCommit come with the log side).
 EXPECTED: dict[int, tuple[int, int]] = {
     K.PRODUCE: (3, 11),
-    K.FETCH: (4, 16),
+    K.FETCH: (4, 17),
     K.LIST_OFFSETS: (1, 9),
     K.METADATA: (0, 12),
     K.OFFSET_COMMIT: (0, 9),

@@ -157,6 +157,18 @@ BROKER_CONFIG = (
             "Per-IP or per-hostname limits overriding max.connections.per.ip, e.g. 'hostName:100,127.0.0.1:200'.")
     .define("message.max.bytes", "int", 1048588, at_least(0))
     .define("replica.fetch.max.bytes", "int", 1048576, at_least(0))
+    # --- replication (a KRaft broker's followers and leaders; Kafka's ReplicationConfigs) ---
+    .define("num.replica.fetchers", "int", 1, at_least(1),
+            "Fetcher threads per source broker replicating its partitions to this broker.")
+    .define("replica.fetch.backoff.ms", "int", 1000, at_least(0))
+    .define("replica.fetch.response.max.bytes", "int", 10485760, at_least(0))
+    .define("replica.fetch.wait.max.ms", "int", 500, at_least(0))
+    .define("replica.fetch.min.bytes", "int", 1, at_least(0))
+    .define("replica.lag.time.max.ms", "long", 30000, at_least(1),
+            "A follower that has not caught up with the leader's log end for this long leaves the ISR "
+            "(checked every half of it).")
+    .define("replica.socket.timeout.ms", "int", 30000, at_least(1),
+            "The request timeout of a replica fetcher's Fetch and ListOffsets to the leader.")
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
     .define("fetch.max.bytes", "int", 57671680, at_least(1024))
     .define("request.timeout.ms", "int", 30000, at_least(0))
@@ -313,7 +325,6 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "metadata.max.retention.bytes": _NOT_WIRED,
     "metadata.max.retention.ms": _NOT_WIRED,
     "metadata.max.idle.interval.ms": _NOT_WIRED,
-    "replica.fetch.max.bytes": "single node: there are no followers fetching",
     "transaction.state.log.replication.factor": "single node: __transaction_state has one replica",
     "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
     "sasl.kerberos.min.time.before.relogin":

@@ -28,10 +28,14 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
   with the metadata log, first publish, then requests are processed and the broker asks
   to be unfenced; controlled shutdown on stop.
 
-Not yet: follower fetching (replication), so on a partition with RF > 1 the leader's
-high watermark waits for followers that never fetch: acks=all times out
-(REQUEST_TIMED_OUT) and consumers see nothing past it; transactions (no transaction
-coordinator on a KRaft broker yet); the metrics endpoint (``kbroker.metrics.port``).
+- Replication (kbroker.server.replica_manager's docstring): leaders answer followers'
+  Fetch requests and send ISR changes to the controller (AlterPartitionSender over the
+  controller channel), a scheduler task shrinks ISRs every replica.lag.time.max.ms / 2,
+  and the ReplicaFetcherManager's threads feed the logs this broker follows. On
+  shutdown the fetchers stop once the controller granted the controlled shutdown.
+
+Not yet: transactions (no transaction coordinator on a KRaft broker yet); the metrics
+endpoint (``kbroker.metrics.port``).
 """
 from __future__ import annotations
 
@@ -61,7 +65,9 @@ from kbroker.server.kraft_publisher import BrokerMetadataPublisher
 from kbroker.server.metadata_cache import KRaftMetadataCache
 from kbroker.server.producer_id_manager import RPCProducerIdManager
 from kbroker.server.purgatory import DelayedOperationPurgatory
+from kbroker.server.replica_fetcher_manager import ReplicaFetcherManager
 from kbroker.server.replica_manager import ReplicaManager
+from kbroker.server.replication import AlterPartitionSender, MetadataBrokerRegistry
 from kbroker.server.request_context import error_response_for
 from kbroker.server.request_handler import KafkaRequestHandlerPool
 from kbroker.server.topics import TopicError, validate_topic_name
@@ -306,6 +312,7 @@ class KRaftBroker:
                                               self.produce_purgatory, self.fetch_purgatory)
         self.replica_manager.metadata_cache = self.metadata_cache
         self.replica_manager.schema_validator = schema_validation.from_config(c)
+        self._start_replication()
         self.log_manager.schedule(self.log_manager.checkpoint_high_watermarks,
                                   c["replica.high.watermark.checkpoint.interval.ms"],
                                   c["replica.high.watermark.checkpoint.interval.ms"])
@@ -347,6 +354,21 @@ class KRaftBroker:
         self.handler_pool.start()
         self.lifecycle_manager.set_ready_to_unfence()
 
+    def _start_replication(self) -> None:
+        """Wire the ReplicaManager's replication seams: the brokers' registrations, this
+        broker's epoch, ISR proposals to the controller, the follower fetchers, and the
+        ISR shrink check every replica.lag.time.max.ms / 2 (Kafka's isr-expiration)."""
+        c = self.config
+        rm = self.replica_manager
+        image = lambda: self.metadata_listener.image      # noqa: E731
+        rm.broker_registry = MetadataBrokerRegistry(image)
+        rm.broker_epoch = self._broker_epoch
+        rm.alter_partition = AlterPartitionSender(self.node_id, self._broker_epoch, self.controller_channel)
+        self.replica_fetcher_manager = ReplicaFetcherManager(self.node_id, c, image, self._broker_epoch)
+        rm.replica_fetcher_manager = self.replica_fetcher_manager
+        half = max(1, c["replica.lag.time.max.ms"] // 2)
+        self.log_manager.schedule(rm.maybe_shrink_isr, half, half)
+
     def _broker_epoch(self) -> int:
         lm = self.lifecycle_manager
         return -1 if lm is None else lm.lifecycle.broker_epoch
@@ -367,6 +389,17 @@ class KRaftBroker:
             self.lifecycle_manager.begin_controlled_shutdown()
             lc.shut_down.wait(timeout_s)
             self.lifecycle_manager.close()
+        # the controller moved leadership away (or gave up waiting): stop following
+        for name in ("replica_fetcher_manager",):
+            part = getattr(self, name, None)
+            if part is not None:
+                try:
+                    part.shutdown()
+                except Exception:
+                    log.exception("stopping %s failed", name)
+        rm = getattr(self, "replica_manager", None)
+        if rm is not None and rm.alter_partition is not None:
+            rm.alter_partition.close()
         for name, stop in (("socket_server", "stop"), ("handler_pool", "shutdown"),
                            ("group_coordinator", "shutdown"), ("produce_purgatory", "shutdown"),
                            ("fetch_purgatory", "shutdown"), ("log_manager", "shutdown")):
