@@ -255,6 +255,10 @@ BROKER_CONFIG = (
     .define("transaction.state.log.segment.bytes", "int", 104857600, at_least(1))
     .define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
     .define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))
+    .define("transaction.partition.verification.enable", "boolean", True, None,
+            "KIP-890: before appending a transactional batch of a producer with no ongoing transaction in the "
+            "partition, the leader verifies with the transaction coordinator that the partition is in it "
+            "(dynamic).")
     # --- purgatory ---
     .define("fetch.purgatory.purge.interval.requests", "int", 1000)
     .define("producer.purgatory.purge.interval.requests", "int", 1000)

@@ -821,6 +821,7 @@ def build_transaction_coordinator(broker) -> TransactionCoordinator:
     leads every partition, so all of them load in the background."""
     from kbroker.coordinator.runtime import ReplicaCoordinatorLog
     from kbroker.coordinator.transaction.markers import WireMarkerChannel
+    from kbroker.server.txn_verification import TransactionVerifier
 
     c = broker.config
     cfg = TransactionConfig.from_kafka_config(c)
@@ -852,4 +853,7 @@ def build_transaction_coordinator(broker) -> TransactionCoordinator:
     coordinator = TransactionCoordinator(cfg, txn_log, broker.producer_id_manager.generate_producer_id, channel,
                                          broker_id=broker.node_id, coordinator_epoch_for=coordinator_epoch_for)
     coordinator.startup(range(cfg.transaction_state_log_num_partitions), background=True)
+    broker.replica_manager.txn_verifier = TransactionVerifier(
+        broker.node_id, lambda: broker.dynamic_config.current["transaction.partition.verification.enable"],
+        lambda _tid: broker.node_id, lambda: getattr(broker, "transaction_coordinator", None))
     return coordinator
