@@ -35,7 +35,7 @@ from kbroker.kernels import records as _records
 from kbroker.log.errors import (
     KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
 )
-from kbroker.log.producer_state import ProducerStateError
+from kbroker.log.producer_state import AppendOrigin, ProducerStateError
 from kbroker.log.txn_verification import SENTINEL
 from kbroker.protocol import ErrorCode
 from kbroker.server import log_validator, schema_validation
@@ -479,7 +479,10 @@ class ReplicaManager:
         else:
             buf = log_validator.set_max_timestamps(buf, infos, log_append_time, now)
         try:
-            info = lg.append(buf, infos, leader_epoch=part.leader_epoch, verification_guard=verification_guard)
+            # the broker's own appends (a coordinator's TxnOffsetCommit batch) are COORDINATOR
+            # origin, as Kafka's: producer epochs checked, sequences not
+            info = lg.append(buf, infos, leader_epoch=part.leader_epoch, verification_guard=verification_guard,
+                             origin=None if client else AppendOrigin.COORDINATOR)
         except RecordTooLargeError as e:
             return ProducePartitionResult(ErrorCode.MESSAGE_TOO_LARGE, error_message=str(e))
         except RecordBatchTooLargeError as e:
