@@ -143,3 +143,57 @@ def test_consume_transform_produce_copies_exactly_once(cluster):
     assert sum(ends.values()) == n
     out = _read(q, dst, 3, "read_committed", expect=n)
     assert sorted(out) == sorted(b"out%d" % i for i in range(n))
+
+
+def test_late_produce_after_abort_is_refused_by_a_leader_on_another_broker(cluster):
+    """KIP-890 part 1 across brokers: the partition's leader is not the transaction's
+    coordinator, so it verifies with verify_only AddPartitionsToTxn over the wire (with
+    verification off, the late batch is appended and opens a transaction that hangs)."""
+    from kbroker.kernels import records
+    from kbroker.protocol.messages import (
+        add_partitions_to_txn as apt, describe_transactions as dtx, end_txn, init_producer_id as ipi, produce as pr,
+    )
+    q = cluster
+    topic = "klate-" + uuid.uuid4().hex[:6]
+    leaders = _spread_topic(q, topic)
+    for _ in range(50):   # a transactional id whose coordinator does not lead partition 0
+        tid = "klate-" + uuid.uuid4().hex[:8]
+        err, coordinator = _wait(lambda: (lambda r: r if r[0] == ErrorCode.NONE else None)(_coordinator(q, tid)),
+                                 timeout_s=30, what="transaction coordinator")
+        if coordinator != leaders[0][0]:
+            break
+    cport, lport = q.broker_ports[coordinator], q.broker_ports[leaders[0][0]]
+
+    def init():
+        r = _raw(cport, ApiKey.INIT_PRODUCER_ID, 4, ipi.InitProducerIdRequest(
+            transactional_id=tid, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1))
+        return r if r.error_code == ErrorCode.NONE else None
+    r = _wait(init, timeout_s=30, what="InitProducerId")
+    pid, epoch = r.producer_id, r.producer_epoch
+
+    def produce(seq, value):
+        batch = records.encode_batch([(int(time.time() * 1000), None, value, [])], producer_id=pid,
+                                     producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+        resp = _raw(lport, ApiKey.PRODUCE, 9, pr.ProduceRequest(
+            transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[pr.TopicProduceData(
+                name=topic, partition_data=[pr.PartitionProduceData(index=0, records=batch)])]))
+        return resp.responses[0].partition_responses[0].error_code
+
+    r = _raw(cport, ApiKey.ADD_PARTITIONS_TO_TXN, 3, apt.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[apt.AddPartitionsToTxnTopic(name=topic, partitions=[0])]))
+    assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == ErrorCode.NONE
+    assert produce(0, b"aborted") == ErrorCode.NONE
+    r = _raw(cport, ApiKey.END_TXN, 3, end_txn.EndTxnRequest(transactional_id=tid, producer_id=pid,
+                                                             producer_epoch=epoch, committed=False))
+    assert r.error_code == ErrorCode.NONE
+    _wait(lambda: _raw(cport, ApiKey.DESCRIBE_TRANSACTIONS, 0, dtx.DescribeTransactionsRequest(
+        transactional_ids=[tid])).transaction_states[0].transaction_state == "CompleteAbort", what="CompleteAbort")
+    assert produce(1, b"late") == ErrorCode.INVALID_TXN_STATE
+    c = Consumer({"bootstrap.servers": q.bootstrap, "group.id": "l-" + uuid.uuid4().hex,
+                  "isolation.level": "read_committed"})
+    try:
+        _low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        c.close()
+    assert high == 2    # the aborted record and its marker; no late batch holding the LSO
