@@ -62,3 +62,17 @@ def test_unused_guards_expire_with_the_producer_ids(tmp_path):
     assert lg.verification_guard(3) is not SENTINEL
     lg.remove_expired_producers(now + lg.producer_state.producer_id_expiration_ms)
     assert lg.verification_guard(3) is SENTINEL
+
+
+def test_a_later_sequence_waits_for_the_lowest_one_being_verified(tmp_path):
+    """Two batches of a new transaction in flight (sequences 0 and 1): if 1 is verified
+    first it must not be appended before 0 (0's retry would loop on out-of-order)."""
+    from kbroker.log.producer_state import OutOfOrderSequenceError
+    lg = open_log(tmp_path / "t-0")
+    guard = lg.maybe_start_transaction_verification(1, 0, 0)
+    assert lg.maybe_start_transaction_verification(1, 1, 0) is guard
+    with pytest.raises(OutOfOrderSequenceError):
+        append(lg, tbatch(1, 1), guard)
+    append(lg, tbatch(1, 0), guard)
+    append(lg, tbatch(1, 1), SENTINEL)
+    assert lg.log_end_offset == 2

@@ -22,7 +22,7 @@ that log's append lock.
 """
 from __future__ import annotations
 
-from kbroker.log.producer_state import InvalidTxnStateError
+from kbroker.log.producer_state import InvalidTxnStateError, OutOfOrderSequenceError
 
 __all__ = ["VerificationGuard", "SENTINEL", "VerificationStates"]
 
@@ -89,12 +89,20 @@ class VerificationStates:
     def check(self, infos, guard: VerificationGuard, has_ongoing_transaction) -> None:
         """Refuse the append (InvalidTxnStateError) if a transactional data batch of
         ``infos`` belongs to a producer with no ongoing transaction
-        (``has_ongoing_transaction(pid)``) whose guard is not ``guard``."""
+        (``has_ongoing_transaction(pid)``) whose guard is not ``guard``; or
+        (OutOfOrderSequenceError) if its sequence is above the lowest one that asked for
+        verification of that producer (Kafka's VerificationStateEntry.lowestSequence)."""
         for info in infos:
             if info.is_transactional and not info.is_control:
                 pid = info.producer_id
+                e = self._entries.get(pid)
+                if e is not None and info.base_sequence > e.lowest_sequence:
+                    # a later batch must not go in before the lowest one still being verified
+                    # (its retry would then loop on OUT_OF_ORDER_SEQUENCE_NUMBER)
+                    raise OutOfOrderSequenceError(
+                        f"Out of order sequence number for producer {pid}: {info.base_sequence} (incoming seq. "
+                        f"number), {e.lowest_sequence} (earliest seen sequence)")
                 if not has_ongoing_transaction(pid):
-                    e = self._entries.get(pid)
                     if e is None or e.guard is not guard or guard is SENTINEL:
                         raise InvalidTxnStateError("Record was not part of an ongoing transaction")
 
