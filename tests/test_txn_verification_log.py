@@ -76,3 +76,15 @@ def test_a_later_sequence_waits_for_the_lowest_one_being_verified(tmp_path):
     append(lg, tbatch(1, 0), guard)
     append(lg, tbatch(1, 1), SENTINEL)
     assert lg.log_end_offset == 2
+
+
+def test_an_open_transaction_of_an_older_epoch_does_not_count(tmp_path):
+    """Kafka 4's hasOngoingTransaction(producerId, producerEpoch): a batch of a newer epoch
+    needs verification even while the older epoch's transaction looks open here."""
+    lg = open_log(tmp_path / "t-0")
+    append(lg, tbatch(1, 0), lg.maybe_start_transaction_verification(1, 0, 0))
+    assert lg.has_ongoing_transaction(1, 0) and not lg.has_ongoing_transaction(1, 1)
+    assert lg.maybe_start_transaction_verification(1, 1, 0) is SENTINEL
+    assert lg.maybe_start_transaction_verification(1, 0, 1) is not SENTINEL
+    with pytest.raises(InvalidTxnStateError):
+        append(lg, tbatch(1, 0, epoch=1), SENTINEL)

@@ -766,15 +766,17 @@ class Log:
         upper = self.fetch_upper_bound_offset(max(seg_base, fetch_offset), max_offset)
         return self.collect_aborted_transactions(fetch_offset, upper)
 
-    def has_ongoing_transaction(self, producer_id: int) -> bool:
-        """Whether ``producer_id`` has a transaction open in this partition (Kafka's
-        hasOngoingTransaction; the seam for KIP-890's produce-time verification)."""
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int | None = None) -> bool:
+        """Whether ``producer_id`` has a transaction open in this partition — of
+        ``producer_epoch`` when given: with a newer epoch the open one may have ended
+        (Kafka 4's hasOngoingTransaction; KIP-890's produce-time verification)."""
         with self._lock:
-            return self._has_ongoing_transaction_locked(producer_id)
+            return self._has_ongoing_transaction_locked(producer_id, producer_epoch)
 
-    def _has_ongoing_transaction_locked(self, producer_id: int) -> bool:
+    def _has_ongoing_transaction_locked(self, producer_id: int, producer_epoch: int | None = None) -> bool:
         e = self.producer_state.last_entry(producer_id)
-        return e is not None and e.current_txn_first_offset is not None
+        return (e is not None and e.current_txn_first_offset is not None
+                and (producer_epoch is None or e.producer_epoch == producer_epoch))
 
     def maybe_start_transaction_verification(self, producer_id: int, sequence: int,
                                              epoch: int) -> VerificationGuard:
@@ -782,7 +784,7 @@ class Log:
         needed), else its verification guard (made now unless one is pending); an append
         carrying it goes ahead only while it is still the producer's guard."""
         with self._lock:
-            if self._has_ongoing_transaction_locked(producer_id):
+            if self._has_ongoing_transaction_locked(producer_id, epoch):
                 return SENTINEL
             return self._verification.start(producer_id, sequence, epoch, self._time_ms())
 

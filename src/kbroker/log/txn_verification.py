@@ -88,8 +88,8 @@ class VerificationStates:
 
     def check(self, infos, guard: VerificationGuard, has_ongoing_transaction) -> None:
         """Refuse the append (InvalidTxnStateError) if a transactional data batch of
-        ``infos`` belongs to a producer with no ongoing transaction
-        (``has_ongoing_transaction(pid)``) whose guard is not ``guard``; or
+        ``infos`` belongs to a producer with no ongoing transaction of its epoch
+        (``has_ongoing_transaction(pid, epoch)``) whose guard is not ``guard``; or
         (OutOfOrderSequenceError) if its sequence is above the lowest one that asked for
         verification of that producer (Kafka's VerificationStateEntry.lowestSequence)."""
         for info in infos:
@@ -102,7 +102,7 @@ class VerificationStates:
                     raise OutOfOrderSequenceError(
                         f"Out of order sequence number for producer {pid}: {info.base_sequence} (incoming seq. "
                         f"number), {e.lowest_sequence} (earliest seen sequence)")
-                if not has_ongoing_transaction(pid):
+                if not has_ongoing_transaction(pid, info.producer_epoch):
                     if e is None or e.guard is not guard or guard is SENTINEL:
                         raise InvalidTxnStateError("Record was not part of an ongoing transaction")
 

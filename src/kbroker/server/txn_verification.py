@@ -40,7 +40,7 @@ from kbroker.protocol import ApiKey, ErrorCode
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TransactionVerifier", "AddPartitionsToTxnSender"]
+__all__ = ["TransactionVerifier", "AddPartitionsToTxnSender", "start_coordinator_verification", "SENTINEL"]
 
 E = ErrorCode
 _HEADER = struct.Struct(">qhi")      # producer id, producer epoch, base sequence (bytes 43..57)
@@ -90,6 +90,18 @@ def produce_result_for(err: ErrorCode):
             error_message=f"Unable to verify the partition has been added to the transaction. "
                           f"Underlying error: {err.name}")
     return ProducePartitionResult(err)
+
+
+def start_coordinator_verification(broker, tp, producer_id: int, producer_epoch: int):
+    """TxnOffsetCommit: the guard of the group's ``__consumer_offsets`` partition for the
+    producer (SENTINEL: its transaction is open there already), None if the partition is
+    not hosted here (the group coordinator answers). Its batch is the coordinator's, whose
+    sequence the log does not check, so no sequence is recorded for it."""
+    rm = getattr(broker, "replica_manager", None)
+    part = None if rm is None else rm.get_partition(tp)
+    if part is None:
+        return None
+    return part.log.maybe_start_transaction_verification(producer_id, 0x7FFFFFFF, producer_epoch)
 
 
 class TransactionVerifier:
