@@ -301,8 +301,11 @@ class ReplicaManager:
         for tp, buf in entries.items():
             r = self._check_min_isr(tp, buf, produce_version) if acks_all else None
             if r is None:
-                r = append(tp, buf, internal_topics_allowed, produce_version, now,
-                           None if verification_guards is None else verification_guards.get(tp, SENTINEL))
+                if verification_guards is None:
+                    r = append(tp, buf, internal_topics_allowed, produce_version, now)
+                else:
+                    r = append(tp, buf, internal_topics_allowed, produce_version, now,
+                               verification_guard=verification_guards.get(tp, SENTINEL))
             results[tp] = r
             if r.error == ErrorCode.NONE and r.last_offset >= 0:
                 appended.append(tp)
