@@ -1313,18 +1313,22 @@ def _cg_heartbeat(env: Env, v: int, group: str, member_id: str, epoch: int, topi
 
 @case(K.WRITE_TXN_MARKERS)
 def case_write_txn_markers(env: Env, v: int):
-    """A transactional batch (explicit producer id), then its COMMIT: the marker is written,
-    the partition's last stable offset moves past it; unknown partitions answer per partition."""
+    """A transactional batch (of a transaction begun at the coordinator: the leader verifies
+    it, KIP-890), then its COMMIT written here as the coordinator would: the marker is
+    written, the partition's last stable offset moves past it; unknown partitions answer
+    per partition."""
     name, _ = env.new_topic(f"wtm{v}")
-    pid = random.randrange(1 << 20, 1 << 40)
-    batch = rec.encode_batch([(int(time.time() * 1000), None, b"t", [])], producer_id=pid, producer_epoch=0,
+    tid = gname(f"wtm{v}")
+    pid, epoch = env.init_txn(tid, timeout_ms=900000)
+    assert _add_partitions(env, 3, tid, pid, epoch, [(name, 0)]) == {(name, 0): E.NONE}
+    batch = rec.encode_batch([(int(time.time() * 1000), None, b"t", [])], producer_id=pid, producer_epoch=epoch,
                              base_sequence=0, is_transactional=True)
-    r = env.call(K.PRODUCE, env.top(K.PRODUCE), pr.ProduceRequest(transactional_id="tid", acks=-1, timeout_ms=5000,
+    r = env.call(K.PRODUCE, env.top(K.PRODUCE), pr.ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000,
                  topic_data=[pr.TopicProduceData(name=name, partition_data=[
                      pr.PartitionProduceData(index=0, records=batch)])]))
     assert r.responses[0].partition_responses[0].error_code == E.NONE, r
     r = env.call(K.WRITE_TXN_MARKERS, v, wtm.WriteTxnMarkersRequest(markers=[wtm.WritableTxnMarker(
-        producer_id=pid, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+        producer_id=pid, producer_epoch=epoch, transaction_result=True, coordinator_epoch=0,
         topics=[wtm.WritableTxnMarkerTopic(name=name, partition_indexes=[0, 9])])]))
     (m,) = r.markers
     assert m.producer_id == pid

@@ -266,11 +266,17 @@ BROKER_CONFIG = (
     .define("transactional.id.expiration.ms", "int", 604800000, at_least(1))
     .define("transaction.max.timeout.ms", "int", 900000, at_least(1))
     .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
-    .define("transaction.state.log.replication.factor", "int", 1, at_least(1))
+    .define("transaction.state.log.replication.factor", "int", 3, at_least(1),
+            "Replicas of __transaction_state on a KRaft cluster (clamped to the alive brokers when it is "
+            "created); the zero-config single node has one.")
     .define("transaction.state.log.min.isr", "int", 1, at_least(1))
     .define("transaction.state.log.segment.bytes", "int", 104857600, at_least(1))
     .define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
     .define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))
+    .define("transaction.partition.verification.enable", "boolean", True, None,
+            "KIP-890: before appending a transactional batch of a producer with no ongoing transaction in the "
+            "partition, the leader verifies with the transaction coordinator that the partition is in it "
+            "(dynamic).")
     # --- purgatory ---
     .define("fetch.purgatory.purge.interval.requests", "int", 1000)
     .define("producer.purgatory.purge.interval.requests", "int", 1000)
@@ -325,7 +331,9 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "metadata.max.retention.bytes": _NOT_WIRED,
     "metadata.max.retention.ms": _NOT_WIRED,
     "metadata.max.idle.interval.ms": _NOT_WIRED,
-    "transaction.state.log.replication.factor": "single node: __transaction_state has one replica",
+    "transaction.state.log.replication.factor": "read by a KRaft broker (kbroker.server.kraft_broker: the "
+        "replication factor of __transaction_state created through the controller); the zero-config single "
+        "node's __transaction_state has one replica",
     "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
     "sasl.kerberos.min.time.before.relogin":
         "no GSSAPI mechanism: no Kerberos login to refresh (a Kafka broker without GSSAPI ignores it "

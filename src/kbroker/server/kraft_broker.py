@@ -34,8 +34,12 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
   and the ReplicaFetcherManager's threads feed the logs this broker follows. On
   shutdown the fetchers stop once the controller granted the controlled shutdown.
 
-Not yet: transactions (no transaction coordinator on a KRaft broker yet); the metrics
-endpoint (``kbroker.metrics.port``).
+- Transactions: the transaction coordinator is the zero-config broker's, over the
+  ``__transaction_state`` partitions this broker leads (created through the controller
+  on the first FindCoordinator(TRANSACTION)); markers and KIP-890 verifications go over
+  the wire to the brokers the metadata names.
+
+Not yet: the metrics endpoint (``kbroker.metrics.port``).
 """
 from __future__ import annotations
 
@@ -231,6 +235,23 @@ class ForwardingTopicManager:
                      {"cleanup.policy": "compact", "compression.type": "producer",
                       "segment.bytes": str(c["offsets.topic.segment.bytes"])})
 
+    def create_transaction_state_topic(self) -> None:
+        """``__transaction_state`` with transaction.state.log.num.partitions and
+        transaction.state.log.replication.factor, clamped to the alive brokers as
+        ``__consumer_offsets`` is (on the first FindCoordinator(TRANSACTION))."""
+        from kbroker.coordinator.transaction.coordinator import transaction_state_topic_configs
+        c = self.broker.config
+        rf = c["transaction.state.log.replication.factor"]
+        alive = len(self.broker.metadata_cache.alive_brokers())
+        if 0 < alive < rf:
+            log.warning("transaction.state.log.replication.factor=%d but only %d broker(s) are alive: creating "
+                        "__transaction_state with replication factor %d", rf, alive, alive)
+            rf = alive
+        configs = transaction_state_topic_configs(c)
+        if int(configs["min.insync.replicas"]) > rf:
+            configs["min.insync.replicas"] = str(rf)
+        self._create("__transaction_state", c["transaction.state.log.num.partitions"], rf, configs)
+
     def create(self, *a, **kw):
         raise TopicError(ErrorCode.NOT_CONTROLLER, "topics are created by the active controller")
 
@@ -261,6 +282,7 @@ class KRaftBroker:
         self.handler_pool = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator = None
+        self.transaction_coordinator = None
         self.topic_deletion_hooks: list = []
         self._stopped = False
 
@@ -349,6 +371,9 @@ class KRaftBroker:
         from kbroker.coordinator.group.coordinator import build_group_coordinator
 
         self.group_coordinator = build_group_coordinator(self)
+        from kbroker.coordinator.transaction.coordinator import build_transaction_coordinator
+
+        self.transaction_coordinator = build_transaction_coordinator(self)
         self.publisher = BrokerMetadataPublisher(self)
         self.metadata_listener.install(self.publisher)
         self.handler_pool.start()
@@ -401,14 +426,18 @@ class KRaftBroker:
         if rm is not None and rm.alter_partition is not None:
             rm.alter_partition.close()
         for name, stop in (("socket_server", "stop"), ("handler_pool", "shutdown"),
-                           ("group_coordinator", "shutdown"), ("produce_purgatory", "shutdown"),
-                           ("fetch_purgatory", "shutdown"), ("log_manager", "shutdown")):
+                           ("transaction_coordinator", "shutdown"), ("group_coordinator", "shutdown"),
+                           ("produce_purgatory", "shutdown"), ("fetch_purgatory", "shutdown"),
+                           ("log_manager", "shutdown")):
             part = getattr(self, name, None)
             if part is not None:
                 try:
                     getattr(part, stop)()
                 except Exception:
                     log.exception("stopping %s failed", name)
+        verifier = getattr(getattr(self, "replica_manager", None), "txn_verifier", None)
+        if verifier is not None:
+            verifier.close()
         self.sender.close()
 
     # -- handlers -----------------------------------------------------------------------------

@@ -16,7 +16,8 @@ answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's check before its ACL) and
 producer id and epoch (else INVALID_RECORD); the log then applies Kafka's producer
 rules (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE for a plain batch inside the
 producer's open transaction) and starts or extends its ongoing transaction. KIP-890's
-verification with the transaction coordinator is not done here (yet).
+verification with the transaction coordinator happens in the replica manager first
+(:mod:`kbroker.server.txn_verification`).
 """
 from __future__ import annotations
 
@@ -110,7 +111,8 @@ def handle_produce(broker, ctx, req) -> None:
             resp.node_endpoints = list(node_endpoints.values())
         ctx.respond(resp)
 
-    broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v)
+    broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v,
+                                          transactional_id=req.transactional_id)
 
 
 def _current_leader(broker, ctx, tp, pr, node_endpoints) -> None:
