@@ -162,6 +162,10 @@ class FanOutListener(Listener):
         for x in self.listeners:
             x.handle_load_snapshot(snapshot_id, data)
 
+    def handle_control_append(self, last_offset: int) -> None:
+        for x in self.listeners:
+            x.handle_control_append(last_offset)
+
 
 
 OFFSETS_TOPIC = "__consumer_offsets"

@@ -1,0 +1,179 @@
+"""KIP-853 dynamic quorums with real processes: one controller formatted ``--standalone``
+grows to three with ``kbroker metadata-quorum add-controller`` while a broker keeps serving
+a producer; a follower voter and then the leader are removed (the leader resigns and the
+others elect a new one); every controller restarted keeps the voter set it had."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import threading
+import time
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kbroker.testing import KBrokerProcess, free_port
+from kbroker.tools import metadata_quorum, storage
+from tests.cluster.test_kraft_cluster import FAST, _brokers, _wait
+
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
+
+
+class DynamicCluster:
+    def __init__(self, base: str, controllers=(1, 2, 3), broker=4):
+        self.base = base
+        self.cports = {i: free_port() for i in controllers}
+        self.bport = free_port()
+        self.broker_id = broker
+        self.procs: dict[int, KBrokerProcess] = {}
+        self.confs: dict[int, str] = {}
+        first = controllers[0]
+        for i in controllers:
+            props = {"process.roles": "controller", "node.id": i,
+                     "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.cports[first]}",
+                     "listeners": f"CONTROLLER://127.0.0.1:{self.cports[i]}",
+                     "controller.listener.names": "CONTROLLER", **FAST}
+            self._node(i, props, self.cports[i], ["--standalone"] if i == first else ["--no-initial-controllers"])
+        props = {"process.roles": "broker", "node.id": broker,
+                 "controller.quorum.bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in self.cports.values()),
+                 "listeners": f"PLAINTEXT://127.0.0.1:{self.bport}",
+                 "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.bport}",
+                 "controller.listener.names": "CONTROLLER", **FAST}
+        self._node(broker, props, self.bport, [])
+
+    def _node(self, i, props, port, fmt_args):
+        d = os.path.join(self.base, f"n{i}")
+        os.makedirs(d, exist_ok=True)
+        props["log.dirs"] = os.path.join(d, "logs")
+        conf = os.path.join(d, "node.properties")
+        with open(conf, "w", encoding="utf-8") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in props.items()))
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert storage.main(["format", "-c", conf, "-t", CLUSTER_ID] + fmt_args) == 0
+        self.confs[i] = conf
+        self.procs[i] = KBrokerProcess(data_dir=d, overrides=props, port=port)
+
+    @property
+    def bootstrap_controllers(self):
+        return ",".join(f"127.0.0.1:{p}" for i, p in self.cports.items() if self.procs[i].proc is not None)
+
+    def tool(self, *argv):
+        out, err = io.StringIO(), io.StringIO()
+        rc = metadata_quorum.main(["--bootstrap-controller", self.bootstrap_controllers, *argv], out, err)
+        return rc, out.getvalue(), err.getvalue()
+
+    def status(self):
+        rc, out, err = self.tool("describe", "--status")
+        assert rc == 0, err
+        return dict(line.split(":", 1) for line in out.splitlines())
+
+    def voters(self):
+        try:
+            text = self.status()["CurrentVoters"]
+        except (AssertionError, ValueError):
+            return None
+        import json
+        return sorted(v["id"] for v in json.loads(text))
+
+    def stop(self):
+        for p in self.procs.values():
+            p.kill()
+
+
+def _directory_id(c, i):
+    with open(os.path.join(os.path.dirname(c.confs[i]), "logs", "meta.properties"), encoding="utf-8") as f:
+        return dict(line.strip().split("=", 1) for line in f if "=" in line)["directory.id"]
+
+
+def _add(c, i, timeout_s=30.0):
+    """add-controller, retried while the new controller is still catching up as an observer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        t0 = time.monotonic()
+        rc, out, err = c.tool("--command-config", c.confs[i], "add-controller")
+        if rc == 0:
+            return out, time.monotonic() - t0
+        assert "REQUEST_TIMED_OUT" in err or "NOT_LEADER" in err, err
+        assert time.monotonic() < deadline, err
+        time.sleep(0.2)
+
+
+def test_grow_one_to_three_controllers_then_remove_the_leader(tmp_path):
+    c = DynamicCluster(str(tmp_path))
+    stop = threading.Event()
+    delivered, failed = [], []
+    try:
+        c.procs[1].start()
+        c.procs[4].start()
+        _wait(lambda: _brokers(c.bport) == [4], timeout_s=30, what="broker 4 registered and unfenced")
+        assert c.voters() == [1]
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{c.bport}"})
+        admin.create_topics([NewTopic("t", num_partitions=1, replication_factor=1)],
+                            operation_timeout=10)["t"].result(timeout=30)
+
+        def produce():
+            p = Producer({"bootstrap.servers": f"127.0.0.1:{c.bport}", "linger.ms": 5,
+                          "message.timeout.ms": 60000})
+            n = 0
+            while not stop.is_set() and n < 20000:
+                p.produce("t", str(n).encode(), on_delivery=lambda e, m: (failed if e else delivered).append(e))
+                p.poll(0)
+                n += 1
+                time.sleep(0.005)
+            p.flush(60)
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+
+        c.procs[2].start()
+        c.procs[3].start()
+        out, took2 = _add(c, 2)
+        assert out.startswith(f"Added controller 2 with directory id {_directory_id(c, 2)} and endpoints: "
+                              f"CONTROLLER://127.0.0.1:{c.cports[2]}")
+        _, took3 = _add(c, 3)
+        print(f"add-controller commit: {took2 * 1000:.0f} ms, {took3 * 1000:.0f} ms")
+        _wait(lambda: c.voters() == [1, 2, 3], what="three voters")
+        st = c.status()
+        assert st["ClusterId"].strip() == CLUSTER_ID and '"endpoints": ["CONTROLLER://127.0.0.1:' in st["CurrentVoters"]
+        rc, out, _ = c.tool("describe", "--replication")
+        assert rc == 0 and out.splitlines()[0].split() == ["NodeId", "DirectoryId", "LogEndOffset", "Lag",
+                                                            "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"]
+        assert sorted(l.split()[-1] for l in out.splitlines()[1:]) == ["Follower", "Follower", "Leader", "Observer"]
+
+        # remove a follower voter, then the leader itself
+        leader = int(c.status()["LeaderId"])
+        follower = next(i for i in (1, 2, 3) if i != leader)
+        rc, out, err = c.tool("remove-controller", "--controller-id", str(follower),
+                              "--controller-directory-id", _directory_id(c, follower))
+        assert rc == 0, err
+        assert out.strip() == f"Removed  KRaft controller {follower} with directory id {_directory_id(c, follower)}"
+        remaining = sorted({1, 2, 3} - {follower})
+        _wait(lambda: c.voters() == remaining, what="two voters")
+        _add(c, follower)                                                   # back to three
+        _wait(lambda: c.voters() == [1, 2, 3], what="three voters again")
+        t0 = time.monotonic()
+        rc, out, err = c.tool("remove-controller", "--controller-id", str(leader),
+                              "--controller-directory-id", _directory_id(c, leader))
+        assert rc == 0, err
+        _wait(lambda: (c.status()["LeaderId"].strip() not in (str(leader), "-1")) and c.voters() is not None
+              and leader not in c.voters(), what="a new leader without the old one")
+        print(f"remove the leader -> new leader: {(time.monotonic() - t0) * 1000:.0f} ms")
+        admin.create_topics([NewTopic("after", num_partitions=1, replication_factor=1)],
+                            operation_timeout=10)["after"].result(timeout=30)
+        n_before = len(delivered)
+        _wait(lambda: len(delivered) > n_before + 50, what="the producer keeps going")
+
+        # every controller restarted keeps the voter set it had (from its log)
+        voters = c.voters()
+        for i in (1, 2, 3):
+            c.procs[i].terminate()
+        for i in (1, 2, 3):
+            c.procs[i].start()
+        _wait(lambda: c.voters() == voters, timeout_s=30, what="the same voters after restarts")
+        stop.set()
+        producer.join(90)
+        assert not failed, failed[:3]
+        assert len(delivered) > 100
+    finally:
+        stop.set()
+        c.stop()
