@@ -106,8 +106,12 @@ class KafkaRaftClient:
     def __init__(self, node_id: int, voters, cluster_id: str, log_: ReplicatedLog, store: QuorumStateStore,
                  listener: Optional[Listener] = None, rng: Optional[_random.Random] = None,
                  config: Optional[RaftConfig] = None, bootstrap_ids=(), directory_id=ZERO_UUID,
-                 listener_name: str = "", endpoints=()) -> None:
+                 listener_name: str = "", endpoints=(), followers_always_flush: bool = False) -> None:
         self.node_id = node_id
+        #: Kafka's followersAlwaysFlush: an observer that may be added as a voter (a
+        #: controller) fsyncs what it fetches like a voter, since the fetch offsets it reports
+        #: count for the high watermark from the moment the leader appends it to the voters
+        self.followers_always_flush = followers_always_flush
         #: KIP-853: this replica's key is (node id, directory id); ``endpoints`` are its own
         #: ((listener name, host, port), ...); ``listener_name`` the one voters talk on
         self.directory_id = directory_id
@@ -158,6 +162,12 @@ class KafkaRaftClient:
     @property
     def kraft_version(self) -> int:
         return self.history.kraft_version()
+
+    @property
+    def _static_quorum(self) -> bool:
+        """kraft.version 0: the configured voters are the voters, so a Vote, BeginQuorumEpoch
+        or EndQuorumEpoch from another node is refused (INCONSISTENT_VOTER_SET)."""
+        return self.history.kraft_version() < 1
 
     def start(self, now: int) -> list[Outbound]:
         q = self.quorum
@@ -261,7 +271,9 @@ class KafkaRaftClient:
         st = self.quorum.state
         ds = [d for _, _, d in self._inflight.values()]
         ds.extend(t for t in self._backoff.values())
-        if isinstance(st, Unattached) or isinstance(st, Resigned):
+        if isinstance(st, Resigned):
+            ds.append(st.election_deadline)
+        elif isinstance(st, Unattached):
             if self.quorum.is_voter:
                 ds.append(st.election_deadline)
             elif not ds:
@@ -839,7 +851,9 @@ class KafkaRaftClient:
             return reply(E.FENCED_LEADER_EPOCH)
         if p.candidate_id < 0:
             return reply(E.INVALID_REQUEST)
-        if p.candidate_id not in self.voters or not q.is_voter:
+        if self._static_quorum and (p.candidate_id not in self.voters or not q.is_voter):
+            # (KIP-853: with kraft.version 1 the voter set is in the log and ours may be
+            # stale, so Kafka no longer checks it here)
             return reply(E.INCONSISTENT_VOTER_SET)
         if req.voter_id not in (-1, self.node_id):
             return reply(E.INVALID_VOTER_KEY)
@@ -879,7 +893,7 @@ class KafkaRaftClient:
             return reply(E.FENCED_LEADER_EPOCH)
         if p.leader_id < 0:
             return reply(E.INVALID_REQUEST)
-        if p.leader_id not in self.voters:
+        if self._static_quorum and p.leader_id not in self.voters:
             return reply(E.INCONSISTENT_VOTER_SET)
         if p.leader_id == self.node_id:
             return reply(E.INVALID_REQUEST)
@@ -906,8 +920,7 @@ class KafkaRaftClient:
             return reply(E.FENCED_LEADER_EPOCH)
         if p.leader_id < 0 or p.leader_id == self.node_id:
             return reply(E.INVALID_REQUEST)
-        if p.leader_id not in self.voters and p.leader_id != q.leader_id:
-            # (the leader of this epoch may have just removed itself from the voters)
+        if self._static_quorum and p.leader_id not in self.voters:
             return reply(E.INCONSISTENT_VOTER_SET)
         self._maybe_transition(p.leader_id, p.leader_epoch, now)
         st = q.state
@@ -1114,7 +1127,7 @@ class KafkaRaftClient:
                 self.log.append_as_follower(batches)
                 if self.history.apply_batches(batches):
                     self._on_voters_changed(now)
-                if self.quorum.is_voter and "no_fsync" not in self.bugs:
+                if (self.quorum.is_voter or self.followers_always_flush) and "no_fsync" not in self.bugs:
                     self.log.flush()
             if p.high_watermark >= 0:
                 new_hw = min(self.log.end_offset, p.high_watermark)

@@ -95,7 +95,8 @@ class KRaftNode:
                                 listener_name=c.controller_listener_names[0] if c.controller_listener_names else "",
                                 local_endpoints=[(l.name, l.host or "localhost", l.port)
                                                  for l in c.advertised_controller_listeners]
-                                if "controller" in self.roles else ())
+                                if "controller" in self.roles else (),
+                                followers_always_flush="controller" in self.roles)
         self.snapshots.attach(self.raft)
         if self.controller is not None:
             self.controller.attach(self.raft)

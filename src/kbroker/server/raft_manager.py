@@ -87,7 +87,7 @@ class RaftManager:
     def __init__(self, *, node_id: int, voters: dict[int, tuple[str, int]], cluster_id: str,
                  metadata_log_dir: str, listener: Listener, config: RaftConfig | None = None,
                  seed: int | None = None, bootstrap_servers=(), on_endpoint=None, directory_id=None,
-                 listener_name: str = "", local_endpoints=()):
+                 listener_name: str = "", local_endpoints=(), followers_always_flush: bool = False):
         self.node_id = node_id
         #: the static voters (controller.quorum.voters); a dynamic quorum's come from the log
         self.voters = dict(voters)
@@ -110,7 +110,8 @@ class RaftManager:
         kw = {} if directory_id is None else {"directory_id": directory_id}
         self.client = KafkaRaftClient(node_id, self.voters, cluster_id, self.metadata_log, store,
                                       listener, random.Random(seed), config, bootstrap_ids=bootstrap_ids,
-                                      listener_name=listener_name, endpoints=local_endpoints, **kw)
+                                      listener_name=listener_name, endpoints=local_endpoints,
+                                      followers_always_flush=followers_always_flush, **kw)
         self._voters_version = -1
         self.nodes = StaticNodes(self.endpoints)
         self.sender = InterNodeSendThread(f"raft-{node_id}-send", self.nodes,
