@@ -21,7 +21,7 @@ CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 
 
 class DynamicCluster:
-    def __init__(self, base: str, controllers=(1, 2, 3), broker=4):
+    def __init__(self, base: str, controllers=(1, 2, 3), broker=4, overrides=None):
         self.base = base
         self.cports = {i: free_port() for i in controllers}
         self.bport = free_port()
@@ -33,13 +33,13 @@ class DynamicCluster:
             props = {"process.roles": "controller", "node.id": i,
                      "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.cports[first]}",
                      "listeners": f"CONTROLLER://127.0.0.1:{self.cports[i]}",
-                     "controller.listener.names": "CONTROLLER", **FAST}
+                     "controller.listener.names": "CONTROLLER", **FAST, **(overrides or {})}
             self._node(i, props, self.cports[i], ["--standalone"] if i == first else ["--no-initial-controllers"])
         props = {"process.roles": "broker", "node.id": broker,
                  "controller.quorum.bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in self.cports.values()),
                  "listeners": f"PLAINTEXT://127.0.0.1:{self.bport}",
                  "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.bport}",
-                 "controller.listener.names": "CONTROLLER", **FAST}
+                 "controller.listener.names": "CONTROLLER", **FAST, **(overrides or {})}
         self._node(broker, props, self.bport, [])
 
     def _node(self, i, props, port, fmt_args):
@@ -176,4 +176,49 @@ def test_grow_one_to_three_controllers_then_remove_the_leader(tmp_path):
         assert len(delivered) > 100
     finally:
         stop.set()
+        c.stop()
+
+
+def test_voters_survive_restarts_from_a_snapshot_after_the_log_before_it_is_gone(tmp_path):
+    """Snapshots carry KRaftVersionRecord and VotersRecord in their header batch (as Kafka's
+    RecordsSnapshotWriter): once the log holding the VotersRecords is deleted below a
+    snapshot, restarted controllers still know the voters."""
+    from kbroker.raft.kafka_log import KafkaMetadataLog
+    from kbroker.raft.voter_set import KRAFT_VOTERS, snapshot_control_records
+
+    c = DynamicCluster(str(tmp_path), controllers=(1, 2), overrides={
+        "metadata.log.max.record.bytes.between.snapshots": 2048})
+    try:
+        c.procs[1].start()
+        c.procs[4].start()
+        c.procs[2].start()
+        _add(c, 2)
+        _wait(lambda: c.voters() == [1, 2], what="two voters")
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{c.bport}"})
+        for k in range(4):      # enough records for snapshots past the VotersRecord
+            name = f"s{k}"
+            admin.create_topics([NewTopic(name, num_partitions=8, replication_factor=1)],
+                                operation_timeout=10)[name].result(timeout=30)
+        mdir = {i: os.path.join(os.path.dirname(c.confs[i]), "logs") for i in (1, 2)}
+
+        def snapshotted(i):
+            names = [f for f in os.listdir(os.path.join(mdir[i], "__cluster_metadata-0")) if f.endswith(".checkpoint")]
+            return [n for n in names if not n.startswith("00000000000000000000-")]
+        _wait(lambda: all(snapshotted(i) for i in (1, 2)), timeout_s=30, what="snapshots on both controllers")
+        for i in (1, 2):
+            c.procs[i].terminate()
+        for i in (1, 2):
+            lg = KafkaMetadataLog.open(mdir[i])
+            try:
+                snap = lg.latest_snapshot_id()
+                assert snap.offset > 3 and lg.start_offset == snap.offset
+                kinds = [t for t, _ in snapshot_control_records(lg.read_snapshot(snap))]
+                assert KRAFT_VOTERS in kinds
+                assert all(b.control_type != KRAFT_VOTERS for b in lg.read(lg.start_offset, 1 << 30))
+            finally:
+                lg.log.close()
+        for i in (1, 2):
+            c.procs[i].start()
+        _wait(lambda: c.voters() == [1, 2], timeout_s=30, what="the same voters after restarts")
+    finally:
         c.stop()
