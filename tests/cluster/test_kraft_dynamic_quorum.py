@@ -21,7 +21,7 @@ CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 
 
 class DynamicCluster:
-    def __init__(self, base: str, controllers=(1, 2, 3), broker=4, overrides=None):
+    def __init__(self, base: str, controllers=(1, 2, 3), broker=4, overrides=None, initial=False):
         self.base = base
         self.cports = {i: free_port() for i in controllers}
         self.bport = free_port()
@@ -29,12 +29,20 @@ class DynamicCluster:
         self.procs: dict[int, KBrokerProcess] = {}
         self.confs: dict[int, str] = {}
         first = controllers[0]
+        from kbroker.log.checkpoints import random_uuid
+        self.dirs = {i: random_uuid() for i in controllers}
+        everyone = ",".join(f"{i}@127.0.0.1:{self.cports[i]}:{self.dirs[i]}" for i in controllers)
         for i in controllers:
+            if initial:      # every controller a voter from the start (--initial-controllers)
+                fmt = ["--initial-controllers", everyone]
+            else:
+                fmt = ["--standalone"] if i == first else ["--no-initial-controllers"]
             props = {"process.roles": "controller", "node.id": i,
-                     "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.cports[first]}",
+                     "controller.quorum.bootstrap.servers": ",".join(
+                         f"127.0.0.1:{self.cports[j]}" for j in (controllers if initial else (first,))),
                      "listeners": f"CONTROLLER://127.0.0.1:{self.cports[i]}",
                      "controller.listener.names": "CONTROLLER", **FAST, **(overrides or {})}
-            self._node(i, props, self.cports[i], ["--standalone"] if i == first else ["--no-initial-controllers"])
+            self._node(i, props, self.cports[i], fmt)
         props = {"process.roles": "broker", "node.id": broker,
                  "controller.quorum.bootstrap.servers": ",".join(f"127.0.0.1:{p}" for p in self.cports.values()),
                  "listeners": f"PLAINTEXT://127.0.0.1:{self.bport}",
@@ -222,3 +230,55 @@ def test_voters_survive_restarts_from_a_snapshot_after_the_log_before_it_is_gone
         _wait(lambda: c.voters() == [1, 2], timeout_s=30, what="the same voters after restarts")
     finally:
         c.stop()
+
+
+def test_initial_controllers_form_a_quorum_that_fails_over(tmp_path):
+    """Three controllers formatted with the same --initial-controllers start as one dynamic
+    quorum (kraft.version 1, the voters with their directory ids); killing the leader elects
+    another, and the broker follows it."""
+    c = DynamicCluster(str(tmp_path), initial=True)
+    try:
+        for i in (1, 2, 3, 4):
+            c.procs[i].start()
+        _wait(lambda: c.voters() == [1, 2, 3], timeout_s=30, what="three voters")
+        import json
+        voters = json.loads(c.status()["CurrentVoters"])
+        assert {v["id"]: v["directoryId"] for v in voters} == c.dirs
+        _wait(lambda: _brokers(c.bport) == [4], timeout_s=30, what="broker 4 registered and unfenced")
+        leader = int(c.status()["LeaderId"])
+        c.procs[leader].kill()
+        _wait(lambda: c.status()["LeaderId"].strip() not in (str(leader), "-1"), timeout_s=30, what="a new leader")
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{c.bport}"})
+        admin.create_topics([NewTopic("t", num_partitions=1, replication_factor=1)],
+                            operation_timeout=10)["t"].result(timeout=30)
+        # a static-quorum-only request stays refused: kraft.version 1 accepts voter changes
+        rc, _, err = c.tool("remove-controller", "--controller-id", "9", "--controller-directory-id", c.dirs[1])
+        assert rc == 1 and "VOTER_NOT_FOUND" in err
+    finally:
+        c.stop()
+
+
+def test_static_quorum_refuses_voter_changes_and_describes_itself(tmp_path):
+    """controller.quorum.voters (kraft.version 0): DescribeQuorum v2 lists the voters without
+    directory ids; AddRaftVoter / RemoveRaftVoter answer UNSUPPORTED_VERSION."""
+    from kbroker.testing import KRaftControllerQuorum
+
+    q = KRaftControllerQuorum(str(tmp_path), n=3, overrides=FAST)
+    try:
+        q.start()
+        q.leader()
+        boot = ",".join(f"127.0.0.1:{p}" for p in q.ports.values())
+        out, err = io.StringIO(), io.StringIO()
+        assert metadata_quorum.main(["--bootstrap-controller", boot, "describe", "--status"], out, err) == 0, \
+            err.getvalue()
+        st = dict(line.split(":", 1) for line in out.getvalue().splitlines())
+        assert st["CurrentVoters"].strip() == '[{"id": 1, "directoryId": null}, {"id": 2, "directoryId": null}, ' \
+                                              '{"id": 3, "directoryId": null}]'
+        out, err = io.StringIO(), io.StringIO()
+        rc = metadata_quorum.main(["--bootstrap-controller", boot, "remove-controller", "--controller-id", "1",
+                                   "--controller-directory-id", "AAAAAAAAAAAAAAAAAAAAAQ"], out, err)
+        assert rc == 1
+        assert err.getvalue().strip() == ("Error: UNSUPPORTED_VERSION: Cluster doesn't support removing voter "
+                                          "because the kraft.version feature is 0")
+    finally:
+        q.stop()

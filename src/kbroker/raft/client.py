@@ -655,7 +655,7 @@ class KafkaRaftClient:
             node = vs.nodes.get(p.replica_id)
             d = node.directory_id if node is not None else p.directory_id
             if p.replica_id == self.node_id:
-                return (p.replica_id, self.log.end_offset, now, now, self.directory_id)
+                return (p.replica_id, self.log.end_offset, now, now, d if node is not None else self.directory_id)
             return (p.replica_id, p.end_offset if p.end_offset is not None else -1, p.last_fetch_ms,
                     p.last_caught_up_ms, d)
         hw = st.high_watermark if st.high_watermark is not None else -1
