@@ -248,8 +248,11 @@ class KRaftBroker:
         self.directory_ids = directory_ids
         self.controllers = dict(controllers)
         self.controller_nodes = StaticNodes(self.controllers)
+        to_controller = config.inter_node_client_config(config.controller_listener_names[0],
+                                                        "sasl.mechanism.controller.protocol")
         self.sender = InterNodeSendThread(f"broker-{self.node_id}-to-controller", self.controller_nodes,
-                                          {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000})
+                                          {**to_controller, "reconnect.backoff.ms": 50,
+                                           "reconnect.backoff.max.ms": 1000})
         self.controller_channel = ControllerChannel(self.sender, leader_hint=lambda: listener.leader_id)
         names = set(config.controller_listener_names)
         self.listeners = [l for l in config.listeners if l.name not in names]

@@ -96,7 +96,10 @@ class KRaftNode:
                                 local_endpoints=[(l.name, l.host or "localhost", l.port)
                                                  for l in c.advertised_controller_listeners]
                                 if "controller" in self.roles else (),
-                                followers_always_flush="controller" in self.roles)
+                                followers_always_flush="controller" in self.roles,
+                                client_config=c.inter_node_client_config(
+                                    c.controller_listener_names[0], "sasl.mechanism.controller.protocol")
+                                if c.controller_listener_names else None)
         self.snapshots.attach(self.raft)
         if self.controller is not None:
             self.controller.attach(self.raft)

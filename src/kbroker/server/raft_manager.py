@@ -87,7 +87,8 @@ class RaftManager:
     def __init__(self, *, node_id: int, voters: dict[int, tuple[str, int]], cluster_id: str,
                  metadata_log_dir: str, listener: Listener, config: RaftConfig | None = None,
                  seed: int | None = None, bootstrap_servers=(), on_endpoint=None, directory_id=None,
-                 listener_name: str = "", local_endpoints=(), followers_always_flush: bool = False):
+                 listener_name: str = "", local_endpoints=(), followers_always_flush: bool = False,
+                 client_config: dict | None = None):
         self.node_id = node_id
         #: the static voters (controller.quorum.voters); a dynamic quorum's come from the log
         self.voters = dict(voters)
@@ -114,8 +115,10 @@ class RaftManager:
                                       followers_always_flush=followers_always_flush, **kw)
         self._voters_version = -1
         self.nodes = StaticNodes(self.endpoints)
+        # client_config: the controller listener's security (KafkaConfig.inter_node_client_config)
         self.sender = InterNodeSendThread(f"raft-{node_id}-send", self.nodes,
-                                          {"request.timeout.ms": (config or RaftConfig()).request_timeout_ms})
+                                          {**(client_config or {}),
+                                           "request.timeout.ms": (config or RaftConfig()).request_timeout_ms})
         self._cond = threading.Condition()
         self._inbox: list = []                 # callables to run on the raft thread
         self._timers: list = []                # heap of (due ms, seq, callable), raft thread only
