@@ -20,6 +20,7 @@ TOOLS = {
     "log-dirs": ("log_dirs", "kafka-log-dirs.sh"),
     "leader-election": ("leader_election", "kafka-leader-election.sh"),
     "reassign-partitions": ("reassign_partitions", "kafka-reassign-partitions.sh"),
+    "metadata-quorum": ("metadata_quorum", "kafka-metadata-quorum.sh"),
     "dev-cluster": ("dev_cluster", "a local 3-node KRaft cluster: start / status / stop"),
 }
 

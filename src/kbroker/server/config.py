@@ -529,22 +529,51 @@ class KafkaConfig:
             except SecurityConfigError as e:
                 raise ConfigError(e.key, str(e).split(": ", 1)[1]) from None
         for name in self.listener_overrides:
-            if name not in out:
+            # (a broker-only node keeps the client side of the controller listener's settings)
+            if name not in out and name not in self.controller_listener_names:
                 raise ConfigError(f"listener.name.{name.lower()}", f"no listener named {name} in listeners")
         return out
 
     def _refuse_other_protocols(self, advertised: list[Listener]) -> None:
-        """KRaft nodes: only PLAINTEXT is wired there yet (the zero-config node serves SSL and SASL);
-        a listener a KRaft node would serve or connect to over another protocol stops start-up (map entries no listener uses are accepted, as in
-        Kafka's own default map)."""
-        used = ([l.name for l in self.listeners] + [l.name for l in advertised]
-                + (self.controller_listener_names if self.cluster_mode else []))
-        for name in used:
-            proto = self.security_protocols.get(name)
-            if proto is not None and proto != "PLAINTEXT":
-                raise ConfigError("listener.security.protocol.map",
-                                  f"listener {name} uses security protocol {proto}, which kbroker does not "
-                                  "support yet (PLAINTEXT only)")
+        """KRaft nodes: the controller listeners and the brokers' client listeners may be SSL,
+        SASL_PLAINTEXT or SASL_SSL (the controllers' own connections, and the brokers' to
+        them, use ``sasl.mechanism.controller.protocol`` and the listener's TLS settings);
+        the inter-broker listener is PLAINTEXT only yet (the replica fetchers do not speak
+        TLS/SASL): another protocol there stops start-up."""
+        if "broker" not in self.process_roles:
+            return
+        name = self.inter_broker_listener_name
+        proto = self.security_protocols.get(name)
+        if proto is not None and proto != "PLAINTEXT":
+            raise ConfigError("listener.security.protocol.map",
+                              f"listener {name} uses security protocol {proto}, which kbroker does not "
+                              "support yet for inter-broker traffic (PLAINTEXT only)")
+
+    def inter_node_client_config(self, listener_name: str, mechanism_key: str) -> dict:
+        """What this node's NetworkClient needs to connect to ``listener_name`` of another node
+        (Kafka's ChannelBuilders for a client mode channel): its security protocol, the
+        listener's TLS settings (truststore; keystore for mutual TLS) and SASL mechanism
+        (``mechanism_key``, e.g. sasl.mechanism.controller.protocol) with the JAAS text whose
+        username/password it logs in with (listener.name.<l>.<mechanism>.sasl.jaas.config,
+        else sasl.jaas.config)."""
+        proto = self.security_protocols.get(listener_name, "PLAINTEXT")
+        out: dict = {"security.protocol": proto}
+        overrides = self.listener_overrides.get(listener_name, {})
+
+        def get(key):
+            return overrides[key] if key in overrides else self.values.get(key)
+        if proto in ("SSL", "SASL_SSL"):
+            for key in ("ssl.truststore.location", "ssl.truststore.certificates", "ssl.key.password",
+                        "ssl.endpoint.identification.algorithm"):
+                if get(key) is not None:
+                    out[key] = get(key)
+            if get("ssl.keystore.location") and get("ssl.client.auth") in ("required", "requested"):
+                out["ssl.keystore.location"] = get("ssl.keystore.location")
+        if proto.startswith("SASL_"):
+            mechanism = (self.values.get(mechanism_key) or "GSSAPI").upper()
+            out["sasl.mechanism"] = mechanism
+            out["sasl.jaas.config"] = overrides.get(f"{mechanism.lower()}.sasl.jaas.config") or get("sasl.jaas.config")
+        return out
 
     def _validate_kraft(self, v: dict, advertised: list[Listener]) -> None:
         """Kafka 3.9's KafkaConfig.validateValues rules for process.roles set, in its order."""
@@ -677,16 +706,15 @@ class KafkaConfig:
 
     def socket_server_config(self, listeners, *, client_limits: bool = True):
         """The network layer's settings for ``listeners`` (listener URLs), from this config.
-        ``client_limits``: also the per-IP connection limits, the request-memory pool and
-        the listeners' security (a client-facing SocketServer; not a controller's)."""
+        ``client_limits``: also the per-IP connection limits and the request-memory pool (a
+        client-facing SocketServer; not a controller's). Every listener gets its security."""
         from kbroker.network.socket_server import SocketServerConfig
 
-        extra = {}
+        extra = {"listener_security": self.listener_security}
         if client_limits:
-            extra = dict(max_connections_per_ip=self["max.connections.per.ip"],
+            extra.update(max_connections_per_ip=self["max.connections.per.ip"],
                          max_connections_per_ip_overrides=self.max_connections_per_ip_overrides,
-                         queued_max_request_bytes=self["queued.max.request.bytes"],
-                         listener_security=self.listener_security)
+                         queued_max_request_bytes=self["queued.max.request.bytes"])
         return SocketServerConfig(
             listeners=listeners,
             num_network_threads=self["num.network.threads"],

@@ -174,6 +174,10 @@ class FanOutListener(Listener):
         for x in self.listeners:
             x.handle_load_snapshot(snapshot_id, data)
 
+    def handle_control_append(self, last_offset: int) -> None:
+        for x in self.listeners:
+            x.handle_control_append(last_offset)
+
 
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -273,8 +277,11 @@ class KRaftBroker:
         self.directory_ids = directory_ids
         self.controllers = dict(controllers)
         self.controller_nodes = StaticNodes(self.controllers)
+        to_controller = config.inter_node_client_config(config.controller_listener_names[0],
+                                                        "sasl.mechanism.controller.protocol")
         self.sender = InterNodeSendThread(f"broker-{self.node_id}-to-controller", self.controller_nodes,
-                                          {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000})
+                                          {**to_controller, "reconnect.backoff.ms": 50,
+                                           "reconnect.backoff.max.ms": 1000})
         self.controller_channel = ControllerChannel(self.sender, leader_hint=lambda: listener.leader_id)
         names = set(config.controller_listener_names)
         self.listeners = [l for l in config.listeners if l.name not in names]

@@ -123,6 +123,12 @@ class QuorumControllerHost(Listener):
             self._renounce()
         self._maybe_activate()
 
+    def handle_control_append(self, last_offset: int) -> None:
+        """The raft leader appended control records of its own (a VotersRecord, KIP-853):
+        the controller's next records go after them."""
+        c = self.controller
+        c.last_applied_offset = max(c.last_applied_offset, last_offset)
+
     def handle_load_snapshot(self, snapshot_id, data) -> None:
         try:
             records = decode_snapshot(data)
