@@ -361,13 +361,14 @@ class ExactlyOnceSourceTask:
         store = read_offsets(self.fc.target_clients["consumer"], self.fc.offset_storage_topic, self.fc.source) \
             if changed else {}
         self.remote = {topic: self.fc.remote_topic(topic) for topic in pending}
+        moved = [tp for t, share in changed for tp in t.partitions if tp not in share]
         for t, share in changed:
             t.assign(share, store)
             if share:
                 log.info("%s task %d (%s): %s", self.fc.flow, t.id, t.transactional_id,
                          ", ".join(f"{tp.topic}-{tp.partition}" for tp in share))
-        if self.sync_writer is not None:
-            self.sync_writer.forget([tp for t, share in changed for tp in t.partitions if tp not in share])
+        if self.sync_writer is not None:     # a partition's next owner starts a new sync lifetime
+            self.sync_writer.forget(moved)
         self._topics = pending
         self._pending_topics = None
 
