@@ -31,7 +31,7 @@ _CLAIM_LOCK = threading.Lock()
 
 class RequestContext:
     __slots__ = ("request", "header", "api_key", "api_version", "correlation_id", "client_id",
-                 "channel", "_answered", "on_response")
+                 "channel", "_answered", "on_response", "authz")
 
     def __init__(self, request, header: RequestHeader, channel, on_response=None):
         self.request = request
@@ -43,6 +43,8 @@ class RequestContext:
         self.channel = channel
         self.on_response = on_response
         self._answered = False
+        #: kbroker.server.authz.RequestAuthorizer of this request, made on first use
+        self.authz = None
 
     @property
     def connection_id(self) -> str:
