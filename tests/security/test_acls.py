@@ -125,8 +125,7 @@ def test_acl_apis_need_cluster_permissions_and_validate(broker):
         assert [x.error_code for x in r.results] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
     # the super user gets INVALID_REQUEST for a bad ACL, the good one in the same request is created
     admin = broker.admin()
-    bad = _bind(ResourceType.BROKER if hasattr(ResourceType, "BROKER") else ResourceType.CLUSTER, "not-the-cluster",
-                AclOperation.ALTER)
+    bad = _bind(ResourceType.BROKER, "not-the-cluster", AclOperation.ALTER)   # librdkafka's name for CLUSTER
     good = _bind(ResourceType.TOPIC, f"ok-{_tag()}", AclOperation.READ)
     res = admin.create_acls([bad, good])
     with pytest.raises(ck.KafkaException) as e:

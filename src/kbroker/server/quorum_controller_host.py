@@ -60,6 +60,8 @@ WRITES = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.ALTER_CONFIGS: "alter_configs",
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
+    ApiKey.CREATE_ACLS: "create_acls",
+    ApiKey.DELETE_ACLS: "delete_acls",
 }
 READS = {
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",
