@@ -264,3 +264,37 @@ def test_unknown_authorizer_class_stops_start_up():
     with pytest.raises(ConfigError, match="authorizer.class.name"):
         KafkaConfig({"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
     assert KafkaConfig({"authorizer.class.name": STANDARD})["authorizer.class.name"] == STANDARD
+
+
+def test_kbroker_acls_tool_over_sasl(broker, tmp_path):
+    import io
+    from kbroker.tools import acls as tool
+    cfg = tmp_path / "admin.properties"
+    cfg.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                   "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+                   "username=\"admin\" password=\"admin-secret\";\n")
+    base = ["--bootstrap-server", f"127.0.0.1:{broker.sasl_port}", "--command-config", str(cfg)]
+    t = f"tool-{_tag()}"
+
+    def run(*args):
+        out = io.StringIO()
+        assert tool.main(base + list(args), out) == 0
+        return out.getvalue()
+
+    text = run("--add", "--allow-principal", "User:carol", "--consumer", "--topic", t, "--group", "g-" + t)
+    assert f"Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name={t}, patternType=LITERAL)`:" in text
+    assert "\t(principal=User:carol, host=*, operation=READ, permissionType=ALLOW)" in text
+    text = run("--add", "--deny-principal", "User:dave", "--operation", "Write", "--topic", t[:5],
+               "--resource-pattern-type", "prefixed")
+    text = run("--list", "--topic", t, "--resource-pattern-type", "match")
+    assert "operation=DESCRIBE" in text and "patternType=PREFIXED" in text and "User:dave" in text
+    text = run("--remove", "--topic", t)
+    assert "Removed ACLs for resource" in text and "operation=READ" in text
+    assert f"name={t}," not in run("--list", "--topic", t)
+    run("--remove", "--topic", t[:5], "--resource-pattern-type", "prefixed")
+    run("--remove", "--group", "g-" + t)
+    # without the command config the client is User:ANONYMOUS: refused with Kafka's error
+    out, err = io.StringIO(), io.StringIO()
+    from kbroker.tools._common import run_tool
+    assert run_tool(tool._main, ["--bootstrap-server", f"127.0.0.1:{broker.proc.port}", "--list"], out, err) == 1
+    assert "CLUSTER_AUTHORIZATION_FAILED" in err.getvalue() or "ClusterAuthorization" in err.getvalue(), err.getvalue()
