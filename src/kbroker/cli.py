@@ -15,6 +15,7 @@ TOOLS = {
     "consumer-groups": ("consumer_groups", "kafka-consumer-groups.sh"),
     "get-offsets": ("get_offsets", "kafka-get-offsets.sh"),
     "configs": ("configs", "kafka-configs.sh"),
+    "acls": ("acls", "kafka-acls.sh"),
     "console-producer": ("console_producer", "kafka-console-producer.sh"),
     "console-consumer": ("console_consumer", "kafka-console-consumer.sh"),
     "log-dirs": ("log_dirs", "kafka-log-dirs.sh"),

@@ -109,6 +109,9 @@ EXPECTED: dict[int, tuple[int, int]] = {
     K.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     K.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     K.ALTER_CLIENT_QUOTAS: (0, 1),
+    K.DESCRIBE_ACLS: (0, 3),
+    K.CREATE_ACLS: (0, 3),
+    K.DELETE_ACLS: (0, 3),
 }
 
 # -- environment: setup helpers shared by the cases ---------------------------------------------
@@ -1471,6 +1474,35 @@ def case_describe_client_quotas(env: Env, v: int):
         acq.AlterClientQuotasRequestEntryData(
             entity=[acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=client)],
             ops=[acq.OpData(key="consumer_byte_rate", value=0.0, remove=True)])], validate_only=False))
+
+
+# The matrix broker has no authorizer (authorizer.class.name empty, Kafka's default): every ACL
+# API answers SECURITY_DISABLED (tests/security/test_acls.py covers them with one).
+@case(K.DESCRIBE_ACLS)
+def case_describe_acls(env: Env, v: int):
+    from kbroker.protocol.messages import describe_acls as dsa
+    r = env.call(K.DESCRIBE_ACLS, v, dsa.DescribeAclsRequest(
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=3, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1))
+    assert r.error_code == E.SECURITY_DISABLED and r.resources == []
+
+
+@case(K.CREATE_ACLS)
+def case_create_acls(env: Env, v: int):
+    from kbroker.protocol.messages import create_acls as ca
+    r = env.call(K.CREATE_ACLS, v, ca.CreateAclsRequest(creations=[ca.AclCreation(
+        resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:x", host="*",
+        operation=3, permission_type=3)]))
+    assert [x.error_code for x in r.results] == [E.SECURITY_DISABLED]
+
+
+@case(K.DELETE_ACLS)
+def case_delete_acls(env: Env, v: int):
+    from kbroker.protocol.messages import delete_acls as da
+    r = env.call(K.DELETE_ACLS, v, da.DeleteAclsRequest(filters=[da.DeleteAclsFilter(
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=3, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1)]))
+    assert [x.error_code for x in r.filter_results] == [E.SECURITY_DISABLED]
 
 
 # -- the matrix -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from kbroker.protocol.primitives import ZERO_UUID
+from kbroker.security.authorizer import EMPTY_ACLS, AclIndex
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
@@ -212,6 +213,18 @@ class ConfigurationsImage:
 
 
 @dataclass(frozen=True)
+class AclsImage:
+    """The ACLs (Kafka's AclsImage): id -> StandardAcl, and the authorizer's index of them
+    (built once per image; not part of equality)."""
+    by_id: Mapping = field(default_factory=lambda: EMPTY_MAP)
+    index: AclIndex = field(default=EMPTY_ACLS, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.by_id and self.index is EMPTY_ACLS:
+            object.__setattr__(self, "index", AclIndex(self.by_id.values()))
+
+
+@dataclass(frozen=True)
 class ProducerIdsImage:
     next_producer_id: int = 0   # first id of the next block the controller hands out
 
@@ -234,6 +247,7 @@ class MetadataImage:
     configs: ConfigurationsImage = field(default_factory=ConfigurationsImage)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
     client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
+    acls: AclsImage = field(default_factory=AclsImage)
 
     def topic_configs(self, name: str) -> Mapping[str, str]:
         return self.configs.get(TOPIC_RESOURCE, name)
@@ -279,6 +293,11 @@ class MetadataImage:
                 out.append(AMV(R.ClientQuotaRecord(
                     entity=[R.client_quota_record.EntityData(entity_type=t, entity_name=n) for t, n in key],
                     key=k, value=v, remove=False), 0))
+        for acl_id, a in sorted(self.acls.by_id.items(), key=lambda kv: str(kv[0])):
+            out.append(AMV(R.AccessControlEntryRecord(
+                id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                pattern_type=a.pattern_type, principal=a.principal, host=a.host, operation=a.operation,
+                permission_type=a.permission_type), 0))
         if self.producer_ids.next_producer_id:
             out.append(AMV(R.ProducerIdsRecord(broker_id=-1, broker_epoch=-1,
                                                next_producer_id=self.producer_ids.next_producer_id), 0))

@@ -304,6 +304,15 @@ from kbroker.security.config import (  # noqa: E402
 for _name, _type, _default, _doc in SECURITY_KEYS:
     BROKER_CONFIG.define(_name, _type, _default, None, _doc)
 
+# --- authorization (kbroker.security.authorizer): Kafka's keys and defaults ---
+(BROKER_CONFIG
+    .define("authorizer.class.name", "string", "", None,
+            "Empty: no authorization (Kafka's default); org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+            "(or kbroker.security.authorizer.StandardAuthorizer): ACLs with Kafka's StandardAuthorizer semantics.")
+    .define("super.users", "string", "", None, "Principals allowed everything, separated by ';' (User:admin;User:ops).")
+    .define("allow.everyone.if.no.acl.found", "boolean", False, None,
+            "With an authorizer: a resource with no ACL at all is open to everyone."))
+
 
 #: Broker-only keys kbroker accepts but that change nothing today, with the reason (topic-config
 #: synonyms such as ``log.retention.ms`` act through their topic config; kbroker/log/config.py
@@ -663,6 +672,10 @@ class KafkaConfig:
                               "meta-address 0.0.0.0. Use a routable IP address.")
 
     def _validate_common(self, v: dict) -> None:
+        from kbroker.security.authorizer import AUTHORIZER_CLASS_NAMES
+        if v["authorizer.class.name"] and v["authorizer.class.name"].strip() not in AUTHORIZER_CLASS_NAMES:
+            raise ConfigError("authorizer.class.name", f"{v['authorizer.class.name']!r} is not supported: leave it "
+                              "empty (no authorization) or set org.apache.kafka.metadata.authorizer.StandardAuthorizer")
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
         # Kafka's GroupCoordinatorConfig requirements for the group.consumer.* timeouts.

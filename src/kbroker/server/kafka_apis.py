@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 HANDLER_MODULES = (
     "api_versions", "metadata", "produce", "fetch", "list_offsets", "topics",
     "offset_for_leader_epoch", "configs", "cluster", "delete_records", "group", "producer_id", "transaction",
-    "write_txn_markers", "sasl", "scram_credentials", "client_quotas",
+    "write_txn_markers", "sasl", "scram_credentials", "client_quotas", "acls",
 )
 
 

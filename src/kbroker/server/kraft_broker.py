@@ -59,7 +59,10 @@ from kbroker.network.socket_server import SocketServer
 from kbroker.quota.manager import QuotaManagers
 from kbroker.protocol.messages.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kbroker.server import schema_validation
+from kbroker.security.authorizer import StandardAuthorizer
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import authz
+from kbroker.server.forward_authz import authorize_forwarded
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager
 from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
 from kbroker.server.fetch_session import FetchSessionCache
@@ -292,6 +295,8 @@ class KRaftBroker:
         self.transaction_coordinator = None
         self.topic_deletion_hooks: list = []
         self._stopped = False
+        #: authorizer.class.name: None, or the StandardAuthorizer over the published image's ACLs
+        self.authorizer = StandardAuthorizer.from_config(config, lambda: listener.image.acls.index)
 
     # -- what handlers use ------------------------------------------------------------------
     @property
@@ -308,6 +313,14 @@ class KRaftBroker:
         l = next((x for x in self.listeners if x.name == listener_name), self.listeners[0])
         a = adv.get(l.name, l)
         return (a.host or "127.0.0.1", a.port or self.socket_server.bound_port(l.name))
+
+    def acl_index(self):
+        """The ACLs now in force: those of the published image (AccessControlEntryRecords)."""
+        return self.metadata_listener.image.acls.index
+
+    def forward_to_controller(self, ctx, body) -> None:
+        """Send an (already authorized) admin request to the active controller and answer with its reply."""
+        self._forward(ctx, body)
 
     def learn_controller(self, node_id: int, hp: tuple[str, int]) -> None:
         """A controller's endpoint learnt from the quorum (a broker configured with only
@@ -452,13 +465,24 @@ class KRaftBroker:
         """Every broker API family's handler (the zero-config broker's modules), with the
         admin APIs the controller owns forwarded to it."""
         def forward(_b, ctx, body):
-            self._forward(ctx, body)
+            merge = None
+            auth = authz(self, ctx)
+            if auth is not None:
+                body, merge, answer = authorize_forwarded(auth, ctx, body, self._topic_name)
+                if answer is not None:
+                    ctx.respond(answer)
+                    return
+            self._forward(ctx, body, merge)
         h = collect_handlers()
         for k in FORWARDED:
             h[int(k)] = ApiHandler(API_INFO[k].min_version, API_INFO[k].max_version, forward)
         return h
 
-    def _forward(self, ctx, body) -> None:
+    def _topic_name(self, topic_id):
+        t = self.metadata_listener.image.topics.by_id.get(topic_id)
+        return t.name if t is not None else None
+
+    def _forward(self, ctx, body, merge=None) -> None:
         def done(resp, exc):
             if exc is not None:
                 log.info("forwarding %s to the controller failed: %s", API_INFO[ctx.api_key].name, exc)
@@ -468,6 +492,6 @@ class KRaftBroker:
                 else:
                     ctx.respond(err)
                 return
-            ctx.respond(resp)
+            ctx.respond(resp if merge is None else merge(resp))
         self.controller_channel.send(ctx.api_key, body, done, timeout_s=30.0, per_try_timeout_s=5.0,
                                      version=ctx.api_version)

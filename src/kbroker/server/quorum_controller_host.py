@@ -61,6 +61,8 @@ WRITES = {
     ApiKey.ALTER_CONFIGS: "alter_configs",
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
     ApiKey.ALTER_CLIENT_QUOTAS: "alter_client_quotas",
+    ApiKey.CREATE_ACLS: "create_acls",
+    ApiKey.DELETE_ACLS: "delete_acls",
 }
 READS = {
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",

@@ -39,7 +39,7 @@ _CLAIM_LOCK = threading.Lock()
 class RequestContext:
     __slots__ = ("request", "header", "api_key", "api_version", "correlation_id", "client_id",
                  "channel", "_answered", "on_response", "quotas", "bandwidth_throttle_ms",
-                 "handled_ns", "quota_exempt")
+                 "handled_ns", "quota_exempt", "authz")
 
     def __init__(self, request, header: RequestHeader, channel, on_response=None, quotas=None):
         self.request = request
@@ -51,6 +51,8 @@ class RequestContext:
         self.channel = channel
         self.on_response = on_response
         self._answered = False
+        #: kbroker.server.authz.RequestAuthorizer of this request, made on first use
+        self.authz = None
         #: the broker's QuotaManagers when any client quota is set, else None
         self.quotas = quotas
         #: set by the produce / fetch handler when a byte-rate quota is violated

@@ -7,6 +7,7 @@ ClientQuotaRecords). Here the zero-config node keeps the quotas in its MetadataS
 change to the broker's QuotaManagers; a KRaft broker forwards AlterClientQuotas to the
 controller and describes from its metadata image. The rules (entity types and
 combinations, keys per entity, integral values, duplicates) are kbroker.quota.entity's.
+With an authorizer: DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster (Kafka's checks).
 """
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ from kbroker.protocol.messages.describe_client_quotas import (
 )
 from kbroker.quota import entity as Q
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import ALTER_CONFIGS, CLUSTER, DESCRIBE_CONFIGS, allowed
 
 log = logging.getLogger(__name__)
 
 
 def handle_describe(broker, ctx, req) -> None:
+    if not allowed(broker, ctx, DESCRIBE_CONFIGS, CLUSTER):
+        ctx.respond(DescribeClientQuotasResponse(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                 error_message=None, entries=None))
+        return
     try:
         found = Q.describe(broker.metadata.client_quotas(),
                            [(c.entity_type, c.match_type, c.match) for c in req.components], req.strict)
@@ -41,6 +47,14 @@ def handle_describe(broker, ctx, req) -> None:
 
 
 def handle_alter(broker, ctx, req) -> None:
+    if not allowed(broker, ctx, ALTER_CONFIGS, CLUSTER):
+        ctx.respond(AlterClientQuotasResponse(throttle_time_ms=0, entries=[
+            AlterClientQuotasResponseEntryData(
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None,
+                entity=[AlterClientQuotasResponseEntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                        for e in entry.entity])
+            for entry in req.entries]))
+        return
     store = broker.metadata
     current = store.client_quotas()
     results, changes = Q.plan_alterations(

@@ -12,6 +12,7 @@ from kbroker.protocol.messages.fetch import (
     PartitionData,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import READ, TOPIC, authz
 from kbroker.server.delayed import FetchPartitionStatus
 from kbroker.server.fetch_session import CachedPartition, FetchSessionError
 from kbroker.server.replica_manager import FetchPartitionResult, region_size as _region_size
@@ -85,8 +86,11 @@ def handle_fetch(broker, ctx, req) -> None:
     fetch_list = fctx.fetch_list(resolve_name if uses_topic_ids else None)
     erroneous: dict = {}  # key -> FetchPartitionResult, answered without reading
     infos = []
+    auth = authz(broker, ctx)
     for key, cp in fetch_list:
         err = _topic_id_error(image, cp) if uses_topic_ids else ErrorCode.NONE
+        if err == ErrorCode.NONE and auth is not None and not auth.allowed(READ, TOPIC, cp.topic):
+            err = ErrorCode.TOPIC_AUTHORIZATION_FAILED      # KafkaApis: READ on the topic
         if err != ErrorCode.NONE:
             erroneous[key] = FetchPartitionResult(err)
             continue

@@ -11,6 +11,10 @@ answers where its own checks (min.insync.replicas, internal topics) come between
 With acks=0 there is no response; an error then closes the connection so the client
 notices (Kafka's behaviour).
 
+With an authorizer (kbroker.server.authz): WRITE on each topic (else TOPIC_AUTHORIZATION_FAILED
+for its partitions) and, for transactional batches, WRITE on the transactional id (else every
+partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as KafkaApis checks.
+
 Transactional batches need the request's ``transactional_id`` (else every partition
 answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's check before its ACL) and a
 producer id and epoch (else INVALID_RECORD); the log then applies Kafka's producer
@@ -30,6 +34,7 @@ from kbroker.protocol.messages.produce import (
     TopicProduceResponse,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import TOPIC, TRANSACTIONAL_ID, WRITE, authz
 from kbroker.server.replica_manager import ProducePartitionResult
 
 log = logging.getLogger(__name__)
@@ -54,7 +59,13 @@ def handle_produce(broker, ctx, req) -> None:
         # the request's bytes count against producer_byte_rate (Kafka: request.sizeInBytes)
         ctx.bandwidth_throttle_ms = q.produce.record_and_get_throttle_ms(
             ctx.user, ctx.client_id or "", len(ctx.request.payload))
-    # KafkaApis.handleProduceRequest: an unknown partition, then records that break
+    auth = authz(broker, ctx)
+    if (auth is not None and req.transactional_id is not None and _has_transactional_records(req)
+            and not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id)):
+        _respond_errors(ctx, req, {(t.name, p.index): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                                   for t in req.topic_data for p in t.partition_data})
+        return
+    # KafkaApis.handleProduceRequest: an unauthorized topic, an unknown partition, then records that break
     # ProduceRequest.validateRecords, are answered without reaching the replica manager
     rm = broker.replica_manager
     partitions = rm.partitions
@@ -63,6 +74,11 @@ def handle_produce(broker, ctx, req) -> None:
     early = {}
     for t in req.topic_data:
         name = t.name
+        if auth is not None and not auth.allowed(WRITE, TOPIC, name):
+            for p in t.partition_data:
+                order.append((name, p.index))
+                early[(name, p.index)] = ProducePartitionResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            continue
         for p in t.partition_data:
             tp = (name, p.index)
             order.append(tp)

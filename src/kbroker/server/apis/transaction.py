@@ -46,6 +46,7 @@ from kbroker.protocol.messages.txn_offset_commit import (
 )
 from kbroker.server import txn_verification
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import CLUSTER_ACTION, GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE, authz
 
 E = ErrorCode
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -97,15 +98,41 @@ def _add_partitions_one(broker, version: int, transactional_id: str, producer_id
         lambda err: done({tp: _fenced_for(version, err) for tp in partitions}))
 
 
+def _txn_denied(auth, transactional_id: str, topics) -> dict | None:
+    """KafkaApis' AddPartitionsToTxn checks (client versions): WRITE on the transactional id,
+    then WRITE on each topic; the errors per partition, or None when allowed."""
+    if auth is None:
+        return None
+    partitions = [(t.name, p) for t in topics for p in t.partitions]
+    if not auth.allowed(WRITE, TRANSACTIONAL_ID, transactional_id):
+        return {tp: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in partitions}
+    denied = {t.name for t in topics if not auth.allowed(WRITE, TOPIC, t.name)}
+    if denied:
+        return {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else E.OPERATION_NOT_ATTEMPTED
+                for tp in partitions}
+    return None
+
+
 def handle_add_partitions_to_txn(broker, ctx, req) -> None:
     v = ctx.api_version
+    auth = authz(broker, ctx)
     if v < 4:
         def done_v3(errors: dict) -> None:
             ctx.respond(AddPartitionsToTxnResponse(throttle_time_ms=0,
                                                    results_by_topic_v3_and_below=_topic_results(errors)))
 
+        denied = _txn_denied(auth, req.v3_and_below_transactional_id, req.v3_and_below_topics)
+        if denied is not None:
+            done_v3(denied)
+            return
+
         _add_partitions_one(broker, v, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                             req.v3_and_below_producer_epoch, req.v3_and_below_topics, False, done_v3)
+        return
+    if auth is not None and not auth.cluster(CLUSTER_ACTION):
+        # v4+ is the brokers' batched verification (KIP-890): CLUSTER_ACTION on the cluster
+        ctx.respond(AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=E.CLUSTER_AUTHORIZATION_FAILED,
+                                               results_by_transaction=[]))
         return
     txns = list(req.transactions)
     results: list = []
@@ -136,6 +163,12 @@ def handle_add_offsets_to_txn(broker, ctx, req) -> None:
     def respond(err: ErrorCode) -> None:
         ctx.respond(AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err)))
 
+    auth = authz(broker, ctx)
+    if auth is not None:      # KafkaApis: WRITE on the transactional id, READ on the group
+        if not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id):
+            return respond(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not auth.allowed(READ, GROUP, req.group_id):
+            return respond(E.GROUP_AUTHORIZATION_FAILED)
     if coordinator is None:
         return respond(E.COORDINATOR_NOT_AVAILABLE)
     offsets_partition = (OFFSETS_TOPIC, broker.group_coordinator.partition_for(req.group_id))
@@ -150,6 +183,9 @@ def handle_end_txn(broker, ctx, req) -> None:
     def respond(err: ErrorCode) -> None:
         ctx.respond(EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err)))
 
+    auth = authz(broker, ctx)
+    if auth is not None and not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id):
+        return respond(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if coordinator is None:
         return respond(E.COORDINATOR_NOT_AVAILABLE)
     coordinator.handle_end_transaction(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
@@ -167,10 +203,19 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
     order: list[tuple[str, list[int]]] = []
     errors: dict[tuple, ErrorCode] = {}
     offsets: dict[tuple, OffsetAndMetadata] = {}
+    auth = authz(broker, ctx)
+    # KafkaApis: WRITE on the transactional id, READ on the group, READ on each topic
+    denied_all = None if auth is None else (
+        E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id)
+        else E.GROUP_AUTHORIZATION_FAILED if not auth.allowed(READ, GROUP, req.group_id) else None)
     for t in req.topics:
         order.append((t.name, [p.partition_index for p in t.partitions]))
+        topic_denied = auth is not None and not auth.allowed(READ, TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if denied_all is not None or topic_denied:
+                errors[tp] = denied_all if denied_all is not None else E.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not _partition_exists(broker, *tp):
                 errors[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
                 continue
