@@ -15,6 +15,12 @@ On the client->broker direction, ``hold`` (an Event) keeps the client's bytes in
 while set and forwards them, in order, once it is cleared (a delayed request arriving
 late: the Jepsen transaction anomalies). ``partition()`` cuts the broker off: open
 connections are closed and new ones closed at once, until ``heal()``.
+
+Selective cuts (a broker cut off from *some* peers, :mod:`kbroker.chaos.cluster`):
+``refuse`` is None or a callable taking the client's address (host, port) and saying
+whether that connection must not pass now; it is asked on every accept, and
+``sever()`` closes the open connections it rejects (call it after changing what it
+answers). ``connections`` counts the connections forwarded so far.
 """
 from __future__ import annotations
 
@@ -43,9 +49,11 @@ class FaultProxy:
         self.hold = threading.Event()
         self.partitioned = threading.Event()
         self.stopped = threading.Event()
+        self.refuse = None
+        self.connections = 0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
-        self._pairs: set = set()
+        self._pairs: dict = {}     # (client, upstream) -> the client's address
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
@@ -68,6 +76,17 @@ class FaultProxy:
         for pair in pairs:
             self._close(pair)
 
+    def sever(self) -> None:
+        """Close the open connections that ``refuse`` rejects now."""
+        refuse = self.refuse
+        if refuse is None:
+            return
+        with self._lock:
+            pairs = list(self._pairs.items())
+        for pair, addr in pairs:
+            if refuse(addr):
+                self._close(pair)
+
     def heal(self) -> None:
         self.partitioned.clear()
 
@@ -79,12 +98,14 @@ class FaultProxy:
     def _accept_loop(self) -> None:
         while not self.stopped.is_set():
             try:
-                client, _ = self._listener.accept()
+                client, addr = self._listener.accept()
             except socket.timeout:
                 continue
             except OSError:
                 return
-            if self.partitioned.is_set():
+            refuse = self.refuse
+            if (self.partitioned.is_set() or self.upstream_port is None
+                    or (refuse is not None and refuse(addr))):
                 client.close()
                 continue
             try:
@@ -94,7 +115,8 @@ class FaultProxy:
                 continue
             pair = (client, upstream)
             with self._lock:
-                self._pairs.add(pair)
+                self._pairs[pair] = addr
+                self.connections += 1
             self._spawn(self._pump, upstream, client, pair, True)
             self._spawn(self._pump, client, upstream, pair, False)
 
@@ -151,7 +173,7 @@ class FaultProxy:
 
     def _close(self, pair) -> None:
         with self._lock:
-            self._pairs.discard(pair)
+            self._pairs.pop(pair, None)
         for s in pair:
             try:
                 s.shutdown(socket.SHUT_RDWR)

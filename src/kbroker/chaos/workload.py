@@ -1,7 +1,8 @@
 """The queue workload with unchanged clients: producers send unique values, a reader reads
 every partition to its end afterwards, and :func:`kbroker.chaos.checker.check` judges.
 
-Each producer is a confluent-kafka (librdkafka) Producer with acks=all and idempotence,
+Each producer is a confluent-kafka (librdkafka) Producer, or with ``clients`` naming
+``"kbroker"`` for some, a :class:`kbroker.client.Producer`, with acks=all and idempotence,
 sending ``b"<producer>:<sequence>"`` to a seeded random partition, paced to spread over
 ``duration_s``; its delivery reports make the history (acknowledged offset, a definite
 failure, or a timeout = unknown). Counts and times are bounded; ``nemesis`` (if given) runs
@@ -14,6 +15,58 @@ import threading
 import time
 
 from kbroker.chaos.checker import FAILED, OK, UNKNOWN, Send
+
+
+def _produce_kbroker(bootstrap, topic, partitions, producer_id, count, duration_s, seed, config, out, lock):
+    from kbroker.client import KafkaTimeoutError, Producer
+
+    rnd = random.Random(seed * 7919 + producer_id)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "delivery.timeout.ms": 60000, "request.timeout.ms": 10000,
+                  "retry.backoff.ms": 50, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
+                  "metadata.max.age.ms": 1000, **(config or {})})
+    pause = duration_s / max(1, count)
+    sends = []
+    slock = threading.Lock()
+
+    def report(seq, part, value):
+        def cb(err, md):
+            if err is None:
+                s = Send(producer_id, seq, value, part, OK, md.offset)
+            elif isinstance(err, KafkaTimeoutError) or "timed out" in str(err).lower() \
+                    or "expir" in str(err).lower():
+                s = Send(producer_id, seq, value, part, UNKNOWN)
+            else:
+                s = Send(producer_id, seq, value, part, FAILED)
+            with slock:
+                sends.append(s)
+        return cb
+
+    t0 = time.monotonic()
+    try:
+        for seq in range(count):
+            part = rnd.randrange(partitions)
+            value = b"%d:%d" % (producer_id, seq)
+            try:
+                p.send(topic, value=value, partition=part, on_delivery=report(seq, part, value))
+            except Exception:   # metadata or buffer not available within max.block.ms: never sent
+                with slock:
+                    sends.append(Send(producer_id, seq, value, part, FAILED))
+            lag = t0 + (seq + 1) * pause - time.monotonic()
+            if lag > 0:
+                time.sleep(lag)
+        try:
+            p.flush(90)
+        except Exception:
+            pass
+    finally:
+        p.close(5)
+    with slock:
+        done = {s.sequence for s in sends}
+        sends += [Send(producer_id, seq, b"%d:%d" % (producer_id, seq), -1, UNKNOWN)
+                  for seq in range(count) if seq not in done]
+    with lock:
+        out.extend(sends)
 
 
 def _produce(bootstrap, topic, partitions, producer_id, count, duration_s, seed, config, out, lock):
@@ -99,11 +152,14 @@ def read_all(bootstrap, topic, partitions, timeout_s: float = 60.0) -> dict:
 
 def run_queue_workload(bootstrap: str, topic: str, partitions: int, *, producers: int = 3,
                        records_per_producer: int = 1000, duration_s: float = 15.0, seed: int = 0,
-                       nemesis=None, producer_config: dict | None = None, read_bootstrap: str | None = None):
-    """(sends, reads, nemesis log)."""
+                       nemesis=None, producer_config: dict | None = None, read_bootstrap: str | None = None,
+                       clients=("confluent",)):
+    """(sends, reads, nemesis log). Producer i uses ``clients[i % len(clients)]``
+    (``"confluent"`` or ``"kbroker"``)."""
     sends: list = []
     lock = threading.Lock()
-    threads = [threading.Thread(target=_produce, args=(bootstrap, topic, partitions, i, records_per_producer,
+    fns = {"confluent": _produce, "kbroker": _produce_kbroker}
+    threads = [threading.Thread(target=fns[clients[i % len(clients)]], args=(bootstrap, topic, partitions, i, records_per_producer,
                                                        duration_s, seed, producer_config, sends, lock), daemon=True)
                for i in range(producers)]
     stop = threading.Event()

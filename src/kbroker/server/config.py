@@ -234,7 +234,10 @@ BROKER_CONFIG = (
             "fsync the segment before an append is acknowledged (single-node durability).")
     # --- consumer groups and offsets ---
     .define("offsets.topic.num.partitions", "int", 50, at_least(1))
-    .define("offsets.topic.replication.factor", "int", 1, at_least(1))
+    .define("offsets.topic.replication.factor", "int", 3, at_least(1),
+            "Replicas of __consumer_offsets (Kafka's default 3); a KRaft cluster with fewer alive "
+            "brokers creates it with as many as it has, with a warning. A zero-config node has one "
+            "replica and refuses a value set above 1.")
     .define("offsets.topic.segment.bytes", "int", 104857600, at_least(1))
     .define("offsets.retention.minutes", "int", 10080, at_least(1))
     .define("offsets.retention.check.interval.ms", "long", 600000, at_least(1))
@@ -319,7 +322,7 @@ for _name, _type, _default, _doc in SECURITY_KEYS:
 #: NO_OP_CONFIGS lists the topic configs without effect). Every other key is read by the broker
 #: (tests/broker/test_config_walk.py checks both). Values kbroker cannot honour are refused at
 #: start-up instead (``KafkaConfig``): in zero-config mode a quorum naming other nodes and
-#: offsets.topic.replication.factor above 1.
+#: offsets.topic.replication.factor set above 1 (its default, 3, is Kafka's, for KRaft clusters).
 _NOT_WIRED = ("read by a node of a KRaft cluster (process.roles set: kbroker.server.kraft_node); the "
               "zero-config single node has no quorum to tune")
 
@@ -709,7 +712,7 @@ class KafkaConfig:
                                   f"voter {voter_id} is not this node ({v['node.id']}): without process.roles "
                                   "kbroker is a single-node cluster, the quorum is this node alone "
                                   "(set process.roles for a KRaft cluster)")
-        if v["offsets.topic.replication.factor"] != 1:
+        if "offsets.topic.replication.factor" in self.originals and v["offsets.topic.replication.factor"] != 1:
             raise ConfigError("offsets.topic.replication.factor",
                               f"{v['offsets.topic.replication.factor']} replicas cannot be placed on a single-node "
                               "cluster; set it to 1")
