@@ -18,9 +18,12 @@ OPERATION_NOT_ATTEMPTED for the others.
 
 TxnOffsetCommit goes to the group coordinator (``commit_transactional_offsets``):
 written as the producer's transactional batch, visible once the COMMIT marker reaches
-the group's ``__consumer_offsets`` partition. Before that, KIP-890 part 1: the
-transaction coordinator must confirm that partition was added to the producer's
-ongoing transaction (AddOffsetsToTxn), else the commit is refused (Kafka's
+the group's ``__consumer_offsets`` partition. Before that, KIP-890 part 1: unless the
+producer's transaction is already open there, the partition's verification guard is
+taken and the transaction coordinator (here or on another broker: the replica manager's
+verifier, :mod:`kbroker.server.txn_verification`) must confirm that partition was added
+to the producer's ongoing transaction (AddOffsetsToTxn), else the commit is refused;
+the append then needs the guard still in place (Kafka's
 AddPartitionsToTxnManager mapping: PRODUCER_FENCED → INVALID_PRODUCER_EPOCH,
 TRANSACTION_ABORTABLE → INVALID_TXN_STATE below v4). Below v2,
 COORDINATOR_LOAD_IN_PROGRESS is answered COORDINATOR_NOT_AVAILABLE (KAFKA-7296).
