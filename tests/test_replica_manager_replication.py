@@ -6,8 +6,6 @@ dropping a follower that stopped fetching, and the committed answer lets the hig
 watermark move without it."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from kbroker.kernels import records as rec
@@ -100,7 +98,10 @@ def test_min_insync_replicas_refuses_acks_all_before_the_append(node):
     assert _produce(rm, 1)[TP].error == ErrorCode.NONE              # acks=1 still appends
 
 
-def test_isr_shrink_proposal_then_committed_answer_moves_the_high_watermark(node):
+def test_isr_shrink_proposal_then_committed_answer_moves_the_high_watermark(node, monkeypatch):
+    import kbroker.server.replica_manager as rm_module
+    clock = [1_700_000_000_000]
+    monkeypatch.setattr(rm_module, "_now_ms", lambda: clock[0])
     node.replica_manager.replica_lag_time_max_ms = 50
     node.publisher.publish(None, node.image)
     rm = node.replica_manager
@@ -109,7 +110,7 @@ def test_isr_shrink_proposal_then_committed_answer_moves_the_high_watermark(node
     assert waiting == {}
     rm.maybe_shrink_isr()
     assert rm.alter_partition.sent == []             # follower 3 counts as caught up for 50 ms
-    time.sleep(0.1)
+    clock[0] += 100
     rm.maybe_shrink_isr()
     (topic, p, leader_and_isr, on_done), = rm.alter_partition.sent
     assert (topic, p, sorted(leader_and_isr.isr)) == ("a", 3, [1])

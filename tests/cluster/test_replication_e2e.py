@@ -277,8 +277,9 @@ def test_paused_follower_leaves_the_isr_and_rejoins(cluster):
             p.produce("pause", value=b"a%d" % i, on_delivery=lambda e, m: errors.append(e) if e else None)
         assert p.flush(60) == 0
         assert errors == []
-        shrunk = _partition(q, "pause", q.broker_ports[part.leader])
-        assert sorted(shrunk.isrs) == sorted(b for b in BROKERS if b != follower)
+        # the leader acted on the AlterPartition answer; the metadata record follows
+        _wait(lambda: sorted(_partition(q, "pause", q.broker_ports[part.leader]).isrs)
+              == sorted(b for b in BROKERS if b != follower), 10, "the shrunk ISR published")
         assert time.monotonic() - t0 < 30
     finally:
         os.kill(q.procs[follower].pid, signal.SIGCONT)
@@ -291,7 +292,10 @@ def test_isr_below_min_insync_answers_not_enough_replicas(cluster):
     _heal(q)
     part = _create(q, "minisr", min_isr=3)
     leader_port = q.broker_ports[part.leader]
-    assert _raw_produce(leader_port, "minisr", -1, [b"ok0"]).error_code == ErrorCode.NONE
+    # the leader may learn of its leadership a moment after the broker that answered Metadata
+    r = _wait(lambda: (lambda r: r if r.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER else None)(
+        _raw_produce(leader_port, "minisr", -1, [b"ok0"])), 10, "the leader serving")
+    assert (r.error_code, r.base_offset) == (ErrorCode.NONE, 0)
     follower = next(b for b in part.replicas if b != part.leader)
     os.kill(q.procs[follower].pid, signal.SIGSTOP)
     try:
@@ -338,7 +342,8 @@ def test_controlled_shutdown_moves_leadership_without_failed_sends(cluster):
             n += 1
         p.poll(0.1)
     assert p.flush(60) == 0
-    assert q.procs[victim].terminate(30) == 0            # exited cleanly
+    assert q.procs[victim].proc.wait(30) == 0            # exited cleanly (no second SIGTERM)
+    q.procs[victim].terminate()                          # reaped
     assert errors == []
     moved = _partition(q, "graceful")
     assert moved.leader in BROKERS and moved.leader != victim

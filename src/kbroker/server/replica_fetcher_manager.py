@@ -146,8 +146,11 @@ class ReplicaFetcherThread:
                         return
                     outcome = self.fetcher.on_fetch_response(_now_ms(), resp)
                 for tp, what in outcome.items():
-                    if what not in ("appended", "empty"):
+                    if what in ("truncated", "out_of_range", "fenced"):
                         log.info("%s: %s-%d %s", self.name, tp[0], tp[1], what)
+                    elif what not in ("appended", "empty"):
+                        # backoff (an error, a failed request) or a stale answer: once per retry
+                        log.debug("%s: %s-%d %s", self.name, tp[0], tp[1], what)
                 if resp is None:
                     # a failed request: the fetcher delays its partitions by the backoff
                     continue
