@@ -116,3 +116,42 @@ def test_kraft_acls_forwarded_and_enforced_by_every_broker(cluster):
                                                None, AclOperation.ANY, AclPermissionType.ANY)])
     assert [set(f.result(15)) for f in deleted.values()] == [{acls[1]}]
     _wait(lambda: _kafka_python_send(q, 2, "secret-t") is not None, what="secret-t writable again")
+
+
+def test_follower_fetch_needs_cluster_action(cluster):
+    """KafkaApis: a Fetch from a replica (replica id >= 0) needs ClusterAction on the cluster;
+    without it every partition answers TOPIC_AUTHORIZATION_FAILED and nothing is read."""
+    from kbroker.protocol import ApiKey, ErrorCode
+    from kbroker.protocol.messages import fetch as F
+    from tests.broker.raw_client import RawClient
+
+    a = _admin(cluster, 2)
+    a.create_topics([NewTopic("ca-topic", 1, 1)], operation_timeout=10)["ca-topic"].result(timeout=20)
+    _wait(lambda: "ca-topic" in a.list_topics(timeout=5).topics, what="topic visible")
+
+    def follower_fetch(port):
+        # v12: the replica id at the top level, topics by name
+        req = F.FetchRequest(replica_id=99, max_wait_ms=0,
+                             min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                             topics=[F.FetchTopic(topic="ca-topic", partitions=[F.FetchPartition(
+                                 partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                                 log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                             forgotten_topics_data=[], rack_id="")
+        with RawClient(port) as c:
+            r = c.call(ApiKey.FETCH, 12, req)
+        return [p.error_code for t in r.responses for p in t.partitions]
+
+    ports = list(cluster.broker_ports.values())
+    # ALLOW everything on the cluster but DENY ClusterAction (a DENY wins): the ACLs stay manageable
+    allow = _bind(ResourceType.BROKER, "kafka-cluster", AclOperation.ALL, AclPermissionType.ALLOW)
+    deny = _bind(ResourceType.BROKER, "kafka-cluster", AclOperation.CLUSTER_ACTION)
+    for f in a.create_acls([allow, deny]).values():
+        f.result(timeout=20)
+    try:
+        _wait(lambda: all(follower_fetch(p) == [ErrorCode.TOPIC_AUTHORIZATION_FAILED] for p in ports),
+              what="follower fetch refused on both brokers")
+    finally:
+        for binding in (deny, allow):
+            flt = AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, ANON, "*",
+                                   binding.operation, binding.permission_type)
+            a.delete_acls([flt])[flt].result(timeout=20)

@@ -12,7 +12,7 @@ from kbroker.protocol.messages.fetch import (
     PartitionData,
 )
 from kbroker.server.apis import ApiHandler
-from kbroker.server.authz import READ, TOPIC, authz
+from kbroker.server.authz import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed, authz
 from kbroker.server.delayed import FetchPartitionStatus
 from kbroker.server.fetch_session import CachedPartition, FetchSessionError
 from kbroker.server.replica_manager import FetchPartitionResult, region_size as _region_size
@@ -169,6 +169,18 @@ def handle_replica_fetch(broker, ctx, req, replica_id: int) -> None:
     if getattr(rm, "replica_fetcher_manager", None) is None:
         ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                   session_id=0, responses=[]))
+        return
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        # KafkaApis: a follower needs ClusterAction on the cluster; else every partition is refused
+        err = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=[
+            FetchableTopicResponse(topic_id=t.topic_id, partitions=[
+                PartitionData(partition_index=p.partition, error_code=err, high_watermark=-1, last_stable_offset=-1,
+                              log_start_offset=-1, preferred_read_replica=-1, records=b"") for p in t.partitions])
+            if v >= 13 else FetchableTopicResponse(topic=t.topic, partitions=[
+                PartitionData(partition_index=p.partition, error_code=err, high_watermark=-1, last_stable_offset=-1,
+                              log_start_offset=-1, preferred_read_replica=-1, records=b"") for p in t.partitions])
+            for t in req.topics]))
         return
     image = broker.metadata.image
     epoch = req.replica_state.replica_epoch if v >= 15 else -1
