@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -267,4 +268,12 @@ def test_two_tasks_take_new_topics_and_partitions_between_transactions(cluster_a
     assert "task 1 (A-mm2-MirrorSourceConnector-1): eos-grow-0, eos-grow-2\n" in m.log()
     check_exactly_once(a, b, "eos-grow", "A.eos-grow", 3)
     check_exactly_once(a, b, "eos-add", "A.eos-add", 1)
+
+    def scrape():   # the same metrics as at least once: records counted when their transaction commits
+        body = urllib.request.urlopen(f"http://127.0.0.1:{m.metrics_port}/metrics", timeout=10).read().decode()
+        return body if ('kafka_connect_mirror_MirrorSourceConnector_record_count_total{partition="0",source="A",'
+                        'target="B",topic="A.eos-add"} 100.0') in body else None
+    body = wait_until(scrape, 10, "the committed records in the metrics")
+    assert 'kafka_connect_mirror_MirrorSourceConnector_lag{partition="2",source="A",target="B",' \
+           'topic="A.eos-grow"} 0.0' in body
     assert m.terminate() == 0
