@@ -307,6 +307,7 @@ class _StubPartition:
         self.log = _StubLog()
         self.follows_leader = follows_leader
         self.isr = frozenset({1})
+        self.leader_state = None   # not replicated (Partition.leader_state: KRaft only)
         self.is_leader = True
 
     def maybe_increment_high_watermark(self):

@@ -598,6 +598,37 @@ class Admin:
         return _check({x.user: E.for_code(x.error_code, x.error_message or None) if x.error_code else None
                        for x in r.results}, raise_on_error)
 
+    def alter_client_quotas(self, alterations, validate_only: bool = False, timeout: float | None = None,
+                            raise_on_error: bool = True) -> dict:
+        """``alterations``: [(entity, {quota key: value, or None to remove})], an entity being
+        ((entity type, name or None for the default), ...). Returns {entity: None or KafkaError}."""
+        from kbroker.protocol.messages import alter_client_quotas as acq
+        deadline = self._deadline(timeout)
+        req = acq.AlterClientQuotasRequest(validate_only=validate_only, entries=[
+            acq.AlterClientQuotasRequestEntryData(
+                entity=[acq.AlterClientQuotasRequestEntityData(entity_type=t, entity_name=n) for t, n in entity],
+                ops=[acq.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                     for k, v in ops.items()])
+            for entity, ops in alterations])
+        r = self._to_controller(ApiKey.ALTER_CLIENT_QUOTAS, lambda: req, deadline)
+        return _check({tuple((e.entity_type, e.entity_name) for e in x.entity):
+                       E.for_code(x.error_code, x.error_message or None) if x.error_code else None
+                       for x in r.entries}, raise_on_error)
+
+    def describe_client_quotas(self, components=(), strict: bool = False,
+                               timeout: float | None = None) -> dict:
+        """``components``: [(entity type, match type 0 exact / 1 default / 2 specified, match)].
+        Returns {entity ((type, name or None), ...): {quota key: value}}."""
+        from kbroker.protocol.messages import describe_client_quotas as dcq
+        deadline = self._deadline(timeout)
+        req = dcq.DescribeClientQuotasRequest(strict=strict, components=[
+            dcq.ComponentData(entity_type=t, match_type=m, match=x) for t, m, x in components])
+        r = self.client.request(self._any_node(deadline), ApiKey.DESCRIBE_CLIENT_QUOTAS, req, self._left(deadline))
+        if r.error_code:
+            raise E.for_code(r.error_code, r.error_message or None)
+        return {tuple((e.entity_type, e.entity_name) for e in x.entity): {v.key: v.value for v in x.values}
+                for x in r.entries or ()}
+
     def describe_user_scram_credentials(self, users=None, timeout: float | None = None,
                                         raise_on_error: bool = True) -> dict:
         """{user: {mechanism name: iterations} or KafkaError} (None: every user with credentials)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from kbroker.metadata import records as R
 from kbroker.metadata.image import (
-    TOPIC_RESOURCE, BrokerRegistration, ClusterImage, ConfigurationsImage,
+    TOPIC_RESOURCE, BrokerRegistration, ClientQuotasImage, ClusterImage, ConfigurationsImage,
     FeaturesImage, MetadataImage, PartitionRegistration, ProducerIdsImage, TopicImage, TopicsImage,
     frozen_map,
 )
@@ -72,6 +72,7 @@ class MetadataDelta:
         self._configs: dict = {}             # (type, name) -> {key: value | None}
         self._cleared: set = set()           # (type, name) whose image configs are dropped
         self._next_producer_id: int | None = None
+        self._quotas: dict = {}              # entity key -> {quota key: value | None (removed)}
 
     # --- reading through the delta --------------------------------------------------
     def broker(self, broker_id: int) -> BrokerRegistration | None:
@@ -181,6 +182,10 @@ class MetadataDelta:
         key = (r.resource_type, r.resource_name)
         self._configs.setdefault(key, {})[r.name] = r.value
 
+    def _client_quota(self, r):
+        key = tuple(sorted(((e.entity_type, e.entity_name) for e in r.entity), key=lambda e: e[0]))
+        self._quotas.setdefault(key, {})[r.key] = None if r.remove else r.value
+
     def _producer_ids(self, r):
         cur = self._next_producer_id if self._next_producer_id is not None else \
             self.image.producer_ids.next_producer_id
@@ -237,7 +242,20 @@ class MetadataDelta:
         pids = img.producer_ids
         if self._next_producer_id is not None:
             pids = ProducerIdsImage(self._next_producer_id)
-        return MetadataImage(self.offset, self.epoch, features, cluster, topics, configs, pids)
+        quotas = img.client_quotas
+        if self._quotas:
+            ents = {k: dict(v) for k, v in quotas.entities.items()}
+            for key, kv in self._quotas.items():
+                cur = ents.setdefault(key, {})
+                for k, v in kv.items():
+                    if v is None:
+                        cur.pop(k, None)
+                    else:
+                        cur[k] = v
+                if not cur:
+                    del ents[key]
+            quotas = ClientQuotasImage(frozen_map({k: frozen_map(sorted(v.items())) for k, v in ents.items()}))
+        return MetadataImage(self.offset, self.epoch, features, cluster, topics, configs, pids, quotas)
 
     def changes(self):
         """(created topic ids, {removed topic id: TopicImage}, {topic id: TopicChange})."""
@@ -249,6 +267,9 @@ class MetadataDelta:
 
     def changed_configs(self) -> set:
         return set(self._configs)
+
+    def client_quotas_changed(self) -> bool:
+        return bool(self._quotas)
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
         out = LocalReplicaChanges()
@@ -292,6 +313,7 @@ _REPLAY = {
     R.RemoveTopicRecord: MetadataDelta._remove_topic,
     R.ConfigRecord: MetadataDelta._config,
     R.ProducerIdsRecord: MetadataDelta._producer_ids,
+    R.ClientQuotaRecord: MetadataDelta._client_quota,
 }
 
 
@@ -327,6 +349,11 @@ def image_delta(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
             d._cleared.add(key)
     if new.producer_ids.next_producer_id != old.producer_ids.next_producer_id:
         d._next_producer_id = new.producer_ids.next_producer_id
+    oq, nq = old.client_quotas.entities, new.client_quotas.entities
+    for key in set(oq) | set(nq):
+        if oq.get(key) != nq.get(key):
+            have, want = oq.get(key, {}), nq.get(key, {})
+            d._quotas[key] = {**{k: None for k in have}, **dict(want)}
     d.offset, d.epoch = new.offset, new.epoch
     return d
 

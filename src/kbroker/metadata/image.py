@@ -217,6 +217,12 @@ class ProducerIdsImage:
 
 
 @dataclass(frozen=True)
+class ClientQuotasImage:
+    #: entity key ((type, name | None), ...) sorted by type -> {quota key: value}
+    entities: Mapping[tuple, Mapping[str, float]] = field(default_factory=lambda: EMPTY_MAP)
+
+
+@dataclass(frozen=True)
 class MetadataImage:
     """The cluster metadata after the record at ``offset`` (-1: nothing replayed) of
     leader ``epoch``."""
@@ -227,6 +233,7 @@ class MetadataImage:
     topics: TopicsImage = field(default_factory=TopicsImage)
     configs: ConfigurationsImage = field(default_factory=ConfigurationsImage)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
+    client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
 
     def topic_configs(self, name: str) -> Mapping[str, str]:
         return self.configs.get(TOPIC_RESOURCE, name)
@@ -267,6 +274,11 @@ class MetadataImage:
         for (rtype, rname), kv in sorted(self.configs.resources.items()):
             for k, v in sorted(kv.items()):
                 out.append(AMV(R.ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v), 0))
+        for key, quotas in sorted(self.client_quotas.entities.items(), key=lambda kv: repr(kv[0])):
+            for k, v in sorted(quotas.items()):
+                out.append(AMV(R.ClientQuotaRecord(
+                    entity=[R.client_quota_record.EntityData(entity_type=t, entity_name=n) for t, n in key],
+                    key=k, value=v, remove=False), 0))
         if self.producer_ids.next_producer_id:
             out.append(AMV(R.ProducerIdsRecord(broker_id=-1, broker_epoch=-1,
                                                next_producer_id=self.producer_ids.next_producer_id), 0))

@@ -23,6 +23,7 @@ import threading
 from kbroker.log.checkpoints import META_PROPERTIES, random_uuid, read_meta_properties
 from kbroker.log.manager import LogManager
 from kbroker.network.socket_server import SocketServer
+from kbroker.quota.manager import QuotaManagers
 from kbroker.server.config import KafkaConfig
 from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
 from kbroker.server.fetch_session import FetchSessionCache
@@ -113,6 +114,8 @@ class KafkaBroker:
             if security.sasl is not None:      # SCRAM credentials live in the metadata
                 security.sasl.scram_credentials = self.metadata
         self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
+        self.quotas = QuotaManagers.from_config(c)
+        self.quotas.update_quotas(self.metadata.client_quotas())
         self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
                                                          topic_overrides=self._topic_overrides)
         self.log_manager.ensure_meta_properties(self.node_id, self.cluster_id)

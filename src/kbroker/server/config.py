@@ -157,11 +157,27 @@ BROKER_CONFIG = (
             "Per-IP or per-hostname limits overriding max.connections.per.ip, e.g. 'hostName:100,127.0.0.1:200'.")
     .define("message.max.bytes", "int", 1048588, at_least(0))
     .define("replica.fetch.max.bytes", "int", 1048576, at_least(0))
+    # --- replication (a KRaft broker's followers and leaders; Kafka's ReplicationConfigs) ---
+    .define("num.replica.fetchers", "int", 1, at_least(1),
+            "Fetcher threads per source broker replicating its partitions to this broker.")
+    .define("replica.fetch.backoff.ms", "int", 1000, at_least(0))
+    .define("replica.fetch.response.max.bytes", "int", 10485760, at_least(0))
+    .define("replica.fetch.wait.max.ms", "int", 500, at_least(0))
+    .define("replica.fetch.min.bytes", "int", 1, at_least(0))
+    .define("replica.lag.time.max.ms", "long", 30000, at_least(1),
+            "A follower that has not caught up with the leader's log end for this long leaves the ISR "
+            "(checked every half of it).")
+    .define("replica.socket.timeout.ms", "int", 30000, at_least(1),
+            "The request timeout of a replica fetcher's Fetch and ListOffsets to the leader.")
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
     .define("fetch.max.bytes", "int", 57671680, at_least(1024))
     .define("request.timeout.ms", "int", 30000, at_least(0))
     .define("sasl.kerberos.min.time.before.relogin", "long", 60000, None,
             "Kafka's GSSAPI relogin interval; kbroker has no GSSAPI mechanism (see BROKER_NO_OP_CONFIGS).")
+    # --- client quotas ---
+    .define("quota.window.num", "int", 11, at_least(1),
+            "Samples kept for client quota rates (producer_byte_rate, consumer_byte_rate, request_percentage).")
+    .define("quota.window.size.seconds", "int", 1, at_least(1), "The time span of each client quota sample.")
     # --- topics ---
     .define("auto.create.topics.enable", "boolean", True)
     .define("num.partitions", "int", 1, at_least(1))
@@ -250,11 +266,17 @@ BROKER_CONFIG = (
     .define("transactional.id.expiration.ms", "int", 604800000, at_least(1))
     .define("transaction.max.timeout.ms", "int", 900000, at_least(1))
     .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
-    .define("transaction.state.log.replication.factor", "int", 1, at_least(1))
+    .define("transaction.state.log.replication.factor", "int", 3, at_least(1),
+            "Replicas of __transaction_state on a KRaft cluster (clamped to the alive brokers when it is "
+            "created); the zero-config single node has one.")
     .define("transaction.state.log.min.isr", "int", 1, at_least(1))
     .define("transaction.state.log.segment.bytes", "int", 104857600, at_least(1))
     .define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
     .define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))
+    .define("transaction.partition.verification.enable", "boolean", True, None,
+            "KIP-890: before appending a transactional batch of a producer with no ongoing transaction in the "
+            "partition, the leader verifies with the transaction coordinator that the partition is in it "
+            "(dynamic).")
     # --- purgatory ---
     .define("fetch.purgatory.purge.interval.requests", "int", 1000)
     .define("producer.purgatory.purge.interval.requests", "int", 1000)
@@ -309,8 +331,9 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "metadata.max.retention.bytes": _NOT_WIRED,
     "metadata.max.retention.ms": _NOT_WIRED,
     "metadata.max.idle.interval.ms": _NOT_WIRED,
-    "replica.fetch.max.bytes": "single node: there are no followers fetching",
-    "transaction.state.log.replication.factor": "single node: __transaction_state has one replica",
+    "transaction.state.log.replication.factor": "read by a KRaft broker (kbroker.server.kraft_broker: the "
+        "replication factor of __transaction_state created through the controller); the zero-config single "
+        "node's __transaction_state has one replica",
     "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
     "sasl.kerberos.min.time.before.relogin":
         "no GSSAPI mechanism: no Kerberos login to refresh (a Kafka broker without GSSAPI ignores it "

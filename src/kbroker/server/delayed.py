@@ -24,6 +24,8 @@ class FetchPartitionStatus:
     last_fetched_epoch: int = -1
     #: where fetch_offset lives (LogOffsetMetadata), filled by DelayedFetch on first check
     fetch_offset_metadata: object = None
+    #: a follower's fetch: its broker epoch (ReplicaState, Fetch v15+; -1 unknown)
+    replica_epoch: int = -1
 
 
 class DelayedProduce(DelayedOperation):
@@ -48,6 +50,12 @@ class DelayedProduce(DelayedOperation):
                 self.results[tp].error = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 self.pending.discard(tp)
             elif part.log.high_watermark > self.results[tp].last_offset:
+                if part.leader_state is not None:
+                    # replicated: NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync
+                    err = part.acks_all_error(self.results[tp].last_offset + 1)
+                    if err is None:
+                        continue
+                    self.results[tp].error = err
                 self.pending.discard(tp)
         if not self.pending:
             return self.force_complete()

@@ -28,10 +28,18 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
   with the metadata log, first publish, then requests are processed and the broker asks
   to be unfenced; controlled shutdown on stop.
 
-Not yet: follower fetching (replication), so on a partition with RF > 1 the leader's
-high watermark waits for followers that never fetch: acks=all times out
-(REQUEST_TIMED_OUT) and consumers see nothing past it; transactions (no transaction
-coordinator on a KRaft broker yet); the metrics endpoint (``kbroker.metrics.port``).
+- Replication (kbroker.server.replica_manager's docstring): leaders answer followers'
+  Fetch requests and send ISR changes to the controller (AlterPartitionSender over the
+  controller channel), a scheduler task shrinks ISRs every replica.lag.time.max.ms / 2,
+  and the ReplicaFetcherManager's threads feed the logs this broker follows. On
+  shutdown the fetchers stop once the controller granted the controlled shutdown.
+
+- Transactions: the transaction coordinator is the zero-config broker's, over the
+  ``__transaction_state`` partitions this broker leads (created through the controller
+  on the first FindCoordinator(TRANSACTION)); markers and KIP-890 verifications go over
+  the wire to the brokers the metadata names.
+
+Not yet: the metrics endpoint (``kbroker.metrics.port``).
 """
 from __future__ import annotations
 
@@ -48,6 +56,7 @@ from kbroker.raft.client import Listener
 from kbroker.raft.replicated_log import DATA
 from kbroker.log.manager import LogManager
 from kbroker.network.socket_server import SocketServer
+from kbroker.quota.manager import QuotaManagers
 from kbroker.protocol.messages.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kbroker.server import schema_validation
 from kbroker.server.apis import ApiHandler
@@ -60,7 +69,9 @@ from kbroker.server.kraft_publisher import BrokerMetadataPublisher
 from kbroker.server.metadata_cache import KRaftMetadataCache
 from kbroker.server.producer_id_manager import RPCProducerIdManager
 from kbroker.server.purgatory import DelayedOperationPurgatory
+from kbroker.server.replica_fetcher_manager import ReplicaFetcherManager
 from kbroker.server.replica_manager import ReplicaManager
+from kbroker.server.replication import AlterPartitionSender, MetadataBrokerRegistry
 from kbroker.server.request_context import error_response_for
 from kbroker.server.request_handler import KafkaRequestHandlerPool
 from kbroker.server.topics import TopicError, validate_topic_name
@@ -70,7 +81,8 @@ log = logging.getLogger(__name__)
 #: admin requests a broker forwards to the active controller
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
              ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
-             ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS)
+             ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+             ApiKey.ALTER_CLIENT_QUOTAS)
 NOT_REQUESTED = -(2**31)
 
 
@@ -227,6 +239,23 @@ class ForwardingTopicManager:
                      {"cleanup.policy": "compact", "compression.type": "producer",
                       "segment.bytes": str(c["offsets.topic.segment.bytes"])})
 
+    def create_transaction_state_topic(self) -> None:
+        """``__transaction_state`` with transaction.state.log.num.partitions and
+        transaction.state.log.replication.factor, clamped to the alive brokers as
+        ``__consumer_offsets`` is (on the first FindCoordinator(TRANSACTION))."""
+        from kbroker.coordinator.transaction.coordinator import transaction_state_topic_configs
+        c = self.broker.config
+        rf = c["transaction.state.log.replication.factor"]
+        alive = len(self.broker.metadata_cache.alive_brokers())
+        if 0 < alive < rf:
+            log.warning("transaction.state.log.replication.factor=%d but only %d broker(s) are alive: creating "
+                        "__transaction_state with replication factor %d", rf, alive, alive)
+            rf = alive
+        configs = transaction_state_topic_configs(c)
+        if int(configs["min.insync.replicas"]) > rf:
+            configs["min.insync.replicas"] = str(rf)
+        self._create("__transaction_state", c["transaction.state.log.num.partitions"], rf, configs)
+
     def create(self, *a, **kw):
         raise TopicError(ErrorCode.NOT_CONTROLLER, "topics are created by the active controller")
 
@@ -260,6 +289,7 @@ class KRaftBroker:
         self.handler_pool = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator = None
+        self.transaction_coordinator = None
         self.topic_deletion_hooks: list = []
         self._stopped = False
 
@@ -299,6 +329,7 @@ class KRaftBroker:
     def startup(self) -> None:
         c = self.config
         self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
+        self.quotas = QuotaManagers.from_config(c)      # the publisher sets the image's quotas
         self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
                                                          topic_overrides=self._topic_overrides)
         self.log_manager.startup()
@@ -310,6 +341,7 @@ class KRaftBroker:
                                               self.produce_purgatory, self.fetch_purgatory)
         self.replica_manager.metadata_cache = self.metadata_cache
         self.replica_manager.schema_validator = schema_validation.from_config(c)
+        self._start_replication()
         self.log_manager.schedule(self.log_manager.checkpoint_high_watermarks,
                                   c["replica.high.watermark.checkpoint.interval.ms"],
                                   c["replica.high.watermark.checkpoint.interval.ms"])
@@ -346,10 +378,28 @@ class KRaftBroker:
         from kbroker.coordinator.group.coordinator import build_group_coordinator
 
         self.group_coordinator = build_group_coordinator(self)
+        from kbroker.coordinator.transaction.coordinator import build_transaction_coordinator
+
+        self.transaction_coordinator = build_transaction_coordinator(self)
         self.publisher = BrokerMetadataPublisher(self)
         self.metadata_listener.install(self.publisher)
         self.handler_pool.start()
         self.lifecycle_manager.set_ready_to_unfence()
+
+    def _start_replication(self) -> None:
+        """Wire the ReplicaManager's replication seams: the brokers' registrations, this
+        broker's epoch, ISR proposals to the controller, the follower fetchers, and the
+        ISR shrink check every replica.lag.time.max.ms / 2 (Kafka's isr-expiration)."""
+        c = self.config
+        rm = self.replica_manager
+        image = lambda: self.metadata_listener.image      # noqa: E731
+        rm.broker_registry = MetadataBrokerRegistry(image)
+        rm.broker_epoch = self._broker_epoch
+        rm.alter_partition = AlterPartitionSender(self.node_id, self._broker_epoch, self.controller_channel)
+        self.replica_fetcher_manager = ReplicaFetcherManager(self.node_id, c, image, self._broker_epoch)
+        rm.replica_fetcher_manager = self.replica_fetcher_manager
+        half = max(1, c["replica.lag.time.max.ms"] // 2)
+        self.log_manager.schedule(rm.maybe_shrink_isr, half, half)
 
     def _broker_epoch(self) -> int:
         lm = self.lifecycle_manager
@@ -371,15 +421,30 @@ class KRaftBroker:
             self.lifecycle_manager.begin_controlled_shutdown()
             lc.shut_down.wait(timeout_s)
             self.lifecycle_manager.close()
+        # the controller moved leadership away (or gave up waiting): stop following
+        for name in ("replica_fetcher_manager",):
+            part = getattr(self, name, None)
+            if part is not None:
+                try:
+                    part.shutdown()
+                except Exception:
+                    log.exception("stopping %s failed", name)
+        rm = getattr(self, "replica_manager", None)
+        if rm is not None and rm.alter_partition is not None:
+            rm.alter_partition.close()
         for name, stop in (("socket_server", "stop"), ("handler_pool", "shutdown"),
-                           ("group_coordinator", "shutdown"), ("produce_purgatory", "shutdown"),
-                           ("fetch_purgatory", "shutdown"), ("log_manager", "shutdown")):
+                           ("transaction_coordinator", "shutdown"), ("group_coordinator", "shutdown"),
+                           ("produce_purgatory", "shutdown"), ("fetch_purgatory", "shutdown"),
+                           ("log_manager", "shutdown")):
             part = getattr(self, name, None)
             if part is not None:
                 try:
                     getattr(part, stop)()
                 except Exception:
                     log.exception("stopping %s failed", name)
+        verifier = getattr(getattr(self, "replica_manager", None), "txn_verifier", None)
+        if verifier is not None:
+            verifier.close()
         self.sender.close()
 
     # -- handlers -----------------------------------------------------------------------------

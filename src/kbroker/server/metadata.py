@@ -5,7 +5,8 @@ Single node today: the store is this broker's own durable record of topics
 broker configs set by (Incremental)AlterConfigs (per broker and cluster default), and the
 users' SCRAM credentials (salt, stored key, server key, iterations: Kafka's
 UserScramCredentialRecord; this store is the zero-config broker's
-``kbroker.security.credentials.ScramCredentialStore``), written
+``kbroker.security.credentials.ScramCredentialStore``) and the client quotas (Kafka's
+ClientQuotaRecords: entity -> quota key -> value), written
 atomically (tmp + fsync + rename) to ``__cluster_metadata.json`` in the first
 log dir. The seam for a KRaft controller: every change goes through
 ``create_topic`` / ``delete_topic`` / ``create_partitions`` /
@@ -78,6 +79,8 @@ class MetadataStore:
         self._broker_configs: dict[str, dict[str, str]] = {}
         #: user -> mechanism -> credential; replaced, never mutated (readers take no lock)
         self._scram: Mapping[str, Mapping[str, ScramCredential]] = MappingProxyType({})
+        #: client quotas: entity key ((type, name | None), ...) -> {quota key: value}; replaced, never mutated
+        self._client_quotas: Mapping = MappingProxyType({})
         topics: dict[str, TopicImage] = {}
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as f:
@@ -90,6 +93,9 @@ class MetadataStore:
             self._broker_configs = {str(k): dict(v) for k, v in doc.get("broker_configs", {}).items() if v}
             self._scram = _frozen_scram({u: {m: ScramCredential.from_json(c) for m, c in mechs.items()}
                                          for u, mechs in doc.get("scram_credentials", {}).items()})
+            self._client_quotas = _frozen_quotas({
+                tuple((t, n) for t, n in q["entity"]): {k: float(v) for k, v in q["quotas"].items()}
+                for q in doc.get("client_quotas", [])})
         self._publish(topics)
 
     @property
@@ -128,7 +134,9 @@ class MetadataStore:
              "configs": dict(t.configs)} for t in sorted(topics.values(), key=lambda t: t.name)],
             "broker_configs": {k: dict(sorted(v.items())) for k, v in sorted(self._broker_configs.items())},
             "scram_credentials": {u: {m: c.to_json() for m, c in sorted(mechs.items())}
-                                  for u, mechs in sorted(self._scram.items())}}
+                                  for u, mechs in sorted(self._scram.items())},
+            "client_quotas": [{"entity": [list(e) for e in key], "quotas": dict(sorted(q.items()))}
+                              for key, q in sorted(self._client_quotas.items(), key=lambda kv: repr(kv[0]))]}
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
@@ -221,6 +229,26 @@ class MetadataStore:
             except BaseException:
                 self._scram = old
                 raise
+
+    # -- client quotas (kbroker.quota) ----------------------------------------------------------
+    def client_quotas(self) -> Mapping:
+        """entity key ((type, name | None), ...) -> {quota key: value}."""
+        return self._client_quotas
+
+    def set_client_quotas(self, quotas: Mapping) -> None:
+        """Replace every client quota (an AlterClientQuotas outcome); durable before it returns."""
+        with self._lock:
+            old = self._client_quotas
+            self._client_quotas = _frozen_quotas(quotas)
+            try:
+                self._persist(dict(self._image.topics))
+            except BaseException:
+                self._client_quotas = old
+                raise
+
+
+def _frozen_quotas(quotas: Mapping) -> Mapping:
+    return MappingProxyType({k: MappingProxyType(dict(v)) for k, v in quotas.items() if v})
 
 
 def _frozen_scram(creds: dict) -> Mapping[str, Mapping[str, ScramCredential]]:

@@ -60,6 +60,7 @@ WRITES = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.ALTER_CONFIGS: "alter_configs",
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
+    ApiKey.ALTER_CLIENT_QUOTAS: "alter_client_quotas",
 }
 READS = {
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",

@@ -3,25 +3,38 @@
 Kafka: ``core/.../server/ReplicaManager.scala``, ``core/.../cluster/Partition.scala``.
 
 Zero-config: every partition has one replica, this node, which is the leader and
-the whole ISR (``apply_topic``). A KRaft broker hosts the partitions the controller
-placed on it (``apply_delta``, from each published metadata image): leaders serve
-clients, followers only keep their logs (follower fetching is not wired yet), and a
-partition not led here answers NOT_LEADER_OR_FOLLOWER (``partition_error``).
+the whole ISR (``apply_topic``); its high watermark follows the log end offset right
+after each append (and, in fsync mode, after the fsync the log does before returning).
 
-The high watermark is the minimum log end offset over the ISR; with one replica it
-follows the leader's log end offset right after each append (and, in fsync mode,
-after the fsync the log does before returning). The seams for replication:
-``Partition.isr``, ``Partition.remote_log_end_offsets`` (what followers' fetches
-report; an in-sync follower with none yet holds the high watermark),
-``Partition.maybe_increment_high_watermark`` (min over ISR replicas' LEO metadata,
-handed to ``Log.maybe_increment_high_watermark``, which only moves it forward, under
-the log's lock: concurrent appends to one partition may compute their proposals in
-any order) and the produce purgatory, where acks=all waits for the high watermark to
-pass the last appended offset: at once with one replica, when followers' fetches
-advance it otherwise.
+A KRaft broker hosts the partitions the controller placed on it (``apply_delta``, from
+each published metadata image) and replicates them:
+
+- a leader's Partition owns a :class:`~kbroker.cluster.partition_leader.PartitionLeader`
+  (``Partition.leader_state``, kept across the Partition objects of one log): followers'
+  fetch states, the ISR (committed / pending proposal), the high watermark rule (least
+  log end offset over the maximal ISR, moved only forward) and the acks=all rules.
+  Followers' Fetch requests are answered by :meth:`ReplicaManager.fetch_messages` with
+  ``replica_id >= 0`` (``cluster.follower_fetch.handle_follower_fetch`` per partition,
+  through the same DelayedFetch as consumers); ISR proposals go to the controller
+  through ``alter_partition`` (an :class:`AlterPartitionSender`); the leader acts on the
+  committed answer or on a newer registration from the metadata log, whichever comes first.
+  ``maybe_shrink_isr`` runs every replica.lag.time.max.ms / 2 (the broker schedules it).
+- a follower's log is fed by the broker's ReplicaFetcherManager
+  (``replica_fetcher_manager``): ``apply_delta`` removes a partition from its fetcher
+  before this broker leads it and adds it, with the new leader and leader epoch, when it
+  follows (truncation happens through the leader's diverging epoch).
+
+Every high watermark move completes the DelayedProduces (acks=all) and consumer
+DelayedFetches watching the partition. acks=all answers NOT_ENOUGH_REPLICAS before the
+append when the ISR is below min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND when
+it shrank below it by the time the high watermark passed the batch.
 
 Thread-safety: ``_partitions`` is replaced under ``_lock`` and read without it
-(a dict read is atomic); each Partition's log has its own append lock.
+(a dict read is atomic); each Partition's log has its own append lock. ``Partition.lock``
+(Kafka's leaderIsrUpdateLock, one per log, shared by the Partition objects of that log)
+guards its PartitionLeader, and a leader's append (the leader check with the append);
+it is taken before a log's lock, never while holding it, and the purgatories are
+completed outside it.
 """
 from __future__ import annotations
 
@@ -31,11 +44,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+from kbroker.cluster.follower_fetch import handle_follower_fetch, maybe_increment_high_watermark
+from kbroker.cluster.partition_leader import PartitionLeader
 from kbroker.kernels import records as _records
 from kbroker.log.errors import (
     KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
 )
-from kbroker.log.producer_state import ProducerStateError
+from kbroker.log.producer_state import AppendOrigin, ProducerStateError
+from kbroker.log.txn_verification import SENTINEL
 from kbroker.protocol import ErrorCode
 from kbroker.server import log_validator, schema_validation
 from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
@@ -91,15 +107,22 @@ class FetchPartitionResult:
     aborted_transactions: list | None = None
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class Partition:
     """One hosted partition: its log, leader (and epoch), replicas, ISR and high watermark.
 
     A leader serves clients; a follower (``is_leader`` False: a KRaft broker listed in the
-    replicas that does not lead) only keeps the log. Leadership fields are never changed
-    on an object: a new leader epoch, ISR or role is a new Partition in the map."""
+    replicas that does not lead) only keeps the log, fed by the replica fetcher. Leadership
+    fields are never changed on an object: a new leader epoch, ISR or role is a new
+    Partition in the map. ``leader_state`` (KRaft: the PartitionLeader, None on the
+    zero-config node) and ``lock`` live as long as the log and move to each new Partition."""
 
     def __init__(self, topic: str, partition: int, topic_id, log_, node_id: int, leader_epoch: int = 0,
-                 replicas: tuple | None = None, isr=None, leader: int | None = None):
+                 replicas: tuple | None = None, isr=None, leader: int | None = None,
+                 leader_state: PartitionLeader | None = None, lock=None):
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -108,32 +131,47 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.leader = node_id if leader is None else leader
         self.is_leader = self.leader == node_id
-        self.isr = frozenset({node_id}) if isr is None else frozenset(isr)
+        self._isr = frozenset({node_id}) if isr is None else frozenset(isr)
         self.replicas = (node_id,) if replicas is None else tuple(replicas)
-        #: follower id -> its log end offset metadata (from its fetches); none yet
-        self.remote_log_end_offsets: dict[int, object] = {}
+        self.leader_state = leader_state
+        self.lock = lock if lock is not None else threading.Lock()
 
     @property
     def tp(self) -> TopicPartition:
         return (self.topic, self.partition)
 
+    @property
+    def isr(self) -> frozenset:
+        """The ISR the leader acts on: the controller's as last committed (an
+        AlterPartition answer or the registration); the registration's on a follower."""
+        pl = self.leader_state
+        if pl is not None and self.is_leader and pl.is_leader:
+            return pl.state.isr
+        return self._isr
+
     def maybe_increment_high_watermark(self) -> bool:
-        """Kafka's Partition.maybeIncrementLeaderHW: HW = min log end offset over the
-        ISR (the leader's own, and each in-sync follower's); the log moves it only
-        forward. Returns True if it moved. With one replica: the leader's LEO."""
-        lg = self.log
-        new_hw = lg.log_end_offset_metadata
-        remote = self.remote_log_end_offsets
-        if len(self.isr) > 1:
-            for replica_id in self.isr:
-                # an in-sync follower whose log end offset is not known yet (no fetch since
-                # this leadership began) holds the high watermark where it is (Kafka: -1)
-                if replica_id != self.node_id and replica_id not in remote:
-                    return False
-        for replica_id, leo in remote.items():
-            if replica_id in self.isr and leo.message_offset < new_hw.message_offset:
-                new_hw = leo
-        return lg.maybe_increment_high_watermark(new_hw) is not None
+        """Kafka's Partition.maybeIncrementLeaderHW; the log moves it only forward.
+        Returns True if it moved. Zero-config (one replica): the leader's log end offset;
+        KRaft: PartitionLeader.high_watermark_candidate."""
+        pl = self.leader_state
+        if pl is None:
+            return self.log.maybe_increment_high_watermark(self.log.log_end_offset_metadata) is not None
+        with self.lock:
+            pl.min_insync_replicas = self.log.config.min_insync_replicas
+            return maybe_increment_high_watermark(pl, self.log, _now_ms()) is not None
+
+    def acks_all_error(self, required_offset: int) -> int | None:
+        """For a DelayedProduce: None while the high watermark is not past
+        ``required_offset`` (the last appended offset + 1), else the partition's answer
+        (NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas)."""
+        hw = self.log.high_watermark
+        pl = self.leader_state
+        if pl is None:
+            return ErrorCode.NONE if hw >= required_offset else None
+        with self.lock:
+            pl.min_insync_replicas = self.log.config.min_insync_replicas
+            done, err = pl.check_enough_replicas_reach_offset(required_offset, hw)
+        return err if done else None
 
     def check_leader_epoch(self, current_leader_epoch: int) -> int:
         """Kafka's Partition.checkCurrentLeaderEpoch: -1 means "don't check"."""
@@ -147,6 +185,8 @@ class Partition:
 class ReplicaManager:
     #: checks schema ids against the Schema Registry (schema_validation.from_config; set by the broker)
     schema_validator: schema_validation.SchemaIdValidator | None = None
+    #: KIP-890 produce-time verification (kbroker.server.txn_verification; set by the broker)
+    txn_verifier = None
 
     def __init__(self, config, log_manager, node_id: int, produce_purgatory, fetch_purgatory,
                  time_ms: Callable[[], int] | None = None, leader_epoch: int = 0):
@@ -165,6 +205,16 @@ class ReplicaManager:
         #: the broker's MetadataCache when partitions are led elsewhere too (KRaft): a
         #: partition not led here that the cluster knows is NOT_LEADER_OR_FOLLOWER
         self.metadata_cache = None
+        # -- replication (KRaft; set by the broker) --
+        #: what a PartitionLeader asks of other brokers (MetadataBrokerRegistry)
+        self.broker_registry = None
+        #: this broker's epoch (its registration), for the ISR proposals it makes
+        self.broker_epoch: Callable[[], int] = lambda: -1
+        #: sends ISR proposals to the controller (AlterPartitionSender)
+        self.alter_partition = None
+        #: feeds followers' logs (ReplicaFetcherManager)
+        self.replica_fetcher_manager = None
+        self.replica_lag_time_max_ms = config["replica.lag.time.max.ms"] if config is not None else 30000
 
     # -- partitions ------------------------------------------------------------------
     def get_partition(self, tp: TopicPartition) -> Partition | None:
@@ -189,11 +239,16 @@ class ReplicaManager:
     def apply_delta(self, changes, on_leader=None, on_stop=None) -> None:
         """Apply one metadata delta's LocalReplicaChanges (Kafka's ReplicaManager.applyDelta):
         stop and delete the replicas this node no longer hosts, then become leader of
-        ``changes.leaders`` (log opened or created, leader epoch, replicas and ISR from the
-        registration, high watermark moved by the ISR rule), then follower of
-        ``changes.followers`` (log kept, not served). ``on_leader(tp)`` / ``on_stop(tp)``
-        run after each partition this node starts / stops leading (coordinators)."""
+        ``changes.leaders`` (fetching stopped first; log opened or created, the new leader
+        epoch's start offset recorded, the PartitionLeader given the registration's
+        replicas, ISR and epochs), then follower of ``changes.followers`` (the PartitionLeader
+        made follower, so no append is accepted any more, then the partition handed to the
+        replica fetcher of its leader with the leader epoch). ``on_leader(tp)`` /
+        ``on_stop(tp)`` run after each partition this node starts / stops leading."""
+        fetchers = self.replica_fetcher_manager
         stopped = []
+        if fetchers is not None and changes.deletes:
+            fetchers.remove_partitions(changes.deletes)
         with self._lock:
             parts = dict(self._partitions)
             for tp in changes.deletes:
@@ -202,43 +257,73 @@ class ReplicaManager:
                     stopped.append(old)
             self._partitions = parts
         for old in stopped:
+            if old.leader_state is not None:
+                with old.lock:
+                    old.leader_state.make_follower()
             self.produce_purgatory.check_and_complete(old.tp)
             self.fetch_purgatory.check_and_complete(old.tp)
             if old.is_leader and on_stop is not None:
                 on_stop(old.tp)
         for tp in changes.deletes:
             self.log_manager.delete_log(tp)
+        if fetchers is not None and changes.leaders:
+            # a partition this node now leads: no fetcher appends to its log after this
+            fetchers.remove_partitions(changes.leaders.keys())
         # open or create every log first, then publish all new Partitions in one map swap
         # (a topic of many partitions costs one copy of the map, not one per partition)
         made = []
+        now = _now_ms()
+        broker_epoch = self.broker_epoch()
+        current = self._partitions
         for infos in (changes.leaders, changes.followers):
             for tp, info in infos.items():
                 reg = info.partition
                 lg = self.log_manager.get_or_create_log(tp, topic_id=info.topic_id)
+                old = current.get(tp)
+                if old is not None and old.log is lg and old.leader_state is not None:
+                    pl, lock = old.leader_state, old.lock
+                else:
+                    pl = PartitionLeader(self.node_id, self.broker_registry, self.replica_lag_time_max_ms,
+                                         lg.config.min_insync_replicas)
+                    lock = threading.Lock()
+                with lock:
+                    pl.local_broker_epoch = broker_epoch
+                    pl.min_insync_replicas = lg.config.min_insync_replicas
+                    if reg.leader == self.node_id:
+                        if not pl.is_leader or reg.leader_epoch > pl.leader_epoch:
+                            lg.assign_epoch_start_offset(reg.leader_epoch, lg.log_end_offset)
+                        pl.make_leader(now, leader_epoch=reg.leader_epoch, partition_epoch=reg.partition_epoch,
+                                       replicas=reg.replicas, isr=reg.isr, leader_end_offset=lg.log_end_offset,
+                                       leader_recovery_state=reg.leader_recovery_state)
+                    else:
+                        pl.make_follower()
                 made.append(Partition(tp[0], tp[1], info.topic_id, lg, self.node_id, reg.leader_epoch,
-                                      replicas=reg.replicas, isr=reg.isr, leader=reg.leader))
+                                      replicas=reg.replicas, isr=reg.isr, leader=reg.leader,
+                                      leader_state=pl, lock=lock))
         if not made:
             return
         with self._lock:
             parts = dict(self._partitions)
             olds = [parts.get(part.tp) for part in made]
-            for part, old in zip(made, olds):
-                if old is not None and old.log is part.log:
-                    part.remote_log_end_offsets = {r: leo for r, leo in old.remote_log_end_offsets.items()
-                                                   if r in part.replicas}
+            for part in made:
                 parts[part.tp] = part
             self._partitions = parts
         became = []
+        follow = {}
         for part, old in zip(made, olds):
             tp = part.tp
             if part.is_leader:
                 part.maybe_increment_high_watermark()
                 if old is None or not old.is_leader:
                     became.append(tp)
-            elif old is not None and old.is_leader and on_stop is not None:
-                on_stop(tp)
+            else:
+                if old is not None and old.is_leader and on_stop is not None:
+                    on_stop(tp)
+                follow[tp] = part
             self.produce_purgatory.check_and_complete(tp)
             self.fetch_purgatory.check_and_complete(tp)
+        if fetchers is not None and follow:
+            fetchers.follow(follow)
         if on_leader is not None:
             for tp in became:
                 on_leader(tp)
@@ -276,11 +361,20 @@ class ReplicaManager:
     def append_records(self, timeout_ms: int, required_acks: int,
                        entries: dict[TopicPartition, object],
                        respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None], *,
-                       internal_topics_allowed: bool = False, produce_version: int | None = None) -> None:
+                       internal_topics_allowed: bool = False, produce_version: int | None = None,
+                       transactional_id: str | None = None, verification_guards: dict | None = None) -> None:
         """Validate and append ``entries`` (records buffers by partition), then call
         ``respond`` — at once, or from the produce purgatory when acks=all has to wait.
         ``produce_version``: the ProduceRequest's version for a client's records (checked
-        as AppendOrigin.CLIENT), None for the broker's own appends."""
+        as AppendOrigin.CLIENT), None for the broker's own appends. ``transactional_id``:
+        the Produce's, for KIP-890 verification first (``txn_verifier``), which comes back
+        here with ``verification_guards`` ({tp: guard}; a partition without one needs an
+        ongoing transaction)."""
+        if (transactional_id is not None and verification_guards is None and self.txn_verifier is not None
+                and self.txn_verifier.handle_produce_append(self, timeout_ms, required_acks, entries, respond,
+                                                            transactional_id, internal_topics_allowed,
+                                                            produce_version)):
+            return
         results: dict[TopicPartition, ProducePartitionResult] = {}
         appended = []
         now = self._time_ms()       # one clock read per request: LogAppendTime and the timestamp window
@@ -289,7 +383,11 @@ class ReplicaManager:
         for tp, buf in entries.items():
             r = self._check_min_isr(tp, buf, produce_version) if acks_all else None
             if r is None:
-                r = append(tp, buf, internal_topics_allowed, produce_version, now)
+                if verification_guards is None:
+                    r = append(tp, buf, internal_topics_allowed, produce_version, now)
+                else:
+                    r = append(tp, buf, internal_topics_allowed, produce_version, now,
+                               verification_guard=verification_guards.get(tp, SENTINEL))
             results[tp] = r
             if r.error == ErrorCode.NONE and r.last_offset >= 0:
                 appended.append(tp)
@@ -370,6 +468,11 @@ class ReplicaManager:
             part = partitions.get(tp)
             if part is None or part.log.high_watermark <= results[tp].last_offset:
                 return False
+            if part.leader_state is not None:
+                err = part.acks_all_error(results[tp].last_offset + 1)
+                if err is None:
+                    return False
+                results[tp].error = err
         return True
 
     def _after_appends(self, tps) -> None:
@@ -387,7 +490,8 @@ class ReplicaManager:
                 listener(tp)
 
     def _append_to_local_log(self, tp, buf, internal_topics_allowed: bool,
-                             produce_version: int | None, now: int | None = None) -> ProducePartitionResult:
+                             produce_version: int | None, now: int | None = None,
+                             verification_guard=None) -> ProducePartitionResult:
         """Kafka's ReplicaManager.appendToLocalLog for one partition, with the checks of
         ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords and
         LogValidator on the way to ``Log.append``. ``produce_version`` is set for a
@@ -465,7 +569,19 @@ class ReplicaManager:
         else:
             buf = log_validator.set_max_timestamps(buf, infos, log_append_time, now)
         try:
-            info = lg.append(buf, infos, leader_epoch=part.leader_epoch)
+            # the broker's own appends (a coordinator's TxnOffsetCommit batch) are COORDINATOR
+            # origin, as Kafka's: producer epochs checked, sequences not
+            origin = None if client else AppendOrigin.COORDINATOR
+            pl = part.leader_state
+            if pl is None:
+                info = lg.append(buf, infos, leader_epoch=part.leader_epoch, verification_guard=verification_guard,
+                                 origin=origin)
+            else:
+                with part.lock:     # no append once the partition became a follower
+                    if not pl.is_leader or pl.leader_epoch != part.leader_epoch:
+                        return ProducePartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    info = lg.append(buf, infos, leader_epoch=part.leader_epoch,
+                                     verification_guard=verification_guard, origin=origin)
         except RecordTooLargeError as e:
             return ProducePartitionResult(ErrorCode.MESSAGE_TOO_LARGE, error_message=str(e))
         except RecordBatchTooLargeError as e:
@@ -507,6 +623,8 @@ class ReplicaManager:
         part = self._partitions.get(tp)
         if part is None or not part.is_leader:
             return FetchPartitionResult(self.partition_error(tp))
+        if replica_id >= 0 and part.leader_state is not None:
+            return self._read_for_follower(part, st, max_bytes, replica_id)
         lg = part.log
         if st.max_bytes < 0:
             # Kafka: LogSegment.read rejects a negative size; readFromLog answers UNKNOWN_SERVER_ERROR
@@ -533,13 +651,93 @@ class ReplicaManager:
         return FetchPartitionResult(ErrorCode.NONE, hw, lso, lg.log_start_offset, data.records,
                                     st.fetch_offset, aborted_transactions=aborted)
 
+    # -- replication: the leader's side ---------------------------------------------------------
+    def _read_for_follower(self, part: Partition, st: FetchPartitionStatus, max_bytes: int,
+                           replica_id: int) -> FetchPartitionResult:
+        """A follower's fetch of a partition led here (Kafka's Partition.fetchRecords for
+        a follower): epochs checked, diverging epoch, read up to the log end, the
+        follower's state and the ISR expansion it earns, the high watermark moved. Runs
+        under the partition's lock; the proposal is submitted and the purgatories
+        completed after it is released."""
+        pl = part.leader_state
+        lg = part.log
+        with part.lock:
+            pl.min_insync_replicas = lg.config.min_insync_replicas
+            r = handle_follower_fetch(pl, lg, _now_ms(), replica_id=replica_id, broker_epoch=st.replica_epoch,
+                                      current_leader_epoch=st.current_leader_epoch, fetch_offset=st.fetch_offset,
+                                      last_fetched_epoch=st.last_fetched_epoch,
+                                      log_start_offset=st.log_start_offset, max_bytes=min(max_bytes, st.max_bytes))
+        if r.proposal is not None:
+            self._submit_isr_proposal(part, r.proposal)
+        if r.new_high_watermark is not None:
+            self._high_watermark_moved(part.tp)
+        d = r.data
+        div = d.diverging_epoch
+        diverging = (div.epoch, div.end_offset) if div is not None and div.epoch >= 0 else None
+        return FetchPartitionResult(d.error_code, d.high_watermark, d.last_stable_offset, d.log_start_offset,
+                                    d.records, st.fetch_offset, diverging_epoch=diverging)
+
+    def _high_watermark_moved(self, tp) -> None:
+        """Complete what waits on the high watermark: acks=all and consumers' fetches."""
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def _submit_isr_proposal(self, part: Partition, proposal) -> None:
+        """Send an ISR proposal (PendingExpandIsr / PendingShrinkIsr) to the controller;
+        its answer is applied by the partition's PartitionLeader (``on_alter_partition_result``:
+        committed, reverted, retried, or left for the next metadata) under the lock."""
+        sender = self.alter_partition
+        pl = part.leader_state
+        tp = part.tp
+        if sender is None:
+            return
+
+        def done(result, error) -> None:
+            with part.lock:
+                outcome = pl.on_alter_partition_result(proposal, result, error)
+            if outcome != "ignored":
+                log.info("AlterPartition of %s-%d to ISR %s: %s (%s)", tp[0], tp[1], sorted(proposal.sent.isr),
+                         outcome, ErrorCode(error).name if error else "committed")
+            if outcome == "retry":
+                t = threading.Timer(0.05, self._submit_isr_proposal, (part, proposal))
+                t.daemon = True
+                t.start()
+                return
+            if part.maybe_increment_high_watermark() or outcome == "committed":
+                self._high_watermark_moved(tp)
+
+        sender.submit(tp[0], part.topic_id, tp[1], proposal.sent, done)
+
+    def maybe_shrink_isr(self) -> None:
+        """Kafka's isr-expiration task (every replica.lag.time.max.ms / 2): each leader
+        proposes dropping the followers that have not caught up for that long."""
+        now = _now_ms()
+        for part in list(self._partitions.values()):
+            pl = part.leader_state
+            if pl is None or not part.is_leader:
+                continue
+            with part.lock:
+                if not pl.is_leader:
+                    continue
+                proposal = pl.maybe_shrink_isr(now, part.log.log_end_offset)
+            if proposal is not None:
+                log.info("Shrinking the ISR of %s-%d from %s to %s", part.topic, part.partition,
+                         sorted(proposal.last_committed.isr), sorted(proposal.sent.isr))
+                self._submit_isr_proposal(part, proposal)
+            # the high watermark may move with the caught-up followers rule
+            if part.maybe_increment_high_watermark():
+                self._high_watermark_moved(part.tp)
+
     def fetch_messages(self, max_wait_ms: int, min_bytes: int, max_bytes: int, isolation_level: int,
                        fetch_infos: list, respond: Callable[[dict], None], replica_id: int = -1) -> None:
         """Answer now when there is enough data, an error, or no wait; else park a
-        DelayedFetch watched on every partition fetched."""
+        DelayedFetch watched on every partition fetched. ``replica_id >= 0``: a
+        follower's fetch (each FetchPartitionStatus carries its broker epoch): read up to
+        the log end offset, the follower's state updated by each read."""
         results = self.read_from_local_log(fetch_infos, max_bytes, True, isolation_level, replica_id)
         total = sum(region_size(r.records) for r in results.values())
-        errors = any(r.error != ErrorCode.NONE for r in results.values())
+        # a diverging epoch is an answer the follower needs at once (it truncates)
+        errors = any(r.error != ErrorCode.NONE or r.diverging_epoch is not None for r in results.values())
         if max_wait_ms <= 0 or not fetch_infos or total >= min_bytes or errors:
             respond(results)
             return

@@ -8,7 +8,8 @@ from collections import OrderedDict
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.fetch import (
-    AbortedTransaction, FetchableTopicResponse, FetchResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, FetchResponse, LeaderIdAndEpoch, NodeEndpoint,
+    PartitionData,
 )
 from kbroker.server.apis import ApiHandler
 from kbroker.server.delayed import FetchPartitionStatus
@@ -49,9 +50,8 @@ def handle_fetch(broker, ctx, req) -> None:
     image = broker.metadata.image
     replica_id = req.replica_id if v <= 14 else req.replica_state.replica_id
     if replica_id >= 0:
-        # no followers on a single node yet
-        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                  session_id=0, responses=[]))
+        ctx.quota_exempt = True          # replication is not a client: no client quotas
+        handle_replica_fetch(broker, ctx, req, replica_id)
         return
     # v13+ names topics by id: the session keys its partitions by (topic_id, partition)
     uses_topic_ids = v >= 13
@@ -93,9 +93,19 @@ def handle_fetch(broker, ctx, req) -> None:
         infos.append(((cp.topic, key[1]), FetchPartitionStatus(
             cp.fetch_offset, cp.max_bytes, cp.current_leader_epoch, cp.log_start_offset, cp.last_fetched_epoch)))
     max_bytes = min(req.max_bytes if v >= 3 else 2**31 - 1, broker.config["fetch.max.bytes"])
+    if ctx.quotas is not None and ctx.quotas.fetch.enabled:
+        # at most what the quota allows in its window, so a throttled consumer still advances
+        max_bytes = min(max_bytes, ctx.quotas.fetch.max_value_in_window(ctx.user, ctx.client_id or ""))
     isolation = req.isolation_level if v >= 4 else 0
 
     def respond(results: dict) -> None:
+        q = ctx.quotas
+        if q is not None and q.fetch.enabled and _throttled(ctx, q, results):
+            # KafkaApis: a throttled fetch is answered empty (its bytes not counted), the
+            # session kept only when it was an incremental fetch (getThrottledResponse)
+            ctx.respond(FetchResponse(throttle_time_ms=ctx.bandwidth_throttle_ms, error_code=ErrorCode.NONE,
+                                      session_id=0 if fctx.full else fctx.session_id, responses=[]))
+            return
         topics: "OrderedDict[object, list]" = OrderedDict()  # topic id (v13+) or name -> partitions
         node_endpoints: dict = {}
         for key, cp in fetch_list:
@@ -128,4 +138,75 @@ def handle_fetch(broker, ctx, req) -> None:
                                           replica_id)
 
 
-HANDLERS = {ApiKey.FETCH: ApiHandler(4, 16, handle_fetch)}
+def _throttled(ctx, q, results: dict) -> bool:
+    """Record the response's bytes against consumer_byte_rate; on a violation take them
+    back, set the context's bandwidth throttle and return True."""
+    size = sum(_region_size(r.records) for r in results.values())
+    user, client_id = ctx.user, ctx.client_id or ""
+    throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size)
+    if not throttle:
+        return False
+    q.fetch.unrecord(user, client_id, size)
+    ctx.bandwidth_throttle_ms = throttle
+    return True
+
+
+# -- followers ---------------------------------------------------------------------------------
+def handle_replica_fetch(broker, ctx, req, replica_id: int) -> None:
+    """A follower's Fetch (replica id >= 0; its broker epoch in ReplicaState, v15+): every
+    partition answered by the ReplicaManager's follower read (epochs, diverging epoch,
+    records up to the log end, the follower's state, ISR expansion, high watermark),
+    long-polled in the same fetch purgatory as consumers (min_bytes / max_wait_ms), the
+    records sent zero-copy. Sessionless (session id 0): every request is a full fetch.
+    A node that is not a broker of a replicated cluster (zero-config) has no followers:
+    NOT_LEADER_OR_FOLLOWER for the whole request."""
+    v = ctx.api_version
+    rm = broker.replica_manager
+    if getattr(rm, "replica_fetcher_manager", None) is None:
+        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                  session_id=0, responses=[]))
+        return
+    image = broker.metadata.image
+    epoch = req.replica_state.replica_epoch if v >= 15 else -1
+    uses_topic_ids = v >= 13
+    order = []            # (topic key, partition, tp or None)
+    infos = []
+    for t in req.topics:
+        if uses_topic_ids:
+            ti = image.topics_by_id.get(t.topic_id)
+            name, key = (ti.name if ti is not None else None), t.topic_id
+        else:
+            name, key = t.topic, t.topic
+        for p in t.partitions:
+            tp = (name, p.partition) if name is not None else None
+            order.append((key, p.partition, tp))
+            if tp is not None:
+                infos.append((tp, FetchPartitionStatus(p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                                                       p.log_start_offset, p.last_fetched_epoch,
+                                                       replica_epoch=epoch)))
+    max_bytes = min(req.max_bytes if v >= 3 else 2**31 - 1, broker.config["fetch.max.bytes"])
+
+    def respond(results: dict) -> None:
+        topics: "OrderedDict[object, list]" = OrderedDict()
+        for key, partition, tp in order:
+            r = results.get(tp) if tp is not None else None
+            if r is None:
+                r = FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_ID if uses_topic_ids
+                                         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            pd = PartitionData(partition_index=partition, error_code=r.error, high_watermark=r.high_watermark,
+                               last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
+                               preferred_read_replica=-1,
+                               records=r.records if _region_size(r.records) > 0 else b"")
+            if r.diverging_epoch is not None and v >= 12:
+                pd.diverging_epoch = EpochEndOffset(epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1])
+            topics.setdefault(key, []).append(pd)
+        if uses_topic_ids:
+            responses = [FetchableTopicResponse(topic_id=k, partitions=ps) for k, ps in topics.items()]
+        else:
+            responses = [FetchableTopicResponse(topic=k, partitions=ps) for k, ps in topics.items()]
+        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses))
+
+    rm.fetch_messages(req.max_wait_ms, req.min_bytes, max_bytes, 0, infos, respond, replica_id)
+
+
+HANDLERS = {ApiKey.FETCH: ApiHandler(4, 17, handle_fetch)}

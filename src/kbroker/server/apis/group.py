@@ -58,6 +58,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 COORDINATOR_TYPE_GROUP = 0
 COORDINATOR_TYPE_TRANSACTION = 1
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 #: DescribeGroups v3+: operations allowed on a group without an authorizer: READ 3, DELETE 6, DESCRIBE 8
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 NOT_REQUESTED = -(2 ** 31)
@@ -83,19 +84,18 @@ def _find(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, in
             # would make transactional clients retry until their timeout (aiokafka's start()
             # never returns); this fatal code makes them fail at once with a clear error.
             return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
-        if coordinator.is_serving(key):
-            host, port = broker.endpoint(getattr(ctx.request, "listener_name", None))
-            return E.NONE, broker.node_id, host, port
-        return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_serving(key):
+    if coordinator.is_serving(key):
         host, port = broker.endpoint(getattr(ctx.request, "listener_name", None))
         return E.NONE, broker.node_id, host, port
-    if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_active:
-        # the leader of the group's __consumer_offsets partition coordinates it (KRaft: another broker)
+    if coordinator.is_active:
+        # the leader of the key's __consumer_offsets / __transaction_state partition
+        # coordinates it (KRaft: another broker)
         view = broker.metadata_cache
-        leader = view.leader_of(OFFSETS_TOPIC, coordinator.partition_for(key))
+        txn = key_type == COORDINATOR_TYPE_TRANSACTION
+        leader = view.leader_of(TRANSACTION_STATE_TOPIC if txn else OFFSETS_TOPIC, coordinator.partition_for(key))
         if leader is None:
-            create = getattr(broker.topic_manager, "create_offsets_topic", None)
+            create = getattr(broker.topic_manager,
+                             "create_transaction_state_topic" if txn else "create_offsets_topic", None)
             if create is not None:
                 create()   # through the controller; clients retry COORDINATOR_NOT_AVAILABLE
         elif leader[0] >= 0 and leader[0] != broker.node_id:

@@ -16,7 +16,8 @@ answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's check before its ACL) and
 producer id and epoch (else INVALID_RECORD); the log then applies Kafka's producer
 rules (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE for a plain batch inside the
 producer's open transaction) and starts or extends its ongoing transaction. KIP-890's
-verification with the transaction coordinator is not done here (yet).
+verification with the transaction coordinator happens in the replica manager first
+(:mod:`kbroker.server.txn_verification`).
 """
 from __future__ import annotations
 
@@ -48,6 +49,11 @@ def handle_produce(broker, ctx, req) -> None:
                    for t in req.topic_data for p in t.partition_data}
         _respond_errors(ctx, req, results)
         return
+    q = ctx.quotas
+    if q is not None and q.produce.enabled:
+        # the request's bytes count against producer_byte_rate (Kafka: request.sizeInBytes)
+        ctx.bandwidth_throttle_ms = q.produce.record_and_get_throttle_ms(
+            ctx.user, ctx.client_id or "", len(ctx.request.payload))
     # KafkaApis.handleProduceRequest: an unknown partition, then records that break
     # ProduceRequest.validateRecords, are answered without reaching the replica manager
     rm = broker.replica_manager
@@ -105,7 +111,8 @@ def handle_produce(broker, ctx, req) -> None:
             resp.node_endpoints = list(node_endpoints.values())
         ctx.respond(resp)
 
-    broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v)
+    broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v,
+                                          transactional_id=req.transactional_id)
 
 
 def _current_leader(broker, ctx, tp, pr, node_endpoints) -> None:

@@ -44,6 +44,7 @@ from kbroker.protocol.messages.end_txn import EndTxnResponse
 from kbroker.protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 )
+from kbroker.server import txn_verification
 from kbroker.server.apis import ApiHandler
 
 E = ErrorCode
@@ -191,21 +192,39 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
 
     if not offsets:
         return respond({})
+
+    guard = None
+
+    def commit() -> None:
+        group.commit_transactional_offsets(
+            req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
+            req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, respond,
+            verification_guard=guard)
+
     coordinator = _coordinator(broker)
-    if coordinator is not None and req.group_id is not None:
-        offsets_partition = (OFFSETS_TOPIC, group.partition_for(req.group_id))
-        verified = coordinator.handle_verify_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                        [offsets_partition])
-        err = verified[offsets_partition]
-        if err != E.NONE:
-            if err == E.PRODUCER_FENCED:
-                err = E.INVALID_PRODUCER_EPOCH
-            elif err == E.TRANSACTION_ABORTABLE and v < 4:
-                err = E.INVALID_TXN_STATE
-            return respond({tp: err for tp in offsets})
-    group.commit_transactional_offsets(
-        req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
-        req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, respond)
+    if coordinator is None or req.group_id is None:
+        return commit()
+    offsets_partition = (OFFSETS_TOPIC, group.partition_for(req.group_id))
+    guard = txn_verification.start_coordinator_verification(broker, offsets_partition, req.producer_id,
+                                                            req.producer_epoch)
+    if guard is txn_verification.SENTINEL:  # the producer's transaction is open there: nothing to ask
+        return commit()
+
+    def verified(errors: dict) -> None:
+        err = errors.get(offsets_partition, E.NONE)
+        if err == E.NONE:
+            return commit()
+        if err == E.NETWORK_EXCEPTION:  # GroupMetadataManager.maybeConvertOffsetCommitError
+            err = E.COORDINATOR_LOAD_IN_PROGRESS
+        respond({tp: err for tp in offsets})
+
+    verifier = getattr(getattr(broker, "replica_manager", None), "txn_verifier", None)
+    if verifier is not None:  # the transactional id's coordinator may be another broker (KRaft)
+        return verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [offsets_partition],
+                               verified, v >= 4)
+    codes = coordinator.handle_verify_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                 [offsets_partition])
+    verified({tp: txn_verification.map_coordinator_error(c, v >= 4) for tp, c in codes.items()})
 
 
 # -- DescribeTransactions / ListTransactions ---------------------------------------------------------

@@ -1,0 +1,123 @@
+"""A KRaft broker's ReplicaManager as a partition leader, without processes: a follower's
+Fetch (replica id >= 0) is answered by the follower read (records up to the log end, a
+diverging epoch, the follower's state), moves the high watermark and completes acks=all;
+min.insync.replicas refuses acks=all before the append; the ISR shrink check proposes
+dropping a follower that stopped fetching, and the committed answer lets the high
+watermark move without it."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kbroker.kernels import records as rec
+from kbroker.metadata import records as R
+from kbroker.metadata.image import TOPIC_RESOURCE
+from kbroker.protocol import ErrorCode
+from kbroker.server.delayed import FetchPartitionStatus
+from kbroker.server.replication import MetadataBrokerRegistry
+
+from tests.test_kraft_publisher import Node, T1
+
+TP = ("a", 3)        # led by broker 1 (this node), replicas [1, 3], ISR [1, 3]
+
+
+class FakeSender:
+    """AlterPartitionSender's interface: proposals recorded, answered by the test."""
+
+    def __init__(self):
+        self.sent = []
+
+    def submit(self, topic, topic_id, partition, leader_and_isr, on_done):
+        self.sent.append((topic, partition, leader_and_isr, on_done))
+
+
+@pytest.fixture
+def node(tmp_path):
+    n = Node(tmp_path)
+    rm = n.replica_manager
+    rm.broker_registry = MetadataBrokerRegistry(lambda: n.image)
+    rm.alter_partition = FakeSender()
+    rm.replica_fetcher_manager = None
+    try:
+        yield n
+    finally:
+        n.close()
+
+
+def _produce(rm, acks, timeout_ms=10000, value=b"v"):
+    out = {}
+    rm.append_records(timeout_ms, acks, {TP: bytearray(rec.encode_batch([(0, b"k", value, [])]))}, out.update,
+                      produce_version=9)
+    return out
+
+
+def _follower_fetch(rm, offset, last_fetched_epoch=0, leader_epoch=0, broker_epoch=-1, max_wait_ms=0):
+    out = {}
+    st = FetchPartitionStatus(offset, 1 << 20, current_leader_epoch=leader_epoch, log_start_offset=0,
+                              last_fetched_epoch=last_fetched_epoch, replica_epoch=broker_epoch)
+    rm.fetch_messages(max_wait_ms, 1, 1 << 20, 0, [(TP, st)], out.update, replica_id=3)
+    return out
+
+
+def test_follower_fetch_moves_the_high_watermark_and_completes_acks_all(node):
+    node.publisher.publish(None, node.image)
+    rm = node.replica_manager
+    part = rm.get_partition(TP)
+    assert part.leader_state is not None and part.leader_state.is_leader
+    assert part.log.leader_epoch_cache.latest_epoch == 0          # the new epoch's start, assigned at once
+    waiting = _produce(rm, -1)
+    assert waiting == {}                                           # acks=all waits for follower 3
+    assert part.log.high_watermark == 0
+    # the follower fetches from 0: gets the batch; the high watermark stays (its fetch offset is 0)
+    r = _follower_fetch(rm, 0)[TP]
+    assert r.error == ErrorCode.NONE and r.records is not None and r.high_watermark == 0
+    assert waiting == {}
+    # a follower whose last epoch ends elsewhere gets a diverging epoch, no records, at once
+    r = _follower_fetch(rm, 5, last_fetched_epoch=0, max_wait_ms=5000)[TP]
+    assert r.diverging_epoch == (0, 1) and r.records is None
+    # its next fetch at 1 says it has the batch: the high watermark moves, acks=all answered
+    _follower_fetch(rm, 1)
+    assert part.log.high_watermark == 1
+    assert waiting[TP].error == ErrorCode.NONE and waiting[TP].base_offset == 0
+    # a follower fetch parks in the purgatory until a leader append (min_bytes 1)
+    parked = _follower_fetch(rm, 1, max_wait_ms=10000)
+    assert parked == {}
+    assert _produce(rm, 1)[TP].error == ErrorCode.NONE
+    assert parked[TP].records is not None and parked[TP].high_watermark == 1
+    # stale or future leader epochs
+    assert _follower_fetch(rm, 1, leader_epoch=1)[TP].error == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def test_min_insync_replicas_refuses_acks_all_before_the_append(node):
+    node.publisher.publish(None, node.image)
+    node.publish(R.ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name="a", name="min.insync.replicas",
+                                value="3"))
+    rm = node.replica_manager
+    r = _produce(rm, -1)[TP]
+    assert r.error == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert rm.get_partition(TP).log.log_end_offset == 0            # nothing appended
+    assert _produce(rm, 1)[TP].error == ErrorCode.NONE              # acks=1 still appends
+
+
+def test_isr_shrink_proposal_then_committed_answer_moves_the_high_watermark(node):
+    node.replica_manager.replica_lag_time_max_ms = 50
+    node.publisher.publish(None, node.image)
+    rm = node.replica_manager
+    part = rm.get_partition(TP)
+    waiting = _produce(rm, -1)
+    assert waiting == {}
+    rm.maybe_shrink_isr()
+    assert rm.alter_partition.sent == []             # follower 3 counts as caught up for 50 ms
+    time.sleep(0.1)
+    rm.maybe_shrink_isr()
+    (topic, p, leader_and_isr, on_done), = rm.alter_partition.sent
+    assert (topic, p, sorted(leader_and_isr.isr)) == ("a", 3, [1])
+    assert part.isr == {1, 3} and waiting == {}       # acts on the committed change only
+    from kbroker.cluster.partition_leader import LeaderAndIsr
+    on_done(LeaderAndIsr(1, 0, ((1, -1),), leader_and_isr.partition_epoch + 1), ErrorCode.NONE)
+    assert part.isr == {1}
+    assert part.log.high_watermark == 1 and waiting[TP].error == ErrorCode.NONE
+    # the metadata record of that change arrives later: same state
+    node.publish(R.PartitionChangeRecord(topic_id=T1, partition_id=3, isr=[1]))
+    assert rm.get_partition(TP).isr == {1} and rm.get_partition(TP).leader_state is part.leader_state
