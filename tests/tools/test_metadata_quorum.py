@@ -53,3 +53,12 @@ def test_remove_controller_dry_run_and_errors(tmp_path):
     assert rc == 1 and "One of --status or --replication" in err
     rc, _, err = run("--bootstrap-controller", "127.0.0.1:1", "add-controller")
     assert rc == 1 and "--command-config" in err
+
+
+def test_help_lists_the_commands_and_options():
+    rc, out, err = run("--help")
+    assert rc == 0, err
+    assert "Commands: describe (--status | --replication), add-controller, remove-controller" in out
+    assert "--bootstrap-controller" in out and "--controller-directory-id" in out
+    rc, _, err = run("--bootstrap-controller", "127.0.0.1:1", "describe", "add-controller")
+    assert rc == 1 and "only one command" in err

@@ -119,7 +119,7 @@ class KafkaRaftClient:
         self.local_endpoints = tuple(endpoints)
         #: the voter set at each offset: static (``voters``, kraft.version 0) or from the
         #: KRaftVersion / Voters control records of the snapshot and log (kraft.version 1)
-        self.history = VoterHistory(VoterSet.static(voters))
+        self.history = VoterHistory(VoterSet.static(voters, listener_name))
         self.voters_version = 0          # bumped at every change of the voter set
         self._voter_op = None            # the AddRaftVoter / RemoveRaftVoter being committed (leader)
         self._resign_requested = False

@@ -21,6 +21,7 @@ Where the voter set comes from:
 """
 from __future__ import annotations
 
+import base64
 import struct
 import uuid
 from dataclasses import dataclass
@@ -66,11 +67,11 @@ class VoterSet:
         self.nodes = {n.node_id: n for n in nodes}
 
     @classmethod
-    def static(cls, voters) -> "VoterSet":
-        """kraft.version 0: ids (and endpoints, when ``voters`` is {id: (host, port)}); no
-        directory ids."""
+    def static(cls, voters, listener_name: str = "") -> "VoterSet":
+        """kraft.version 0: ids (and endpoints on ``listener_name``, when ``voters`` is
+        {id: (host, port)}, as Kafka's VoterSet.fromInetSocketAddresses); no directory ids."""
         if isinstance(voters, dict):
-            return cls(VoterNode(i, endpoints=(("", hp[0], hp[1]),)) for i, hp in voters.items())
+            return cls(VoterNode(i, endpoints=((listener_name, hp[0], hp[1]),)) for i, hp in voters.items())
         return cls(VoterNode(i) for i in voters)
 
     @classmethod
@@ -112,7 +113,9 @@ class VoterSet:
         return isinstance(other, VoterSet) and self.nodes == other.nodes
 
     def __repr__(self) -> str:
-        return "VoterSet(%s)" % ", ".join("%d:%s" % (n.node_id, n.directory_id) for n in
+        def uid(u):     # Kafka's Uuid.toString
+            return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+        return "VoterSet(%s)" % ", ".join("%d:%s" % (n.node_id, uid(n.directory_id)) for n in
                                           sorted(self.nodes.values(), key=lambda n: n.node_id))
 
 

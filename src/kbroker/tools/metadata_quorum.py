@@ -235,16 +235,19 @@ def remove_controller(bootstrap, controller_id, directory_text, dry_run, out) ->
     return 0
 
 
+COMMANDS = ("describe", "add-controller", "remove-controller")
+
+
 def _body(argv, out) -> int:
     p = KafkaArgumentParser("kbroker metadata-quorum",
-                            "This tool describes kraft metadata quorum status.")
+                            "This tool describes kraft metadata quorum status.\n"
+                            "Commands: describe (--status | --replication), add-controller, remove-controller")
     p.add_argument("--bootstrap-server", help="A comma-separated list of host:port pairs to use for establishing "
                                               "the connection to the Kafka cluster.")
     p.add_argument("--bootstrap-controller", help="A comma-separated list of host:port pairs to use for "
                                                   "establishing the connection to the Kafka controllers.")
     p.add_argument("--command-config", help="Property file containing configs to be passed to Admin Client. "
                                             "For add-controller, the config used for the new controller.")
-    p.add_argument("command", nargs="?", choices=["describe", "add-controller", "remove-controller"])
     p.add_argument("--status", action="store_true", help="A short summary of the quorum status.")
     p.add_argument("--replication", action="store_true", help="Detailed information about the status of "
                                                               "replication")
@@ -253,9 +256,15 @@ def _body(argv, out) -> int:
     p.add_argument("--controller-directory-id", "-d", help="The directory ID of the controller to remove.")
     p.add_argument("--dry-run", action="store_true", help="True if we should print what would be done, "
                                                           "but not do it.")
-    args = p.parse(argv, out)
+    # the sub-command (describe / add-controller / remove-controller) is a bare word anywhere
+    # among the options, as in Kafka's argparse4j parser
+    commands = [a for a in argv if a in COMMANDS]
+    if len(commands) > 1:
+        raise ToolError(f"only one command may be given, not {' and '.join(commands)}")
+    args = p.parse([a for a in argv if a not in COMMANDS], out)
     if args is None:
         return 0
+    args.command = commands[0] if commands else None
     if args.bootstrap_server and args.bootstrap_controller:
         raise ToolError("Only one of --bootstrap-server or --bootstrap-controller must be specified")
     if args.bootstrap_server:
