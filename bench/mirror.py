@@ -12,6 +12,10 @@ Two zero-config kbroker brokers (A, B) on 127.0.0.1. For each record size (100 B
   (assign, from the beginning) and one Producer (same partition, key, value, headers,
   timestamp), both at linger.ms=5, acks=all, idempotence on: kbroker.client's defaults,
   which the mirror uses.
+* exactly once: the same runs with ``kind = mirror-eos`` (``exactly.once.source.support =
+  enabled``, read_committed source consumer, a transaction per poll); B's progress is then
+  its last stable offset (read_committed ListOffsets, which counts one commit marker per
+  partition per transaction: a slight overcount) and the latency reader is read_committed.
 * latency: while a copier runs, a producer writes ``--rate`` records/s for ``--duration`` s
   to an A topic with message.timestamp.type=LogAppendTime; the copied timestamp is A's
   append time, and a confluent-kafka consumer on B records receipt time minus it
@@ -72,7 +76,14 @@ def _preload(bootstrap: str, topic: str, n: int, size: int) -> None:
     assert p.flush(60) == 0
 
 
-def _end_total(c: Consumer, topic: str) -> int:
+def _end_total(c, topic: str) -> int:
+    if not isinstance(c, Consumer):           # kbroker.client, read_committed: last stable offsets
+        from kbroker.client import TopicPartition as KTP
+
+        try:
+            return sum(c.end_offsets([KTP(topic, p) for p in range(PARTITIONS)], timeout=5).values())
+        except Exception:
+            return 0
     total = 0
     for p in range(PARTITIONS):
         try:
@@ -82,13 +93,20 @@ def _end_total(c: Consumer, topic: str) -> int:
     return total
 
 
-def _watch(bootstrap: str, topic: str, n: int, lo: float = 0.1, hi: float = 0.9) -> tuple[float, float]:
+def _watch(bootstrap: str, topic: str, n: int, lo: float = 0.1, hi: float = 0.9,
+           committed: bool = False) -> tuple[float, float]:
     """Wall-clock times when B holds ``lo`` and ``hi`` of the n records (start-up and the
-    tail excluded; polled every 10 ms)."""
+    tail excluded; polled every 10 ms); ``committed``: records of committed transactions."""
     # the mirror creates the topic after this starts watching: refresh metadata often, or
     # librdkafka keeps the topic unknown for topic.metadata.refresh.interval.ms (5 min)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-mirror-watch",
-                  "topic.metadata.refresh.interval.ms": 200})
+    if committed:
+        from kbroker.client import Consumer as KConsumer
+
+        c = KConsumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
+                       "allow.auto.create.topics": False, "metadata.max.age.ms": 200})
+    else:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-mirror-watch",
+                      "topic.metadata.refresh.interval.ms": 200})
     t_lo = None
     deadline = time.time() + PHASE_TIMEOUT_S
     try:
@@ -143,12 +161,15 @@ class CopyLoop:
 
 
 class Mirror:
-    def __init__(self, a: str, b: str, topic: str, workdir: str):
+    def __init__(self, a: str, b: str, topic: str, workdir: str, exactly_once: bool = False):
         self.conf = os.path.join(workdir, f"mm2-{topic}.properties")
         props = {"clusters": "A, B", "A.bootstrap.servers": a, "B.bootstrap.servers": b, "A->B.enabled": "true",
                  "A->B.topics": topic, "replication.factor": 1, "offset-syncs.topic.replication.factor": 1,
                  "checkpoints.topic.replication.factor": 1, "heartbeats.topic.replication.factor": 1,
                  "offset.flush.interval.ms": 5000}
+        if exactly_once:
+            props.update({"exactly.once.source.support": "enabled", "A.consumer.isolation.level": "read_committed",
+                          "offset.storage.replication.factor": 1})
         with open(self.conf, "w") as f:
             f.write("".join(f"{k} = {v}\n" for k, v in props.items()))
         self.log = open(os.path.join(workdir, f"mirror-{topic}.log"), "wb")
@@ -179,9 +200,9 @@ def throughput(kind: str, a: str, b: str, size: int, n: int, workdir: str) -> di
         _create(b, remote)
         copier = CopyLoop(a, b, topic, remote).start()
     else:
-        copier = Mirror(a, b, topic, workdir).start()
+        copier = Mirror(a, b, topic, workdir, kind == "mirror-eos").start()
     try:
-        first, last, copied = _watch(b, remote, n)
+        first, last, copied = _watch(b, remote, n, committed=kind == "mirror-eos")
     finally:
         copier.close()
     secs = max(last - first, 1e-6)
@@ -196,14 +217,15 @@ def latency(kind: str, a: str, b: str, size: int, rate: float, duration: float, 
         _create(b, remote)
         copier = CopyLoop(a, b, topic, remote).start()
     else:
-        copier = Mirror(a, b, topic, workdir).start()
+        copier = Mirror(a, b, topic, workdir, kind == "mirror-eos").start()
     # wait for the copier: one record through
     p = Producer({"bootstrap.servers": a, **CLIENT})
     p.produce(topic, b"warmup", partition=0)
     p.flush(30)
-    _watch(b, remote, 1, lo=1.0, hi=1.0)
+    _watch(b, remote, 1, lo=1.0, hi=1.0, committed=kind == "mirror-eos")
     c = Consumer({"bootstrap.servers": b, "group.id": f"bench-lat-{kind}-{size}", "auto.offset.reset": "latest",
-                  "fetch.wait.max.ms": 10})
+                  "fetch.wait.max.ms": 10,
+                  "isolation.level": "read_committed" if kind == "mirror-eos" else "read_uncommitted"})
     c.assign([TopicPartition(remote, q, 1 if q == 0 else 0) for q in range(PARTITIONS)])
     lat = []
     n = int(rate * duration)
@@ -246,6 +268,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1024])
     ap.add_argument("--rate", type=float, default=1000.0, help="records/s for the latency runs")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of the latency runs")
+    ap.add_argument("--kinds", nargs="+", default=["reference", "mirror", "mirror-eos"],
+                    choices=["reference", "mirror", "mirror-eos"],
+                    help="copiers to run (mirror-eos: exactly.once.source.support = enabled)")
     ap.add_argument("--json", help="write the results here too")
     ap.add_argument("--workdir", help="keep mirror configs and logs here (default: a temporary directory)")
     args = ap.parse_args(argv)
@@ -256,24 +281,28 @@ def main(argv=None) -> int:
             KBrokerProcess(overrides={"num.partitions": 1}).start() as b:
         # latency first, on fresh brokers (the throughput runs leave 100s of MB behind)
         size = args.sizes[0]
-        for kind in ("reference", "mirror"):
+        for kind in args.kinds:
             r = latency(kind, a.bootstrap, b.bootstrap, size, args.rate, args.duration, workdir)
             out["latency"][kind] = r
-            print(f"latency {kind:9} at {args.rate:.0f}/s: p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms "
+            print(f"latency {kind:10} at {args.rate:.0f}/s: p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms "
                   f"({r['records']} records)", flush=True)
-        m, ref = out["latency"]["mirror"], out["latency"]["reference"]
-        print(f"  mirror / reference latency: p50 {m['p50_ms'] / ref['p50_ms']:.2f}  "
-              f"p99 {m['p99_ms'] / ref['p99_ms']:.2f}", flush=True)
+        ref = out["latency"].get("reference")
+        for kind in ("mirror", "mirror-eos"):
+            m = out["latency"].get(kind)
+            if ref and m and m["p50_ms"] and ref["p50_ms"]:
+                print(f"  {kind} / reference latency: p50 {m['p50_ms'] / ref['p50_ms']:.2f}  "
+                      f"p99 {m['p99_ms'] / ref['p99_ms']:.2f}", flush=True)
         for size in args.sizes:
-            for kind in ("reference", "mirror"):
+            for kind in args.kinds:
                 n = args.records or max(100_000, 30_000_000 // size)
                 r = throughput(kind, a.bootstrap, b.bootstrap, size, n, workdir)
                 out["throughput"][f"{kind}-{size}"] = r
-                print(f"throughput {kind:9} {size:5} B: {r['records_per_s']:10.0f} records/s "
+                print(f"throughput {kind:10} {size:5} B: {r['records_per_s']:10.0f} records/s "
                       f"{r['mb_per_s']:7.2f} MB/s", flush=True)
-            ratio = out["throughput"][f"mirror-{size}"]["records_per_s"] / \
-                out["throughput"][f"reference-{size}"]["records_per_s"]
-            print(f"  mirror / reference at {size} B: {ratio:.2f}", flush=True)
+            t = {k: out["throughput"].get(f"{k}-{size}", {}).get("records_per_s") for k in args.kinds}
+            for num, den in (("mirror", "reference"), ("mirror-eos", "reference"), ("mirror-eos", "mirror")):
+                if t.get(num) and t.get(den):
+                    print(f"  {num} / {den} at {size} B: {t[num] / t[den]:.2f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)

@@ -121,15 +121,18 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=20000)
     ap.add_argument("--sizes", default="1,100,10000")
     ap.add_argument("--bootstrap", default=None, help="an already running broker (else one is started)")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config of the started broker, e.g. "
+                         "transaction.partition.verification.enable=false (KIP-890 verification off)")
     args = ap.parse_args()
     target = None
     bootstrap = args.bootstrap
     if bootstrap is None:
         from bench.common import start_kbroker
-        target = start_kbroker({"num.partitions": 1})
+        target = start_kbroker({"num.partitions": 1, **dict(o.split("=", 1) for o in args.override)})
         bootstrap = target.bootstrap
     try:
-        out = {"records": args.records}
+        out = {"records": args.records, "overrides": args.override}
         base, base_topic = idempotent(bootstrap, args.records)
         out["idempotent_records_per_s"] = round(base)
         txn_topic = None

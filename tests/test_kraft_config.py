@@ -118,13 +118,14 @@ def test_bootstrap_servers_instead_of_voters_and_metadata_log_dir():
     (_with(COMBINED, advertised_listeners="PLAINTEXT://0.0.0.0:19092"), "advertised.listeners", "0.0.0.0"),
     (_with(COMBINED, listeners="PLAINTEXT://127.0.0.1:19092,CONTROLLER://0.0.0.0:19093",
            advertised_listeners="PLAINTEXT://127.0.0.1:19092"), "advertised.listeners", "0.0.0.0"),
-    # only PLAINTEXT is implemented: a listener on another protocol is refused
+    # the inter-broker listener is PLAINTEXT only (the replica fetchers speak no TLS/SASL yet)
     (_with(COMBINED, listener_security_protocol_map="PLAINTEXT:SSL,CONTROLLER:PLAINTEXT"),
      "listener.security.protocol.map", "PLAINTEXT only"),
+    # a SASL controller listener needs a mechanism kbroker serves (the default is GSSAPI)
+    (_with(COMBINED, listener_security_protocol_map="PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"),
+     "sasl.enabled.mechanisms", "not supported"),
     (_with(COMBINED, listener_security_protocol_map="PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL"),
-     "listener.security.protocol.map", "PLAINTEXT only"),
-    (_with(BROKER, listener_security_protocol_map="PLAINTEXT:PLAINTEXT,CONTROLLER:SSL"),
-     "listener.security.protocol.map", "PLAINTEXT only"),
+     "ssl.keystore.location", "key store"),
     (_with(COMBINED, listener_security_protocol_map="PLAINTEXT:PLAINTEXT,CONTROLLER:TLS"),
      "listener.security.protocol.map", "Invalid security protocol `TLS`"),
     # the metadata log's own limits
@@ -174,3 +175,23 @@ def test_zero_config_mode_is_unchanged():
     with pytest.raises(ConfigError) as e:   # would be silently ignored: zero-config has no metadata log
         KafkaConfig({"metadata.log.dir": "/tmp/meta"})
     assert e.value.key == "metadata.log.dir"
+
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_admin="admin-secret";')
+
+
+def test_secure_controller_and_client_listeners_and_the_inter_node_client_settings():
+    """SSL / SASL on a KRaft node's controller listener and its client listeners (not the
+    inter-broker one): the node connects to the controllers with the listener's protocol,
+    truststore and sasl.mechanism.controller.protocol, logging in as the JAAS username."""
+    c = KafkaConfig(_with(BROKER, listener_security_protocol_map="PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL",
+                          **{"sasl_mechanism_controller_protocol": "PLAIN",
+                             "ssl_truststore_location": "/ca.pem", "ssl_truststore_type": "PEM"},
+                          ) | {"listener.name.controller.plain.sasl.jaas.config": JAAS})
+    cc = c.inter_node_client_config("CONTROLLER", "sasl.mechanism.controller.protocol")
+    assert cc == {"security.protocol": "SASL_SSL", "ssl.truststore.location": "/ca.pem",
+                  "ssl.endpoint.identification.algorithm": "https", "sasl.mechanism": "PLAIN",
+                  "sasl.jaas.config": JAAS}
+    assert c.inter_node_client_config("PLAINTEXT", "sasl.mechanism.inter.broker.protocol") == {
+        "security.protocol": "PLAINTEXT"}

@@ -12,6 +12,7 @@ RULES = {
     "network": ("kbroker.server", "kbroker.log", "kbroker.client"),
     "security": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "socket", "selectors"),
     "records": ("kbroker.server", "kbroker.network", "kbroker.log"),
+    "quota": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client"),
     "analysis": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client"),
     # pure state machines a deterministic simulation drives: no I/O, threads or clocks
     "metadata": ("kbroker.server", "kbroker.network", "kbroker.log", "kbroker.client", "kbroker.raft",

@@ -113,3 +113,45 @@ def test_member_checks():
     assert e.txn_commit({TP: 1}, member="nobody", gen=3) == {TP: E.UNKNOWN_MEMBER_ID}
     assert e.txn_commit({TP: 1}) == {TP: E.NONE}          # no group management: accepted
     assert e.txn_commit({TP: 1}, group="") == {TP: E.INVALID_GROUP_ID}
+
+
+def test_a_guard_cleared_by_a_marker_refuses_the_txn_offset_commit(tmp_path):
+    """KIP-890 part 1 for TxnOffsetCommit: the guard of __consumer_offsets taken before the
+    transaction coordinator confirmed the partition; an ABORT marker written meanwhile
+    clears it, so the commit's batch is refused instead of opening a transaction that
+    would keep the group's offsets unstable for good."""
+    import uuid
+
+    from kbroker.coordinator.group.storage import ReplicaOffsetsLog
+    from kbroker.log.manager import LogManager
+    from kbroker.server.metadata import TopicImage
+    from kbroker.server.purgatory import DelayedOperationPurgatory
+    from kbroker.server.replica_manager import ReplicaManager
+
+    lm = LogManager([str(tmp_path)], background=False)
+    lm.startup()
+    rm = ReplicaManager(None, lm, 0, DelayedOperationPurgatory("Produce", reaper_enabled=False),
+                        DelayedOperationPurgatory("Fetch", reaper_enabled=False))
+    rm.apply_topic(TopicImage(OFFSETS_TOPIC, uuid.uuid4(), 1))
+    c = GroupCoordinator(GroupConfig(offsets_topic_num_partitions=1, group_initial_rebalance_delay_ms=0),
+                         ReplicaOffsetsLog(rm, 5000), reaper_enabled=False)
+    c.startup(background=False, enable_retention=False)
+    lg = rm.get_partition((OFFSETS_TOPIC, 0)).log
+    try:
+        def commit(guard, pid):
+            out = []
+            c.commit_transactional_offsets(G, pid, EPOCH, "", None, -1, {TP: OffsetAndMetadata(5, -1, "", 0)},
+                                           out.append, verification_guard=guard)
+            return out[0]
+
+        guard = lg.maybe_start_transaction_verification(PID, 0x7FFFFFFF, EPOCH)
+        lg.append_end_txn_marker(PID, EPOCH, 0, False)      # the transaction is aborted meanwhile
+        assert commit(guard, PID) == {TP: E.INVALID_TXN_STATE}
+        assert not lg.has_ongoing_transaction(PID)
+        # a guard still current: written, the producer's transaction open in the partition
+        guard = lg.maybe_start_transaction_verification(PID + 1, 0x7FFFFFFF, EPOCH)
+        assert commit(guard, PID + 1) == {TP: E.NONE}
+        assert lg.has_ongoing_transaction(PID + 1)
+    finally:
+        c.shutdown()
+        lm.shutdown()

@@ -19,4 +19,6 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 # Editable installs build the kernels in place; fail loudly if one is missing.
-KBROKER_REQUIRE_EXTENSIONS=1 python3 -m pytest "$@"
+# Two workers (the machine has 2 cores and most tests wait on brokers); a module stays on one
+# worker so its broker fixtures start once. KBROKER_TEST_WORKERS=0 runs in one process.
+KBROKER_REQUIRE_EXTENSIONS=1 python3 -m pytest -n "${KBROKER_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -15,11 +15,13 @@ TOOLS = {
     "consumer-groups": ("consumer_groups", "kafka-consumer-groups.sh"),
     "get-offsets": ("get_offsets", "kafka-get-offsets.sh"),
     "configs": ("configs", "kafka-configs.sh"),
+    "acls": ("acls", "kafka-acls.sh"),
     "console-producer": ("console_producer", "kafka-console-producer.sh"),
     "console-consumer": ("console_consumer", "kafka-console-consumer.sh"),
     "log-dirs": ("log_dirs", "kafka-log-dirs.sh"),
     "leader-election": ("leader_election", "kafka-leader-election.sh"),
     "reassign-partitions": ("reassign_partitions", "kafka-reassign-partitions.sh"),
+    "metadata-quorum": ("metadata_quorum", "kafka-metadata-quorum.sh"),
     "dev-cluster": ("dev_cluster", "a local 3-node KRaft cluster: start / status / stop"),
 }
 

@@ -51,6 +51,7 @@ from kbroker.protocol.messages import (
     list_transactions as ltx, txn_offset_commit as toc,
     sasl_handshake as sh, sasl_authenticate as sa,
     alter_user_scram_credentials as auc, describe_user_scram_credentials as duc,
+    alter_client_quotas as acq, describe_client_quotas as dcq,
 )
 from tests.broker.raw_client import ConnectionClosed, RawClient, advertised, decode_exact
 
@@ -106,6 +107,11 @@ EXPECTED: dict[int, tuple[int, int]] = {
     K.SASL_AUTHENTICATE: (0, 2),
     K.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     K.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    K.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    K.ALTER_CLIENT_QUOTAS: (0, 1),
+    K.DESCRIBE_ACLS: (0, 3),
+    K.CREATE_ACLS: (0, 3),
+    K.DELETE_ACLS: (0, 3),
 }
 
 # -- environment: setup helpers shared by the cases ---------------------------------------------
@@ -1310,18 +1316,22 @@ def _cg_heartbeat(env: Env, v: int, group: str, member_id: str, epoch: int, topi
 
 @case(K.WRITE_TXN_MARKERS)
 def case_write_txn_markers(env: Env, v: int):
-    """A transactional batch (explicit producer id), then its COMMIT: the marker is written,
-    the partition's last stable offset moves past it; unknown partitions answer per partition."""
+    """A transactional batch (of a transaction begun at the coordinator: the leader verifies
+    it, KIP-890), then its COMMIT written here as the coordinator would: the marker is
+    written, the partition's last stable offset moves past it; unknown partitions answer
+    per partition."""
     name, _ = env.new_topic(f"wtm{v}")
-    pid = random.randrange(1 << 20, 1 << 40)
-    batch = rec.encode_batch([(int(time.time() * 1000), None, b"t", [])], producer_id=pid, producer_epoch=0,
+    tid = gname(f"wtm{v}")
+    pid, epoch = env.init_txn(tid, timeout_ms=900000)
+    assert _add_partitions(env, 3, tid, pid, epoch, [(name, 0)]) == {(name, 0): E.NONE}
+    batch = rec.encode_batch([(int(time.time() * 1000), None, b"t", [])], producer_id=pid, producer_epoch=epoch,
                              base_sequence=0, is_transactional=True)
-    r = env.call(K.PRODUCE, env.top(K.PRODUCE), pr.ProduceRequest(transactional_id="tid", acks=-1, timeout_ms=5000,
+    r = env.call(K.PRODUCE, env.top(K.PRODUCE), pr.ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000,
                  topic_data=[pr.TopicProduceData(name=name, partition_data=[
                      pr.PartitionProduceData(index=0, records=batch)])]))
     assert r.responses[0].partition_responses[0].error_code == E.NONE, r
     r = env.call(K.WRITE_TXN_MARKERS, v, wtm.WriteTxnMarkersRequest(markers=[wtm.WritableTxnMarker(
-        producer_id=pid, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+        producer_id=pid, producer_epoch=epoch, transaction_result=True, coordinator_epoch=0,
         topics=[wtm.WritableTxnMarkerTopic(name=name, partition_indexes=[0, 9])])]))
     (m,) = r.markers
     assert m.producer_id == pid
@@ -1421,6 +1431,78 @@ def case_describe_user_scram_credentials(env: Env, v: int):
     assert got[user].error_code == E.NONE
     assert [(c.mechanism, c.iterations) for c in got[user].credential_infos] == [(1, 8192)]
     assert got["ghost-" + user].error_code == E.RESOURCE_NOT_FOUND
+
+
+@case(K.ALTER_CLIENT_QUOTAS)
+def case_alter_client_quotas(env: Env, v: int):
+    client = f"mx-quota-{uuid.uuid4().hex[:8]}"
+    ent = [acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=client)]
+    r = env.call(K.ALTER_CLIENT_QUOTAS, v, acq.AlterClientQuotasRequest(entries=[
+        acq.AlterClientQuotasRequestEntryData(entity=ent, ops=[
+            acq.OpData(key="producer_byte_rate", value=1e9, remove=False)]),
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="user", entity_name=client)],
+            ops=[acq.OpData(key="producer_byte_rate", value=1.5, remove=False)]),
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="ip", entity_name="127.0.0.1")],
+            ops=[acq.OpData(key="producer_byte_rate", value=10.0, remove=False)])], validate_only=False))
+    assert [(e.error_code, e.entity[0].entity_type) for e in r.entries] == [
+        (E.NONE, "client-id"), (E.INVALID_REQUEST, "user"), (E.INVALID_REQUEST, "ip")], r
+    assert "fractional" in r.entries[1].error_message and "Invalid configuration key" in r.entries[2].error_message
+    r = env.call(K.ALTER_CLIENT_QUOTAS, v, acq.AlterClientQuotasRequest(entries=[
+        acq.AlterClientQuotasRequestEntryData(entity=ent, ops=[
+            acq.OpData(key="producer_byte_rate", value=0.0, remove=True)])], validate_only=False))
+    assert r.entries[0].error_code == E.NONE, r
+
+
+@case(K.DESCRIBE_CLIENT_QUOTAS)
+def case_describe_client_quotas(env: Env, v: int):
+    client = f"mx-quota-{uuid.uuid4().hex[:8]}"
+    env.call(K.ALTER_CLIENT_QUOTAS, 0, acq.AlterClientQuotasRequest(entries=[
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=client)],
+            ops=[acq.OpData(key="consumer_byte_rate", value=1e9, remove=False)])], validate_only=False))
+    r = env.call(K.DESCRIBE_CLIENT_QUOTAS, v, dcq.DescribeClientQuotasRequest(components=[
+        dcq.ComponentData(entity_type="client-id", match_type=0, match=client)], strict=True))
+    assert r.error_code == E.NONE, r
+    assert [([(e.entity_type, e.entity_name) for e in x.entity], [(q.key, q.value) for q in x.values])
+            for x in r.entries] == [([("client-id", client)], [("consumer_byte_rate", 1e9)])], r
+    r = env.call(K.DESCRIBE_CLIENT_QUOTAS, v, dcq.DescribeClientQuotasRequest(components=[
+        dcq.ComponentData(entity_type="group", match_type=2, match=None)], strict=False))
+    assert r.error_code == E.UNSUPPORTED_VERSION and r.error_message, r
+    env.call(K.ALTER_CLIENT_QUOTAS, 0, acq.AlterClientQuotasRequest(entries=[
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=client)],
+            ops=[acq.OpData(key="consumer_byte_rate", value=0.0, remove=True)])], validate_only=False))
+
+
+# The matrix broker has no authorizer (authorizer.class.name empty, Kafka's default): every ACL
+# API answers SECURITY_DISABLED (tests/security/test_acls.py covers them with one).
+@case(K.DESCRIBE_ACLS)
+def case_describe_acls(env: Env, v: int):
+    from kbroker.protocol.messages import describe_acls as dsa
+    r = env.call(K.DESCRIBE_ACLS, v, dsa.DescribeAclsRequest(
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=3, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1))
+    assert r.error_code == E.SECURITY_DISABLED and r.resources == []
+
+
+@case(K.CREATE_ACLS)
+def case_create_acls(env: Env, v: int):
+    from kbroker.protocol.messages import create_acls as ca
+    r = env.call(K.CREATE_ACLS, v, ca.CreateAclsRequest(creations=[ca.AclCreation(
+        resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:x", host="*",
+        operation=3, permission_type=3)]))
+    assert [x.error_code for x in r.results] == [E.SECURITY_DISABLED]
+
+
+@case(K.DELETE_ACLS)
+def case_delete_acls(env: Env, v: int):
+    from kbroker.protocol.messages import delete_acls as da
+    r = env.call(K.DELETE_ACLS, v, da.DeleteAclsRequest(filters=[da.DeleteAclsFilter(
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=3, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1)]))
+    assert [x.error_code for x in r.filter_results] == [E.SECURITY_DISABLED]
 
 
 # -- the matrix -----------------------------------------------------------------------------------

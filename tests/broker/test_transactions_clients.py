@@ -185,6 +185,38 @@ def test_transactions_across_a_restart(fresh_broker):
     assert _consume_all(b2, topic, 1, "read_committed", expect_at_least=2) == [b"one", b"two"]
 
 
+def test_offsets_of_every_transaction_are_in_the_log_after_a_restart(fresh_broker):
+    """Each TxnOffsetCommit of a producer is written (the group coordinator's batches are
+    COORDINATOR appends, whose sequences the log does not check, as in Kafka): before,
+    the second transaction's batch — same producer epoch, sequence 0 again — was taken
+    for a retry of the first and dropped, so its offsets were lost on restart."""
+    b = fresh_broker()
+    src = "e2e-oc-" + uuid.uuid4().hex[:8]
+    create_topic(b.bootstrap, src, partitions=2)
+    group = "e2e-oc-" + uuid.uuid4().hex[:6]
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "enable.auto.commit": False})
+    p = _producer(b, "e2e-oc-" + uuid.uuid4().hex[:6])
+    for offset in (3, 5, 8):   # three transactions, each committing the same two partitions
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(src, 0, offset), TopicPartition(src, 1, offset + 1)],
+                                      c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+    c.close()
+    assert b.terminate() == 0
+    b2 = fresh_broker()
+    c2 = Consumer({"bootstrap.servers": b2.bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            got = [tp.offset for tp in c2.committed([TopicPartition(src, 0), TopicPartition(src, 1)], timeout=10)]
+            break
+        except KafkaException:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    c2.close()
+    assert got == [8, 9]
+
+
 def test_kafka_python_transactions(broker):
     from kafka import KafkaProducer
 

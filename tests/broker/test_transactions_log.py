@@ -4,7 +4,9 @@ stable offset, read_committed fetches (confluent-kafka / librdkafka's default,
 kafka-python's and aiokafka's isolation_level, kbroker.client's isolation.level),
 ListOffsets, DelayedFetch, crash recovery of the LSO
 and the ``.txnindex``. The transaction coordinator is not involved: these tests play
-its part with raw WriteTxnMarkers requests."""
+its part with raw WriteTxnMarkers requests, on brokers with KIP-890's produce-time
+verification off (``transaction.partition.verification.enable=false``: no coordinator
+knows these producers; tests/broker/test_txn_verification.py covers it on)."""
 import asyncio
 import glob
 import os
@@ -31,8 +33,24 @@ from kbroker.protocol.messages.write_txn_markers import (
 from kbroker.client import Consumer, TopicPartition
 from tests.broker.kafka_helpers import create_topic
 from tests.broker.raw_client import RawClient, advertised
+from kbroker.testing import KBrokerProcess
+
+NO_VERIFY = {"transaction.partition.verification.enable": "false"}
 
 TS = int(time.time() * 1000)   # markers carry the broker clock: no time-based roll between
+
+
+@pytest.fixture(scope="module")
+def broker():
+    """The module's broker (tests/broker/conftest.py's, with verification off)."""
+    b = KBrokerProcess(overrides={"num.partitions": 1, "group.initial.rebalance.delay.ms": 0, **NO_VERIFY})
+    b.start()
+    yield b
+    rc = b.terminate()
+    log = b.read_log()
+    b.__exit__(None, None, None)
+    assert rc == 0, f"broker exited with {rc} on SIGTERM; log tail:\n{log[-4000:]}"
+    assert "Traceback" not in log, log[-6000:]
 
 
 def _topic(prefix="txn"):
@@ -360,7 +378,7 @@ def _answers(c, topic):
 
 @pytest.mark.parametrize("lose_files", [False, True])
 def test_sigkill_restart_rebuilds_lso_and_txnindex(fresh_broker, lose_files):
-    b = fresh_broker(**{"num.partitions": 2, "log.segment.bytes": 400})
+    b = fresh_broker(**{"num.partitions": 2, "log.segment.bytes": 400, **NO_VERIFY})
     topic = _topic()
     create_topic(b.bootstrap, topic, partitions=2)
     with RawClient(b.port) as c:
@@ -386,7 +404,7 @@ def test_sigkill_restart_rebuilds_lso_and_txnindex(fresh_broker, lose_files):
             for n in os.listdir(d):
                 if n.endswith((".txnindex", ".snapshot")):
                     os.unlink(os.path.join(d, n))
-    b = fresh_broker(**{"num.partitions": 2, "log.segment.bytes": 400})
+    b = fresh_broker(**{"num.partitions": 2, "log.segment.bytes": 400, **NO_VERIFY})
     with RawClient(b.port) as c:
         assert _answers(c, topic) == before
         assert [_txnindex(d) for d in dirs] == files

@@ -171,3 +171,31 @@ def test_an_empty_transaction_ends_locally_but_one_with_offsets_only_sends_end_t
     assert not r.is_done()
     step(tm, ApiKey.END_TXN, et.EndTxnResponse(error_code=0))
     assert r.is_done() and tm.state is State.READY
+
+
+def test_an_abort_while_the_first_add_partitions_is_retried_ends_locally():
+    """begin_abort while the transaction's first AddPartitionsToTxn is in flight queues an
+    EndTxn; if that AddPartitionsToTxn then comes back retriable (CONCURRENT_TRANSACTIONS: the
+    previous transaction's markers are still being written) it is not sent again, so the
+    coordinator never saw this transaction: the abort must end locally, as Kafka's
+    TransactionManager.nextRequest does, not send an EndTxn the coordinator answers with
+    INVALID_TXN_STATE (fatal)."""
+    tm = ready(TransactionManager("tx", retry_backoff_s=0.0))
+    tm.begin()
+    tm.maybe_add_partition(TP0)
+    tm.backoff_until = 0.0
+    h = tm.next_request(0.0, False)
+    assert h.api_key == ApiKey.ADD_PARTITIONS_TO_TXN
+    r = tm.begin_abort()                      # the AddPartitionsToTxn is in flight
+    assert not r.is_done()
+    tm.on_response(h, added([TP0], ErrorCode.CONCURRENT_TRANSACTIONS), None)
+    tm.backoff_until = 0.0
+    assert tm.next_request(0.0, False) is None
+    assert r.is_done() and r.error is None and tm.state is State.READY
+    assert not tm.blocks_produce()
+    tm.begin()                                # and the next transaction starts cleanly
+    tm.maybe_add_partition(TP1)
+    step(tm, ApiKey.ADD_PARTITIONS_TO_TXN, added([TP1]))
+    r = tm.begin_commit()
+    step(tm, ApiKey.END_TXN, et.EndTxnResponse(error_code=0))
+    assert r.error is None and tm.state is State.READY

@@ -24,6 +24,7 @@ from kbroker.metadata import records as R
 from kbroker.metadata.delta import MetadataDelta, MetadataReplayError
 from kbroker.metadata.image import BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, MetadataImage
 from kbroker.metadata.serde import ApiMessageAndVersion, deserialize, serialize
+from kbroker.protocol.messages import alter_client_quotas as ACQ
 from kbroker.protocol.messages import create_partitions as CP
 from kbroker.protocol.messages import delete_topics as DT
 from kbroker.protocol.messages import elect_leaders as EL
@@ -108,8 +109,8 @@ def run_workload(seed: int, ops: int, checks: int = 4, metadata_version: int = L
 
     for i in range(ops):
         op = rnd.choices(["tick", "register", "heartbeat", "create", "delete", "grow", "alter", "elect",
-                          "config", "pids", "unregister", "reassign"],
-                         [10, 4, 30, 8, 3, 3, 15, 3, 5, 2, 0.5, 3])[0]
+                          "config", "pids", "unregister", "reassign", "quota"],
+                         [10, 4, 30, 8, 3, 3, 15, 3, 5, 2, 0.5, 3, 2])[0]
         stats[op] = stats.get(op, 0) + 1
         b = rnd.choice(BROKERS)
         if op == "tick":
@@ -183,6 +184,16 @@ def run_workload(seed: int, ops: int, checks: int = 4, metadata_version: int = L
         elif op == "pids":
             if b in h.epochs:
                 h.write(h.c.allocate_producer_ids(AllocateProducerIdsRequest(broker_id=b, broker_epoch=h.epochs[b])))
+        elif op == "quota":
+            ent = rnd.choice([[("user", "u")], [("client-id", None)], [("user", None), ("client-id", "c")],
+                              [("ip", "127.0.0.1")]])
+            key = "connection_creation_rate" if ent[0][0] == "ip" else rnd.choice(
+                ["producer_byte_rate", "request_percentage"])
+            remove = rnd.random() < 0.3
+            h.write(h.c.alter_client_quotas(ACQ.AlterClientQuotasRequest(validate_only=False, entries=[
+                ACQ.AlterClientQuotasRequestEntryData(
+                    entity=[ACQ.AlterClientQuotasRequestEntityData(entity_type=t, entity_name=n) for t, n in ent],
+                    ops=[ACQ.OpData(key=key, value=float(rnd.randint(1, 3)), remove=remove)])])))
         elif op == "unregister":
             r = h.write(h.c.unregister_broker(UnregisterBrokerRequest(broker_id=b)))
             if r.response.error_code == 0:

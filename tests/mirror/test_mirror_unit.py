@@ -220,3 +220,52 @@ def test_store_keeps_recent_syncs_exact_and_the_oldest():
         assert 0 <= d <= g
     # precision relative to age: a group 1000 behind re-reads well under 1000
     assert 99_000 - st.translate_downstream(tp, 99_000) < 200
+
+
+# -- exactly-once ---------------------------------------------------------------------------
+def test_exactly_once_settings_under_connect_and_mm2_names():
+    from kbroker.mirror.config import FLOW_DEFAULTS
+
+    fc = MirrorMakerConfig(BASE).flows[0]
+    assert fc.exactly_once is False and FLOW_DEFAULTS["exactly.once.source.support"] == "disabled"
+    fc = MirrorMakerConfig({**BASE, "exactly.once.source.support": "enabled",
+                            "A.consumer.isolation.level": "read_committed"}).flows[0]
+    assert fc.exactly_once and fc.read_committed
+    assert fc.offset_storage_topic == "mm2-offsets.A.internal"       # MirrorMakerConfig.workerConfig
+    assert fc.transactional_id(0) == "A-mm2-MirrorSourceConnector-0"  # Worker.taskTransactionalId
+    assert fc.transaction_boundary_s is None                          # Connect's default: poll
+    fc = MirrorMakerConfig({**BASE, "A->B.exactly.once.source.support": "preparing",
+                            "transaction.boundary": "interval", "offset.flush.interval.ms": "2500",
+                            "offset.storage.topic": "my-offsets"}).flows[0]
+    assert not fc.exactly_once and fc.transaction_boundary_s == 2.5 and fc.offset_storage_topic == "my-offsets"
+    fc = MirrorMakerConfig({**BASE, "transaction.boundary": "interval",
+                            "transaction.boundary.interval.ms": "700"}).flows[0]
+    assert fc.transaction_boundary_s == 0.7
+    for bad in ({"exactly.once.source.support": "on"}, {"transaction.boundary": "connector"},
+                {"A->B.exactly.once.support": "maybe"}):
+        with pytest.raises(MirrorConfigError, match=next(iter(bad))):
+            MirrorMakerConfig({**BASE, **bad})
+    # MirrorSourceConnector.validateExactlyOnceConfigs: required needs a read_committed source consumer
+    with pytest.raises(MirrorConfigError, match="isolation.level = read_committed"):
+        MirrorMakerConfig({**BASE, "exactly.once.source.support": "enabled", "exactly.once.support": "required"})
+    MirrorMakerConfig({**BASE, "exactly.once.source.support": "enabled", "exactly.once.support": "required",
+                       "A.consumer.isolation.level": "read_committed"})
+
+
+def test_source_offsets_in_connects_offsets_topic_layout():
+    from kbroker.mirror.exactly_once import offset_key, offset_value, parse_offset_record, task_partitions
+
+    tp = TopicPartition("orders", 2)
+    assert offset_key("A", tp) == b'["MirrorSourceConnector",{"cluster":"A","partition":2,"topic":"orders"}]'
+    assert offset_value(41) == b'{"offset":41}'
+    assert parse_offset_record("A", offset_key("A", tp), b'{"offset":41}') == (tp, 41)
+    # Connect's JSON may order the partition's fields differently; tombstones delete
+    assert parse_offset_record("A", b'["MirrorSourceConnector", {"topic": "orders", "partition": 2, '
+                                    b'"cluster": "A"}]', None) == (tp, None)
+    for key in (offset_key("B", tp), b'["MirrorCheckpointConnector",{"cluster":"A"}]', b"junk", None):
+        assert parse_offset_record("A", key, b'{"offset":1}') is None
+    # MirrorSourceConnector.taskConfigs: sorted partitions dealt round robin
+    assert task_partitions({"b": 2, "a": 3}, 2) == [
+        [TopicPartition("a", 0), TopicPartition("a", 2), TopicPartition("b", 1)],
+        [TopicPartition("a", 1), TopicPartition("b", 0)]]
+    assert task_partitions({"a": 1}, 3) == [[TopicPartition("a", 0)], [], []]

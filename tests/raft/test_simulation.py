@@ -75,6 +75,19 @@ def test_snapshots(start, kw):
         assert sum(s.get("snapshots", 0) for s in stats) > 50
 
 
+@pytest.mark.parametrize("start,kw", [
+    (700_001, dict(reconfigure_every_ms=300, observers=2)),
+    (700_101, dict(reconfigure_every_ms=400, voters=5, observers=1, drop=0.2)),
+])
+def test_dynamic_voters(start, kw):
+    """KIP-853: the voters start as a VotersRecord in their logs and the leader adds and
+    removes one voter at a time (itself too) under the same faults; the committed prefix
+    must stay on a majority of the committed voter set and the quorum must recover."""
+    stats = run_range(start, CHUNK, **kw)
+    if not ONE_SEED:
+        assert sum(s.get("reconfigurations", 0) for s in stats) > 200
+
+
 def test_a_seed_is_reproducible():
     a = Simulation(42).run()
     b = Simulation(42).run()

@@ -88,13 +88,12 @@ def test_broker_configs(broker, tool):
 
 
 def test_unsupported_entities_and_usage(tool):
-    for etype in ("clients", "ips"):
-        r = tool("configs", "--describe", "--entity-type", etype, "--entity-name", "alice")
-        assert r.returncode == 1
-        assert r.stderr.strip() == f"Error: entity type {etype}: quotas are not supported by kbroker yet"
     r = tool("configs", "--alter", "--entity-type", "users", "--entity-name", "alice",
-             "--add-config", "producer_byte_rate=1024")
-    assert r.returncode == 1 and "only SCRAM credentials" in r.stderr
+             "--add-config", "producer_byte_rate=1024,fetch_rate=2")
+    assert r.returncode == 1 and r.stderr.strip() == "Error: Invalid config(s): fetch_rate"
+    r = tool("configs", "--alter", "--entity-type", "ips", "--entity-type", "users", "--entity-default",
+             "--entity-default", "--add-config", "connection_creation_rate=3")
+    assert r.returncode == 1 and "Only 'users' and 'clients' entity types may be specified together" in r.stderr
     r = tool("configs", "--describe", "--entity-type", "tables")
     assert r.returncode == 1 and "Invalid entity type tables" in r.stderr
     r = tool("configs", "--describe", "--entity-type", "brokers", "--entity-name", "one")
@@ -134,3 +133,38 @@ def test_user_scram_credentials(broker, tool):
     r = tool("configs", "--alter", "--entity-type", "users", "--entity-default",
              "--add-config", "SCRAM-SHA-256=[password=x]")
     assert r.returncode == 1 and "not allowed with User SCRAM Credentials" in r.stderr
+
+
+def test_client_quotas(broker, tool):
+    """kafka-configs.sh quotas: users, clients, a user's clients and defaults; the broker's
+    answers (DescribeClientQuotas) printed as Kafka prints them; invalid values refused."""
+    user, client = name("qu"), name("qc")
+    r = tool("configs", "--alter", "--entity-type", "users", "--entity-name", user, "--entity-type", "clients",
+             "--entity-default", "--add-config", "producer_byte_rate=1048576,request_percentage=50")
+    assert r.returncode == 0, r.stderr
+    r = tool("configs", "--alter", "--entity-type", "clients", "--entity-name", client,
+             "--add-config", "consumer_byte_rate=2048")
+    assert r.returncode == 0 and r.stdout == f"Completed updating config for client {client}.\n", r.stderr
+    r = tool("configs", "--alter", "--entity-type", "clients", "--entity-default",
+             "--add-config", "consumer_byte_rate=4096")
+    assert r.stdout == "Completed updating default config for clients in the cluster.\n", r.stderr
+    r = tool("configs", "--describe", "--entity-type", "users", "--entity-name", user, "--entity-type", "clients")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"Quota configs for user-principal '{user}', the default client-id are "
+                        "producer_byte_rate=1048576.0, request_percentage=50.0\n")
+    r = tool("configs", "--describe", "--entity-type", "clients", "--entity-name", client)
+    assert r.stdout == f"Quota configs for client-id '{client}' are consumer_byte_rate=2048.0\n"
+    r = tool("configs", "--describe", "--entity-type", "clients", "--entity-default")
+    assert r.stdout == "Quota configs for the default client-id are consumer_byte_rate=4096.0\n"
+    r = tool("configs", "--alter", "--entity-type", "clients", "--entity-name", client,
+             "--add-config", "consumer_byte_rate=1.5")
+    assert r.returncode == 1 and "consumer_byte_rate cannot be a fractional value" in r.stderr
+    for args in (["--entity-type", "clients", "--entity-name", client],
+                 ["--entity-type", "clients", "--entity-default"]):
+        r = tool("configs", "--alter", *args, "--delete-config", "consumer_byte_rate")
+        assert r.returncode == 0, r.stderr
+    r = tool("configs", "--alter", "--entity-type", "users", "--entity-name", user, "--entity-type", "clients",
+             "--entity-default", "--delete-config", "producer_byte_rate,request_percentage")
+    assert r.returncode == 0, r.stderr
+    r = tool("configs", "--describe", "--entity-type", "clients")
+    assert client not in r.stdout and "the default client-id" not in r.stdout

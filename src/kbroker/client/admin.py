@@ -598,6 +598,78 @@ class Admin:
         return _check({x.user: E.for_code(x.error_code, x.error_message or None) if x.error_code else None
                        for x in r.results}, raise_on_error)
 
+    def alter_client_quotas(self, alterations, validate_only: bool = False, timeout: float | None = None,
+                            raise_on_error: bool = True) -> dict:
+        """``alterations``: [(entity, {quota key: value, or None to remove})], an entity being
+        ((entity type, name or None for the default), ...). Returns {entity: None or KafkaError}."""
+        from kbroker.protocol.messages import alter_client_quotas as acq
+        deadline = self._deadline(timeout)
+        req = acq.AlterClientQuotasRequest(validate_only=validate_only, entries=[
+            acq.AlterClientQuotasRequestEntryData(
+                entity=[acq.AlterClientQuotasRequestEntityData(entity_type=t, entity_name=n) for t, n in entity],
+                ops=[acq.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                     for k, v in ops.items()])
+            for entity, ops in alterations])
+        r = self._to_controller(ApiKey.ALTER_CLIENT_QUOTAS, lambda: req, deadline)
+        return _check({tuple((e.entity_type, e.entity_name) for e in x.entity):
+                       E.for_code(x.error_code, x.error_message or None) if x.error_code else None
+                       for x in r.entries}, raise_on_error)
+
+    def describe_client_quotas(self, components=(), strict: bool = False,
+                               timeout: float | None = None) -> dict:
+        """``components``: [(entity type, match type 0 exact / 1 default / 2 specified, match)].
+        Returns {entity ((type, name or None), ...): {quota key: value}}."""
+        from kbroker.protocol.messages import describe_client_quotas as dcq
+        deadline = self._deadline(timeout)
+        req = dcq.DescribeClientQuotasRequest(strict=strict, components=[
+            dcq.ComponentData(entity_type=t, match_type=m, match=x) for t, m, x in components])
+        r = self.client.request(self._any_node(deadline), ApiKey.DESCRIBE_CLIENT_QUOTAS, req, self._left(deadline))
+        if r.error_code:
+            raise E.for_code(r.error_code, r.error_message or None)
+        return {tuple((e.entity_type, e.entity_name) for e in x.entity): {v.key: v.value for v in x.values}
+                for x in r.entries or ()}
+
+    # -- ACLs (CreateAcls / DescribeAcls / DeleteAcls) -------------------------------------------
+    def create_acls(self, acls, timeout: float | None = None) -> list:
+        """One KafkaError or None per ``kbroker.security.authorizer.StandardAcl``."""
+        from kbroker.protocol.messages import create_acls as ca
+        deadline = self._deadline(timeout)
+        req = ca.CreateAclsRequest(creations=[ca.AclCreation(
+            resource_type=a.resource_type, resource_name=a.resource_name, resource_pattern_type=a.pattern_type,
+            principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission_type)
+            for a in acls])
+        r = self.client.request(self._any_node(deadline), ApiKey.CREATE_ACLS, req, self._left(deadline))
+        return [E.for_code(x.error_code, x.error_message or None) if x.error_code else None for x in r.results]
+
+    def describe_acls(self, acl_filter, timeout: float | None = None) -> list:
+        """The StandardAcls matching a ``kbroker.security.authorizer.AclFilter``; raises the error."""
+        from kbroker.protocol.messages import describe_acls as da
+        from kbroker.security.authorizer import StandardAcl
+        deadline = self._deadline(timeout)
+        f = acl_filter
+        req = da.DescribeAclsRequest(resource_type_filter=f.resource_type, resource_name_filter=f.resource_name,
+                                     pattern_type_filter=f.pattern_type, principal_filter=f.principal,
+                                     host_filter=f.host, operation=f.operation, permission_type=f.permission_type)
+        r = self.client.request(self._any_node(deadline), ApiKey.DESCRIBE_ACLS, req, self._left(deadline))
+        if r.error_code:
+            raise E.for_code(r.error_code, r.error_message or None)
+        return [StandardAcl(res.resource_type, res.resource_name, res.pattern_type, a.principal, a.host,
+                            a.operation, a.permission_type) for res in r.resources for a in res.acls]
+
+    def delete_acls(self, filters, timeout: float | None = None) -> list:
+        """Per AclFilter: the StandardAcls it removed, or a KafkaError."""
+        from kbroker.protocol.messages import delete_acls as da
+        from kbroker.security.authorizer import StandardAcl
+        deadline = self._deadline(timeout)
+        req = da.DeleteAclsRequest(filters=[da.DeleteAclsFilter(
+            resource_type_filter=f.resource_type, resource_name_filter=f.resource_name,
+            pattern_type_filter=f.pattern_type, principal_filter=f.principal, host_filter=f.host,
+            operation=f.operation, permission_type=f.permission_type) for f in filters])
+        r = self.client.request(self._any_node(deadline), ApiKey.DELETE_ACLS, req, self._left(deadline))
+        return [E.for_code(x.error_code, x.error_message or None) if x.error_code else
+                [StandardAcl(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
+                             m.permission_type) for m in x.matching_acls] for x in r.filter_results]
+
     def describe_user_scram_credentials(self, users=None, timeout: float | None = None,
                                         raise_on_error: bool = True) -> dict:
         """{user: {mechanism name: iterations} or KafkaError} (None: every user with credentials)."""

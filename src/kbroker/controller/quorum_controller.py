@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import random as _random
 
+from kbroker.controller.acl_control import AclControlManager
+from kbroker.controller.client_quota_control import ClientQuotaControlManager
 from kbroker.controller.cluster_control import ClusterControlManager
 from kbroker.controller.configuration_control import ConfigurationControlManager
 from kbroker.controller.features import FeatureControlManager
@@ -34,7 +36,8 @@ from kbroker.controller.replication_control import ReplicationControlManager
 from kbroker.controller.result import ControllerConfig, ControllerResult
 from kbroker.metadata import records as R
 from kbroker.metadata.image import (
-    ClusterImage, ConfigurationsImage, FeaturesImage, MetadataImage, ProducerIdsImage, TopicImage,
+    AclsImage, ClientQuotasImage, ClusterImage, ConfigurationsImage, FeaturesImage, MetadataImage, ProducerIdsImage,
+    TopicImage,
     TopicsImage, frozen_map,
 )
 
@@ -49,6 +52,8 @@ class QuorumController:
         self.replication = ReplicationControlManager(self.config, self.features, self.cluster, self.configs,
                                                      self.random)
         self.producer_ids = ProducerIdControlManager(self.config, self.cluster)
+        self.client_quotas = ClientQuotaControlManager()
+        self.acls = AclControlManager(self.random)
         self.cluster.replication = self.replication
         self.configs.replication = self.replication
         self.last_applied_offset = -1
@@ -65,6 +70,9 @@ class QuorumController:
             R.PartitionChangeRecord: self.replication.replay,
             R.ConfigRecord: self.configs.replay,
             R.ProducerIdsRecord: self.producer_ids.replay,
+            R.ClientQuotaRecord: self.client_quotas.replay,
+            R.AccessControlEntryRecord: self.acls.replay,
+            R.RemoveAccessControlEntryRecord: self.acls.replay,
         }
 
     # --- the log ----------------------------------------------------------------------------
@@ -180,6 +188,15 @@ class QuorumController:
     def alter_configs(self, req) -> ControllerResult:
         return self._write(self.configs.alter_configs(req))
 
+    def alter_client_quotas(self, req) -> ControllerResult:
+        return self._write(self.client_quotas.alter_client_quotas(req))
+
+    def create_acls(self, req) -> ControllerResult:
+        return self._write(self.acls.create_acls(req))
+
+    def delete_acls(self, req) -> ControllerResult:
+        return self._write(self.acls.delete_acls(req))
+
     def allocate_producer_ids(self, req) -> ControllerResult:
         return self._write(self.producer_ids.allocate_producer_ids(req))
 
@@ -210,7 +227,10 @@ class QuorumController:
         configs = ConfigurationsImage(frozen_map({k: frozen_map(sorted(v.items()))
                                                   for k, v in self.configs.data.items() if v}))
         return MetadataImage(self.last_applied_offset, -1, feats, cluster, topics, configs,
-                             ProducerIdsImage(self.producer_ids.next_producer_id))
+                             ProducerIdsImage(self.producer_ids.next_producer_id),
+                             ClientQuotasImage(frozen_map({k: frozen_map(sorted(v.items()))
+                                                           for k, v in self.client_quotas.data.items() if v})),
+                             AclsImage(frozen_map(self.acls.acls)))
 
     def state(self) -> tuple:
         """Everything replicated, comparable by value (image + registration offsets + indexes)."""

@@ -240,7 +240,8 @@ class ReplicaCoordinatorLog:
             raise KeyError(f"{self.topic}-{partition} is not hosted here")
         return part.log
 
-    def append(self, partition: int, batch: bytes, callback: AppendCallback) -> None:
+    def append(self, partition: int, batch: bytes, callback: AppendCallback, verification_guard=None) -> None:
+        """``verification_guard``: a transactional batch's KIP-890 guard (TxnOffsetCommit)."""
         tp = (self.topic, partition)
 
         def respond(results) -> None:
@@ -252,7 +253,8 @@ class ReplicaCoordinatorLog:
                 callback(err, r.base_offset if err == 0 else -1)
 
         self._rm.append_records(self._timeout_ms, -1, {tp: bytearray(batch)}, respond,
-                                internal_topics_allowed=True)
+                                internal_topics_allowed=True,
+                                verification_guards=None if verification_guard is None else {tp: verification_guard})
 
     def read_batches(self, partition: int) -> Iterator:
         if self._rm.get_partition((self.topic, partition)) is None:
@@ -485,13 +487,17 @@ class CoordinatorRuntime:
 
     # -- the write path ----------------------------------------------------------------------
 
-    def append(self, partition: int, kvs: list, callback: AppendCallback, **producer) -> None:
+    def append(self, partition: int, kvs: list, callback: AppendCallback, verification_guard=None,
+               **producer) -> None:
         """Append ``kvs`` ((key, value) pairs) as one batch; ``callback(error_code, base_offset)``
         exactly once, when written (acks=all) or failed. ``producer``: the batch's producer
-        fields (see :func:`encode_records`)."""
+        fields (see :func:`encode_records`); ``verification_guard``: its KIP-890 guard."""
         try:
             batch = encode_records(kvs, self.time_ms(), **producer)
-            self.log.append(partition, batch, callback)
+            if verification_guard is None:
+                self.log.append(partition, batch, callback)
+            else:
+                self.log.append(partition, batch, callback, verification_guard=verification_guard)
         except Exception:
             log.exception("append to %s-%d failed", self.topic, partition)
             callback(int(ErrorCode.UNKNOWN_SERVER_ERROR), -1)

@@ -128,6 +128,7 @@ from kbroker.log.producer_state import (
 from kbroker.log.recovery import LoadedLog, load_log
 from kbroker.log.segment import DELETED_SUFFIX, LogSegment, end_txn_marker, iter_batch_headers
 from kbroker.log.txn_index import AbortedTxn, collect_aborted
+from kbroker.log.txn_verification import SENTINEL, VerificationGuard, VerificationStates
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,8 @@ class Log:
         self.leader_epoch_cache = leader_epoch_cache
         self._time_ms = time_ms
         self._lock = threading.Lock()
+        #: KIP-890 verification guards of transactional producers (append lock)
+        self._verification = VerificationStates()
         # Writer state: read and replaced only under the append lock; readers use _view.
         # _segments / _bases are tuples, replaced whole (a published view shares them).
         self._segments: tuple[LogSegment, ...] = tuple(loaded.segments)
@@ -403,7 +406,8 @@ class Log:
 
     # -- append -------------------------------------------------------------------------
     def append(self, buf, infos=None, *, leader_epoch: int = -1, assign_offsets: bool = True,
-               batch_epochs=None, origin: AppendOrigin | None = None) -> LogAppendInfo:
+               batch_epochs=None, origin: AppendOrigin | None = None,
+               verification_guard: VerificationGuard | None = None) -> LogAppendInfo:
         """Append whole v2 record batches (already validated, e.g. by
         ``kernels.records.validate_batches``, whose BatchInfos are ``infos``).
         With ``infos`` and no producer ids among them, the append is one kernel
@@ -430,6 +434,10 @@ class Log:
         CLIENT for a leader append, REPLICATION otherwise; COORDINATOR for the
         transaction markers (epochs checked, sequences not). COMMIT/ABORT control
         batches end their producer's transaction (``.txnindex``, last stable offset).
+
+        ``verification_guard`` (a client append with KIP-890 verification on): a
+        transactional batch of a producer with no ongoing transaction here needs it to
+        be the producer's guard (:mod:`.txn_verification`), else InvalidTxnStateError.
         """
         t = type(buf)
         if t is bytearray:
@@ -480,6 +488,8 @@ class Log:
                 pending = self._analyze_producer_state_locked(buf, infos, assign_offsets, origin)
                 if pending is not None and pending.duplicate is not None:
                     return self._duplicate_append_info(pending.duplicate)
+                if verification_guard is not None and pending is not None and infos is not None:
+                    self._verification.check(infos, verification_guard, self._has_ongoing_transaction_locked)
                 if seg.should_roll(n, max_ts, next_offset - 1, self._time_ms(), config.segment_bytes,
                                    config.segment_ms):
                     seg = self._roll_locked(first if not assign_offsets else None)
@@ -489,6 +499,8 @@ class Log:
             self._leo = next_offset
             if pending is not None:
                 self.producer_state.apply_append(pending.updated_producers, next_offset)
+                if self._verification:
+                    self._verification.clear(pending.updated_producers)
                 if pending.completed_txns:
                     self._complete_txns_locked(pending.completed_txns, seg)
                 if pending.updated_producers:
@@ -754,12 +766,32 @@ class Log:
         upper = self.fetch_upper_bound_offset(max(seg_base, fetch_offset), max_offset)
         return self.collect_aborted_transactions(fetch_offset, upper)
 
-    def has_ongoing_transaction(self, producer_id: int) -> bool:
-        """Whether ``producer_id`` has a transaction open in this partition (Kafka's
-        hasOngoingTransaction; the seam for KIP-890's produce-time verification)."""
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int | None = None) -> bool:
+        """Whether ``producer_id`` has a transaction open in this partition — of
+        ``producer_epoch`` when given: with a newer epoch the open one may have ended
+        (Kafka 4's hasOngoingTransaction; KIP-890's produce-time verification)."""
         with self._lock:
-            e = self.producer_state.last_entry(producer_id)
-            return e is not None and e.current_txn_first_offset is not None
+            return self._has_ongoing_transaction_locked(producer_id, producer_epoch)
+
+    def _has_ongoing_transaction_locked(self, producer_id: int, producer_epoch: int | None = None) -> bool:
+        e = self.producer_state.last_entry(producer_id)
+        return (e is not None and e.current_txn_first_offset is not None
+                and (producer_epoch is None or e.producer_epoch == producer_epoch))
+
+    def maybe_start_transaction_verification(self, producer_id: int, sequence: int,
+                                             epoch: int) -> VerificationGuard:
+        """KIP-890: SENTINEL if the producer has a transaction open here (no verification
+        needed), else its verification guard (made now unless one is pending); an append
+        carrying it goes ahead only while it is still the producer's guard."""
+        with self._lock:
+            if self._has_ongoing_transaction_locked(producer_id, epoch):
+                return SENTINEL
+            return self._verification.start(producer_id, sequence, epoch, self._time_ms())
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard:
+        """The producer's pending verification guard, SENTINEL if none (tests)."""
+        with self._lock:
+            return self._verification.guard(producer_id)
 
     def fetch_upper_bound_offset(self, fetch_offset: int, max_offset: int) -> int:
         """Where a read of ``fetch_offset`` (or of the segment starting at it) bounded by
@@ -1316,6 +1348,8 @@ class Log:
         with self._lock:
             if self._closed:
                 return []
+            if self._verification:
+                self._verification.remove_expired(now, self.producer_state.producer_id_expiration_ms)
             return self.producer_state.remove_expired_producers(now)
 
     def take_producer_snapshot(self) -> str | None:

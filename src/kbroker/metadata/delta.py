@@ -7,9 +7,10 @@ Kafka's semantics: PartitionChangeRecord fields that are absent mean unchanged (
 -2, null lists, recovery state -1) and a set leader bumps the leader epoch; a fence,
 unfence or registration change names the broker epoch it applies to and a mismatch is
 an error (MetadataReplayError), as is a change to an unknown topic or partition.
-RemoveTopicRecord also drops the topic's config overrides. Records the image does not
-model (ACLs, quotas, SCRAM, delegation tokens, transactions markers) are accepted and
-ignored.
+RemoveTopicRecord also drops the topic's config overrides. AccessControlEntryRecord /
+RemoveAccessControlEntryRecord add and remove ACLs by id (removing an unknown id is an error).
+Records the image does not model (quotas, SCRAM, delegation tokens, transactions markers)
+are accepted and ignored.
 
 ``changes()`` says what the delta changed (topics created, deleted, partitions changed)
 and ``local_changes(broker_id)`` turns that into what one broker's ReplicaManager must
@@ -22,10 +23,11 @@ from dataclasses import dataclass, field, replace
 
 from kbroker.metadata import records as R
 from kbroker.metadata.image import (
-    TOPIC_RESOURCE, BrokerRegistration, ClusterImage, ConfigurationsImage,
+    TOPIC_RESOURCE, AclsImage, BrokerRegistration, ClientQuotasImage, ClusterImage, ConfigurationsImage,
     FeaturesImage, MetadataImage, PartitionRegistration, ProducerIdsImage, TopicImage, TopicsImage,
     frozen_map,
 )
+from kbroker.security.authorizer import StandardAcl
 
 
 class MetadataReplayError(ValueError):
@@ -72,6 +74,8 @@ class MetadataDelta:
         self._configs: dict = {}             # (type, name) -> {key: value | None}
         self._cleared: set = set()           # (type, name) whose image configs are dropped
         self._next_producer_id: int | None = None
+        self._quotas: dict = {}              # entity key -> {quota key: value | None (removed)}
+        self._acls: dict | None = None       # id -> StandardAcl, once an ACL record is replayed
 
     # --- reading through the delta --------------------------------------------------
     def broker(self, broker_id: int) -> BrokerRegistration | None:
@@ -181,6 +185,23 @@ class MetadataDelta:
         key = (r.resource_type, r.resource_name)
         self._configs.setdefault(key, {})[r.name] = r.value
 
+    def _client_quota(self, r):
+        key = tuple(sorted(((e.entity_type, e.entity_name) for e in r.entity), key=lambda e: e[0]))
+        self._quotas.setdefault(key, {})[r.key] = None if r.remove else r.value
+
+    def _acl_map(self) -> dict:
+        if self._acls is None:
+            self._acls = dict(self.image.acls.by_id)
+        return self._acls
+
+    def _acl(self, r):
+        self._acl_map()[r.id] = StandardAcl(r.resource_type, r.resource_name, r.pattern_type, r.principal,
+                                            r.host, r.operation, r.permission_type)
+
+    def _remove_acl(self, r):
+        if self._acl_map().pop(r.id, None) is None:
+            raise MetadataReplayError("RemoveAccessControlEntryRecord for unknown acl id %s" % r.id)
+
     def _producer_ids(self, r):
         cur = self._next_producer_id if self._next_producer_id is not None else \
             self.image.producer_ids.next_producer_id
@@ -237,7 +258,22 @@ class MetadataDelta:
         pids = img.producer_ids
         if self._next_producer_id is not None:
             pids = ProducerIdsImage(self._next_producer_id)
-        return MetadataImage(self.offset, self.epoch, features, cluster, topics, configs, pids)
+        quotas = img.client_quotas
+        if self._quotas:
+            ents = {k: dict(v) for k, v in quotas.entities.items()}
+            for key, kv in self._quotas.items():
+                cur = ents.setdefault(key, {})
+                for k, v in kv.items():
+                    if v is None:
+                        cur.pop(k, None)
+                    else:
+                        cur[k] = v
+                if not cur:
+                    del ents[key]
+            quotas = ClientQuotasImage(frozen_map({k: frozen_map(sorted(v.items())) for k, v in ents.items()}))
+        acls = img.acls if self._acls is None else AclsImage(frozen_map(self._acls))
+        return MetadataImage(self.offset, self.epoch, features, cluster, topics, configs, pids,
+                             client_quotas=quotas, acls=acls)
 
     def changes(self):
         """(created topic ids, {removed topic id: TopicImage}, {topic id: TopicChange})."""
@@ -249,6 +285,9 @@ class MetadataDelta:
 
     def changed_configs(self) -> set:
         return set(self._configs)
+
+    def client_quotas_changed(self) -> bool:
+        return bool(self._quotas)
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
         out = LocalReplicaChanges()
@@ -280,6 +319,8 @@ class MetadataDelta:
 
 
 _REPLAY = {
+    R.AccessControlEntryRecord: MetadataDelta._acl,
+    R.RemoveAccessControlEntryRecord: MetadataDelta._remove_acl,
     R.FeatureLevelRecord: MetadataDelta._feature,
     R.RegisterBrokerRecord: MetadataDelta._register,
     R.UnregisterBrokerRecord: MetadataDelta._unregister,
@@ -292,6 +333,7 @@ _REPLAY = {
     R.RemoveTopicRecord: MetadataDelta._remove_topic,
     R.ConfigRecord: MetadataDelta._config,
     R.ProducerIdsRecord: MetadataDelta._producer_ids,
+    R.ClientQuotaRecord: MetadataDelta._client_quota,
 }
 
 
@@ -327,6 +369,13 @@ def image_delta(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
             d._cleared.add(key)
     if new.producer_ids.next_producer_id != old.producer_ids.next_producer_id:
         d._next_producer_id = new.producer_ids.next_producer_id
+    oq, nq = old.client_quotas.entities, new.client_quotas.entities
+    for key in set(oq) | set(nq):
+        if oq.get(key) != nq.get(key):
+            have, want = oq.get(key, {}), nq.get(key, {})
+            d._quotas[key] = {**{k: None for k in have}, **dict(want)}
+    if new.acls != old.acls:
+        d._acls = dict(new.acls.by_id)
     d.offset, d.epoch = new.offset, new.epoch
     return d
 

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from kbroker.protocol.primitives import ZERO_UUID
+from kbroker.security.authorizer import EMPTY_ACLS, AclIndex
 
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
@@ -212,8 +213,26 @@ class ConfigurationsImage:
 
 
 @dataclass(frozen=True)
+class AclsImage:
+    """The ACLs (Kafka's AclsImage): id -> StandardAcl, and the authorizer's index of them
+    (built once per image; not part of equality)."""
+    by_id: Mapping = field(default_factory=lambda: EMPTY_MAP)
+    index: AclIndex = field(default=EMPTY_ACLS, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.by_id and self.index is EMPTY_ACLS:
+            object.__setattr__(self, "index", AclIndex(self.by_id.values()))
+
+
+@dataclass(frozen=True)
 class ProducerIdsImage:
     next_producer_id: int = 0   # first id of the next block the controller hands out
+
+
+@dataclass(frozen=True)
+class ClientQuotasImage:
+    #: entity key ((type, name | None), ...) sorted by type -> {quota key: value}
+    entities: Mapping[tuple, Mapping[str, float]] = field(default_factory=lambda: EMPTY_MAP)
 
 
 @dataclass(frozen=True)
@@ -227,6 +246,8 @@ class MetadataImage:
     topics: TopicsImage = field(default_factory=TopicsImage)
     configs: ConfigurationsImage = field(default_factory=ConfigurationsImage)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
+    client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
+    acls: AclsImage = field(default_factory=AclsImage)
 
     def topic_configs(self, name: str) -> Mapping[str, str]:
         return self.configs.get(TOPIC_RESOURCE, name)
@@ -267,6 +288,16 @@ class MetadataImage:
         for (rtype, rname), kv in sorted(self.configs.resources.items()):
             for k, v in sorted(kv.items()):
                 out.append(AMV(R.ConfigRecord(resource_type=rtype, resource_name=rname, name=k, value=v), 0))
+        for key, quotas in sorted(self.client_quotas.entities.items(), key=lambda kv: repr(kv[0])):
+            for k, v in sorted(quotas.items()):
+                out.append(AMV(R.ClientQuotaRecord(
+                    entity=[R.client_quota_record.EntityData(entity_type=t, entity_name=n) for t, n in key],
+                    key=k, value=v, remove=False), 0))
+        for acl_id, a in sorted(self.acls.by_id.items(), key=lambda kv: str(kv[0])):
+            out.append(AMV(R.AccessControlEntryRecord(
+                id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                pattern_type=a.pattern_type, principal=a.principal, host=a.host, operation=a.operation,
+                permission_type=a.permission_type), 0))
         if self.producer_ids.next_producer_id:
             out.append(AMV(R.ProducerIdsRecord(broker_id=-1, broker_epoch=-1,
                                                next_producer_id=self.producer_ids.next_producer_id), 0))

@@ -40,15 +40,19 @@ def control_key(control_type: int) -> bytes:
 
 def encode_snapshot(records: list[ApiMessageAndVersion], now_ms: int, *, epoch: int = 0,
                     last_contained_log_timestamp: int = 0,
-                    max_batch_records: int = MAX_BATCH_RECORDS) -> bytes:
-    """The bytes of a snapshot file holding ``records`` (see the module docstring)."""
+                    max_batch_records: int = MAX_BATCH_RECORDS, raft_control=()) -> bytes:
+    """The bytes of a snapshot file holding ``records`` (see the module docstring).
+    ``raft_control``: (control type, value) records the first batch carries after the header
+    (KIP-853: KRaftVersionRecord and VotersRecord, as Kafka's RecordsSnapshotWriter writes)."""
     def control(offset: int, ctype: int, value: bytes) -> bytes:
         return _records.encode_batch([(now_ms, control_key(ctype), value, ())], base_offset=offset,
                                      partition_leader_epoch=epoch, is_control=True)
 
     header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=last_contained_log_timestamp)
-    out = [control(0, SNAPSHOT_HEADER, header.encode(0))]
-    offset = 1
+    first = [(now_ms, control_key(SNAPSHOT_HEADER), header.encode(0), ())]
+    first += [(now_ms, control_key(t), v, ()) for t, v in raft_control]
+    out = [_records.encode_batch(first, base_offset=0, partition_leader_epoch=epoch, is_control=True)]
+    offset = len(first)
     for i in range(0, len(records), max_batch_records):
         chunk = records[i:i + max_batch_records]
         out.append(_records.encode_batch([(now_ms, None, serialize(r), ()) for r in chunk], base_offset=offset,

@@ -6,8 +6,8 @@ failover work across kbroker, Apache Kafka and other Kafka-compatible clusters.
 Modules: config (mm2.properties), policy (remote topic names, cycles), filters
 (topics/groups/configs), formats (OffsetSync / Checkpoint / Heartbeat bytes),
 offset_syncs (writer and translation store), topics (remote topic creation and config
-sync), source (the copy loop), checkpoint, heartbeat, metrics, maker (threads per flow),
-remote (``translate_offsets`` for applications), cli.
+sync), source (the copy loop), exactly_once (the transactional copy loop), checkpoint,
+heartbeat, metrics, maker (threads per flow), remote (``translate_offsets`` for applications), cli.
 """
 from kbroker.mirror.remote import heartbeats, translate_offsets
 

@@ -67,11 +67,25 @@ FLOW_DEFAULTS: dict[str, object] = {
     "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
     "header.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
     "dedicated.mode.enable.internal.rest": False,
+    # exactly-once (KIP-618 / KIP-656): the worker's switch, the connector's request, and
+    # where a task's source offsets live (the Connect worker's offsets topic on the target)
+    "exactly.once.source.support": "disabled",
+    "exactly.once.support": "requested",
+    "transaction.boundary": "poll",
+    "transaction.boundary.interval.ms": -1,   # unset: offset.flush.interval.ms, as Connect
+    "offset.storage.topic": "",               # unset: mm2-offsets.<source>.internal
+    "offset.storage.partitions": 25,
+    "offset.storage.replication.factor": 3,
+    "transaction.timeout.ms": 60000,          # the task producers' (Connect leaves the client default)
 }
 _INTERVALS_OFF = -1          # MM2: a negative *.interval.seconds disables the task
 _CLIENT_NAMES = {d.name for d in COMMON}
 _ROLES = {"consumer": CONSUMER, "producer": PRODUCER, "admin": ADMIN}
-_ENUMS = {"offset-syncs.topic.location": ("source", "target"), "use.defaults.from": ("source", "target")}
+_ENUMS = {"offset-syncs.topic.location": ("source", "target"), "use.defaults.from": ("source", "target"),
+          "exactly.once.source.support": ("disabled", "preparing", "enabled"),
+          "exactly.once.support": ("requested", "required"),
+          # ``connector`` (connector-defined boundaries) is not offered: MirrorSourceConnector defines none
+          "transaction.boundary": ("poll", "interval")}
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -164,6 +178,39 @@ class FlowConfig:
         return self.policy.format_remote_topic(self.source, topic)
 
     @property
+    def exactly_once(self) -> bool:
+        """The worker's ``exactly.once.source.support = enabled`` (``preparing`` only readies
+        a Connect cluster for the switch; its tasks still run at least once)."""
+        return self["exactly.once.source.support"] == "enabled"
+
+    @property
+    def read_committed(self) -> bool:
+        return self.source_clients["consumer"].get("isolation.level", "read_uncommitted") == "read_committed"
+
+    @property
+    def worker_group_id(self) -> str:
+        """The group.id MM2's Connect worker of this flow has on the target (``A-mm2``)."""
+        return f"{self.source}-mm2"
+
+    @property
+    def offset_storage_topic(self) -> str:
+        """The worker's offsets topic on the target: ``mm2-offsets.<source>.internal``."""
+        return self["offset.storage.topic"] or f"mm2-offsets.{self.source}.internal"
+
+    def transactional_id(self, task: int) -> str:
+        """Connect's task transactional id, ``<group.id>-<connector>-<task>``: stable across
+        restarts, so a restarted task fences the one it replaces."""
+        return f"{self.worker_group_id}-MirrorSourceConnector-{task}"
+
+    @property
+    def transaction_boundary_s(self) -> float | None:
+        """Seconds between commits with ``transaction.boundary = interval``; None for ``poll``."""
+        if self["transaction.boundary"] == "poll":
+            return None
+        ms = self["transaction.boundary.interval.ms"]
+        return (ms if ms >= 0 else self["offset.flush.interval.ms"]) / 1000.0
+
+    @property
     def mirror_group_id(self) -> str:
         """The consumer group mirror instances of this flow share on the source cluster."""
         return f"mm2-{self.source}->{self.target}"
@@ -184,6 +231,11 @@ class MirrorMakerConfig:
                                 if self.flow_value(f, "emit.heartbeats.enabled")]
         if not self.flows:
             raise MirrorConfigError("no replication flow enabled (set e.g. A->B.enabled = true)")
+        for fc in self.flows:    # MirrorSourceConnector.validateExactlyOnceConfigs
+            if fc["exactly.once.support"] == "required" and not fc.read_committed:
+                raise MirrorConfigError(
+                    f"{fc.flow}: exactly.once.support = required needs {fc.source}.consumer.isolation.level"
+                    " = read_committed (records of aborted source transactions would be mirrored)")
 
     @classmethod
     def from_file(cls, path: str) -> "MirrorMakerConfig":

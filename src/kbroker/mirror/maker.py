@@ -1,6 +1,7 @@
 """MirrorMaker: run every enabled flow of an mm2.properties (``kbroker mirror``).
 
-Per flow ``A->B`` two threads: the source task (MirrorSourceTask: consume A, produce B)
+Per flow ``A->B`` two threads: the source task (MirrorSourceTask: consume A, produce B; with
+``exactly.once.source.support = enabled`` ExactlyOnceSourceTask, transactions on B)
 and the control thread, which runs MM2's connectors' periodic jobs in turn: topic refresh
 and remote-topic creation (``refresh.topics.interval.seconds``), config sync
 (``sync.topic.configs.interval.seconds``), checkpoints (``emit.checkpoints.interval.seconds``),
@@ -17,6 +18,7 @@ import time
 from kbroker.client import Admin
 from kbroker.client import errors as E
 from kbroker.mirror.checkpoint import CheckpointTask
+from kbroker.mirror.exactly_once import ExactlyOnceSourceTask
 from kbroker.mirror.heartbeat import HeartbeatTask
 from kbroker.mirror.source import MirrorSourceTask
 from kbroker.mirror.topics import TopicManager
@@ -31,7 +33,8 @@ class FlowRunner:
         self.source_admin = Admin(fc.source_clients["admin"])
         self.target_admin = Admin(fc.target_clients["admin"])
         self.topics = TopicManager(fc, self.source_admin, self.target_admin) if replicate else None
-        self.source_task = MirrorSourceTask(fc, stop) if replicate else None
+        task_class = ExactlyOnceSourceTask if fc.exactly_once else MirrorSourceTask
+        self.source_task = task_class(fc, stop) if replicate else None
         self.checkpoint_task = None
         self.heartbeat_task = HeartbeatTask(fc, self.target_admin) if heartbeats else None
         self.record_rate = 0.0

@@ -54,6 +54,9 @@ class TopicManager:
         if fc["emit.offset-syncs.enabled"]:
             admin = self.source_admin if fc.offset_syncs_on_source else self.target_admin
             ensure_topic(admin, fc.offset_syncs_topic, 1, fc["offset-syncs.topic.replication.factor"], compact)
+        if fc.exactly_once:     # the Connect worker's offsets topic (KafkaOffsetBackingStore: compacted)
+            ensure_topic(self.target_admin, fc.offset_storage_topic, fc["offset.storage.partitions"],
+                         fc["offset.storage.replication.factor"], compact)
         if fc.interval("emit.checkpoints") is not None:
             ensure_topic(self.target_admin, fc.checkpoints_topic, 1, fc["checkpoints.topic.replication.factor"],
                          compact)

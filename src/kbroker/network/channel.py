@@ -116,18 +116,21 @@ class Response:
     :data:`NO_OP` (write nothing, unmute: e.g. produce with acks=0) or :data:`CLOSE`
     (close the connection). ``parts`` (SEND only) are bytes-like objects and
     :class:`~kbroker.records.region.FileRegion` s, written in order without joining.
+    ``throttle_ms`` > 0 (a client quota was violated, KIP-219): the connection stays muted
+    for that long after the response is written (or, NO_OP, from now).
     """
 
-    __slots__ = ("request", "kind", "parts")
+    __slots__ = ("request", "kind", "parts", "throttle_ms")
 
     SEND = 0
     NO_OP = 1
     CLOSE = 2
 
-    def __init__(self, request: Request, kind: int, parts: list | None = None) -> None:
+    def __init__(self, request: Request, kind: int, parts: list | None = None, throttle_ms: int = 0) -> None:
         self.request = request
         self.kind = kind
         self.parts = parts
+        self.throttle_ms = throttle_ms
 
     def __repr__(self) -> str:
         kind = ("SEND", "NO_OP", "CLOSE")[self.kind]
@@ -316,18 +319,21 @@ class RequestChannel:
                     self._size -= 1
 
     # -- responses (any thread) -------------------------------------------------------
-    def send_response(self, request: Request, parts: Sequence[ResponsePart] | ResponsePart) -> None:
-        """Send one size-prefixed response frame (bytes-like / FileRegion parts) and unmute."""
+    def send_response(self, request: Request, parts: Sequence[ResponsePart] | ResponsePart,
+                      throttle_ms: int = 0) -> None:
+        """Send one size-prefixed response frame (bytes-like / FileRegion parts) and unmute
+        (``throttle_ms`` after the write when a client quota throttles the connection)."""
         if type(parts) is not list:
             if isinstance(parts, (bytes, bytearray, memoryview, FileRegion)):
                 parts = [parts]
             else:
                 parts = list(parts)
-        self._route(Response(request, Response.SEND, parts))
+        self._route(Response(request, Response.SEND, parts, throttle_ms))
 
-    def send_no_op_response(self, request: Request) -> None:
-        """Send nothing and unmute the connection (e.g. produce with acks=0)."""
-        self._route(Response(request, Response.NO_OP))
+    def send_no_op_response(self, request: Request, throttle_ms: int = 0) -> None:
+        """Send nothing and unmute the connection (e.g. produce with acks=0), now or after
+        ``throttle_ms``."""
+        self._route(Response(request, Response.NO_OP, None, throttle_ms))
 
     def close_connection(self, request: Request) -> None:
         """Close the request's connection instead of answering."""

@@ -40,7 +40,7 @@ class ProcessorStats:
     __slots__ = ("processor_id", "started_ns", "idle_ns", "blocked_since_ns",
                  "bytes_in", "bytes_out", "requests_received", "responses_sent",
                  "responses_no_op", "responses_dropped", "connections_created",
-                 "connections_closed", "invalid_receives", "idle_closed", "api", "lock")
+                 "connections_closed", "invalid_receives", "idle_closed", "throttled_responses", "api", "lock")
 
     def __init__(self, processor_id: int) -> None:
         self.processor_id = processor_id
@@ -58,6 +58,7 @@ class ProcessorStats:
         self.connections_closed = 0
         self.invalid_receives = 0      # connections closed for a bad frame
         self.idle_closed = 0           # connections closed by connections.max.idle.ms
+        self.throttled_responses = 0   # connections kept muted by a client quota (KIP-219)
         self.api: dict[int, list[int]] = {}
 
     def api_stats(self, api_key: int) -> list[int]:
@@ -177,7 +178,7 @@ class NetworkMetrics:
     # -- counters -------------------------------------------------------------------------
     _PROCESSOR_COUNTERS = ("bytes_in", "bytes_out", "requests_received", "responses_sent",
                            "responses_no_op", "responses_dropped", "connections_created",
-                           "connections_closed", "invalid_receives", "idle_closed")
+                           "connections_closed", "invalid_receives", "idle_closed", "throttled_responses")
 
     def totals(self) -> dict[str, int]:
         """Sums of all processors' and handlers' counters, plus ``connection_count``."""

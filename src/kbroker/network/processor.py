@@ -26,7 +26,9 @@ The run loop is a list of small steps, as in Kafka's ``Processor.run``::
     enqueue_blocked_requests    retry requests refused by a full request queue
     process_new_responses       responses queued by handlers: start writing / unmute / close
     process_resumed             connections unmuted by a direct send that have bytes to read
-    process_completed_sends     response written -> metrics; unmute
+    process_completed_sends     response written -> metrics; unmute (or keep muted while
+                                a client quota throttles the connection, KIP-219)
+    unmute_throttled            throttled connections whose throttle time is over
     process_disconnected        peer closed / I/O error -> forget the connection
     close_idle_connections      connections.max.idle.ms
     process_completed_receives  whole frames -> request queue (just before blocking in poll,
@@ -82,6 +84,7 @@ the response (unmute). Requests refused by the full request queue are kept in
 from __future__ import annotations
 
 import collections
+import heapq
 import logging
 import os
 import queue
@@ -398,6 +401,7 @@ class Processor(threading.Thread):
         self._security = security if security is not None and not security.is_plaintext else None
         self._ssl_context = security.ssl_context if self._security is not None else None
         self._delayed_closes: list = []   # (deadline ns, conn): failed authentications
+        self._throttled: list = []        # heap of (deadline ns, id, conn, request): muted by a quota
         # connections.max.idle.ms < 0 disables the idle reaper (as Kafka's Selector).
         self._max_idle_ns = connections_max_idle_ms * 1_000_000
         self._idle_check_interval_ns = (
@@ -500,6 +504,8 @@ class Processor(threading.Thread):
         finish); False to queue it instead (the processor then drops, closes or sends)."""
         request = response.request
         kind = response.kind
+        if response.throttle_ms:
+            return False                     # throttled: the processor keeps it muted afterwards
         session = conn.session
         if session is not None and session.close_delay_ms is not None:
             return False                     # failed authentication: the processor closes later
@@ -622,6 +628,8 @@ class Processor(threading.Thread):
             self._process_new_responses()
             self._process_resumed()
             self._process_completed_sends()
+            if self._throttled:
+                self._unmute_throttled()
             self._process_disconnected()
             self._close_idle_connections()
             if self._delayed_closes:
@@ -785,6 +793,9 @@ class Processor(threading.Thread):
                         self._stats.responses_no_op += 1
                         self._update_request_metrics(request, 0)
                     self._release(request)
+                    if response.throttle_ms:
+                        self._throttle(conn, request, response.throttle_ms)
+                        continue
                     conn.inflight = None
                     self._update_interest(conn)
                     self._maybe_read(conn)
@@ -852,6 +863,8 @@ class Processor(threading.Thread):
             if self._delayed_closes:
                 first = min(d for d, _ in self._delayed_closes)
                 timeout = min(timeout, max(0, (first - self._now_ns) / 1e9))
+            if self._throttled:
+                timeout = min(timeout, max(0, (self._throttled[0][0] - self._now_ns) / 1e9))
         t0 = _monotonic_ns()
         stats.blocked_since_ns = t0
         try:
@@ -943,8 +956,29 @@ class Processor(threading.Thread):
             if session is not None and session.close_delay_ms is not None:
                 self._close_later(conn)         # stays muted until it is closed
                 continue
+            if response.throttle_ms and conn.inflight is request:
+                self._throttle(conn, request, response.throttle_ms)
+                continue
             if conn.inflight is request:
                 conn.inflight = None            # unmute
+            self._update_interest(conn)
+            self._maybe_read(conn)
+
+    def _throttle(self, conn: _Connection, request: Request, throttle_ms: int) -> None:
+        """Keep ``conn`` muted (``inflight`` stays ``request``) for ``throttle_ms``: Kafka's
+        MUTED_AND_THROTTLED channel state after a quota violation."""
+        heapq.heappush(self._throttled, (_monotonic_ns() + throttle_ms * 1_000_000, id(conn), conn, request))
+        with self._stats.lock:
+            self._stats.throttled_responses += 1
+
+    def _unmute_throttled(self) -> None:
+        throttled = self._throttled
+        now = _monotonic_ns()
+        while throttled and throttled[0][0] <= now:
+            _, _, conn, request = heapq.heappop(throttled)
+            if conn.closed or conn.inflight is not request:
+                continue
+            conn.inflight = None
             self._update_interest(conn)
             self._maybe_read(conn)
 

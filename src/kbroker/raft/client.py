@@ -50,9 +50,14 @@ from kbroker.protocol.messages import vote as vm
 from kbroker.protocol.messages.leader_change_message import LeaderChangeMessage, Voter
 from kbroker.raft import messages as M
 from kbroker.raft.messages import Inbound, Outbound
+from kbroker.protocol.messages import add_raft_voter as arv
+from kbroker.protocol.messages import remove_raft_voter as rrv
+from kbroker.protocol.messages import update_raft_voter as urv
 from kbroker.raft.quorum_state import (NO_ID, Candidate, Follower, Leader, QuorumState, QuorumStateStore,
-                                       Resigned, Unattached)
+                                       ReplicaProgress, Resigned, Unattached)
 from kbroker.raft.replicated_log import LEADER_CHANGE, Batch, OffsetAndEpoch, ReplicatedLog, decode_batches
+from kbroker.raft.voter_set import (KRAFT_VERSION, KRAFT_VOTERS, SUPPORTED_KRAFT_VERSIONS, ZERO_UUID, VoterHistory,
+                                    VoterNode, VoterSet, kraft_version_record)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +93,10 @@ class Listener:
         """Replace the state with this snapshot (at start-up, or fetched from the leader);
         commits continue from ``snapshot_id.offset``."""
 
+    def handle_control_append(self, last_offset: int) -> None:
+        """The leader appended control records of its own (a VotersRecord) up to
+        ``last_offset``: the user's next records go after it."""
+
 
 class NotLeaderError(RuntimeError):
     pass
@@ -96,9 +105,24 @@ class NotLeaderError(RuntimeError):
 class KafkaRaftClient:
     def __init__(self, node_id: int, voters, cluster_id: str, log_: ReplicatedLog, store: QuorumStateStore,
                  listener: Optional[Listener] = None, rng: Optional[_random.Random] = None,
-                 config: Optional[RaftConfig] = None, bootstrap_ids=()) -> None:
+                 config: Optional[RaftConfig] = None, bootstrap_ids=(), directory_id=ZERO_UUID,
+                 listener_name: str = "", endpoints=(), followers_always_flush: bool = False) -> None:
         self.node_id = node_id
-        self.voters = frozenset(voters)
+        #: Kafka's followersAlwaysFlush: an observer that may be added as a voter (a
+        #: controller) fsyncs what it fetches like a voter, since the fetch offsets it reports
+        #: count for the high watermark from the moment the leader appends it to the voters
+        self.followers_always_flush = followers_always_flush
+        #: KIP-853: this replica's key is (node id, directory id); ``endpoints`` are its own
+        #: ((listener name, host, port), ...); ``listener_name`` the one voters talk on
+        self.directory_id = directory_id
+        self.listener_name = listener_name
+        self.local_endpoints = tuple(endpoints)
+        #: the voter set at each offset: static (``voters``, kraft.version 0) or from the
+        #: KRaftVersion / Voters control records of the snapshot and log (kraft.version 1)
+        self.history = VoterHistory(VoterSet.static(voters, listener_name))
+        self.voters_version = 0          # bumped at every change of the voter set
+        self._voter_op = None            # the AddRaftVoter / RemoveRaftVoter being committed (leader)
+        self._resign_requested = False
         #: KIP-853: an observer that knows no voters finds the leader through these
         #: (controller.quorum.bootstrap.servers, ids -2, -3, ... as Kafka numbers them)
         self.bootstrap_ids = tuple(bootstrap_ids)
@@ -107,7 +131,7 @@ class KafkaRaftClient:
         self.listener = listener or Listener()
         self.random = rng or _random.Random()
         self.config = config or RaftConfig()
-        self.quorum = QuorumState(node_id, self.voters, store)
+        self.quorum = QuorumState(node_id, self.history.latest().ids, store)
         self._corr = 0
         self._inflight: dict[int, tuple[int, type, int]] = {}   # dest -> (correlation id, request type, deadline)
         self._backoff: dict[int, int] = {}                      # dest -> no request before this time
@@ -126,8 +150,33 @@ class KafkaRaftClient:
         self.bugs: frozenset = frozenset()
 
     # -- life cycle ------------------------------------------------------------------------
+    @property
+    def voters(self) -> frozenset:
+        """The ids of the voters in force (the latest voter set appended)."""
+        return self.quorum.voters
+
+    @property
+    def voter_set(self) -> VoterSet:
+        return self.history.latest()
+
+    @property
+    def kraft_version(self) -> int:
+        return self.history.kraft_version()
+
+    @property
+    def _static_quorum(self) -> bool:
+        """kraft.version 0: the configured voters are the voters, so a Vote, BeginQuorumEpoch
+        or EndQuorumEpoch from another node is refused (INCONSISTENT_VOTER_SET)."""
+        return self.history.kraft_version() < 1
+
     def start(self, now: int) -> list[Outbound]:
         q = self.quorum
+        snap = self.log.latest_snapshot_id()
+        if snap is not None:
+            self.history.reset_to_snapshot(snap.offset, self.log.read_snapshot(snap))
+        self.history.apply_batches(self._control_batches(self.log.start_offset))
+        self.quorum.voters = self.history.latest().ids
+        self.voters_version += 1
         q.initialize(now + self._election_timeout())
         s = q.store.read()
         if s is not None and s.leader_id not in (NO_ID, self.node_id):
@@ -135,11 +184,14 @@ class KafkaRaftClient:
             q.state = Follower(s.epoch, s.leader_id, now + self.config.fetch_timeout_ms, voted_id=s.voted_id)
         if "vote_twice" in self.bugs:
             q.allow_double_vote = True
-        snap = self.log.latest_snapshot_id()
         if snap is not None:
             self._load_snapshot(snap, self.log.read_snapshot(snap))
         self._notify_leader()
         return []
+
+    def _control_batches(self, start):
+        return [b for b in self.log.read(start, 1 << 62) if b.control_type in (KRAFT_VERSION, KRAFT_VOTERS)] \
+            if start < self.log.end_offset else []
 
     def _load_snapshot(self, snap, data):
         self.listener.handle_load_snapshot(snap, data)
@@ -167,6 +219,15 @@ class KafkaRaftClient:
         snap = OffsetAndEpoch(offset, self.epoch_at(offset - 1))
         self.log.create_snapshot(snap, data)
         return snap
+
+    def snapshot_control_records(self, offset: int) -> list[tuple[int, bytes]]:
+        """(control type, value) a snapshot ending at ``offset`` carries after its header
+        (Kafka's RecordsSnapshotWriter): kraft.version and the voter set, when kraft.version >= 1."""
+        version = self.history.kraft_version_at(offset - 1)
+        if version < 1:
+            return []
+        return [(KRAFT_VERSION, kraft_version_record(version)),
+                (KRAFT_VOTERS, bytes(self.history.at(offset - 1).to_record().encode(0)))]
 
     def shutdown(self, now: int) -> list[Outbound]:
         """Graceful shutdown: a leader resigns and tells the voters (EndQuorumEpoch)."""
@@ -210,7 +271,9 @@ class KafkaRaftClient:
         st = self.quorum.state
         ds = [d for _, _, d in self._inflight.values()]
         ds.extend(t for t in self._backoff.values())
-        if isinstance(st, Unattached) or isinstance(st, Resigned):
+        if isinstance(st, Resigned):
+            ds.append(st.election_deadline)
+        elif isinstance(st, Unattached):
             if self.quorum.is_voter:
                 ds.append(st.election_deadline)
             elif not ds:
@@ -222,6 +285,10 @@ class KafkaRaftClient:
                 ds.append(st.fetch_deadline)
         elif isinstance(st, Leader):
             ds.append(st.check_quorum_deadline)
+            if self._voter_op is not None:
+                ds.append(self._voter_op["deadline"])
+            if self._resign_requested:
+                ds.append(0)
             if self._linger_deadline is not None:
                 ds.append(self._linger_deadline)
             ds.extend(p[0] for p in self._parked)
@@ -325,12 +392,18 @@ class KafkaRaftClient:
     def _fetch_request(self, epoch):
         return M.fetch_request(self.cluster_id, self.node_id, epoch, self.log.end_offset,
                                self.log.last_fetched_epoch, self.config.fetch_max_wait_ms,
-                               self.config.fetch_max_bytes)
+                               self.config.fetch_max_bytes, directory_id=self.directory_id)
 
     def _poll_resigned(self, now, out):
         st = self.quorum.state
         if now >= st.election_deadline and not self._shutting_down:
-            self._become_candidate(now, out, retries=1)
+            if self.quorum.is_voter:
+                self._become_candidate(now, out, retries=1)
+            else:
+                # a leader that removed itself (KIP-853) goes on as an observer
+                self._transition(lambda: self.quorum.to_unattached(st.epoch + 1, now + self._election_timeout()),
+                                 now)
+                self._observer_discover(now, out)
             return
         self._send_end_quorum_epoch(now, out)
 
@@ -345,6 +418,14 @@ class KafkaRaftClient:
         st = self.quorum.state
         if self._linger_deadline is not None and now >= self._linger_deadline:
             self._drain_pending(now)
+        if self._voter_op is not None and now >= self._voter_op["deadline"]:
+            self._finish_voter_op(E.REQUEST_TIMED_OUT, None)
+        if self._resign_requested:
+            self._resign_requested = False
+            log.info("node %d: leader is not in the committed voter set %s; resigning from epoch %d",
+                     self.node_id, sorted(self.voters), st.epoch)
+            self._resign(now, out)
+            return
         if now >= st.check_quorum_deadline:
             if len(self.voters) > 1:
                 log.info("node %d: leader of epoch %d has not heard from a majority in %d ms; resigning",
@@ -398,6 +479,9 @@ class KafkaRaftClient:
         if was_leader and not isinstance(self.quorum.state, Leader):
             self._pending = []
             self._linger_deadline = None
+            self._resign_requested = False
+            if self._voter_op is not None:
+                self._finish_voter_op(E.NOT_LEADER_OR_FOLLOWER, None)
             self._wake_parked(now)
         if isinstance(self.quorum.state, Follower):
             self.quorum.state.high_watermark = None
@@ -433,13 +517,18 @@ class KafkaRaftClient:
                                       voters=[Voter(voter_id=v) for v in sorted(self.voters)],
                                       granting_voters=[Voter(voter_id=v) for v in sorted(st.granted)])
             self.log.append_as_leader([bytes(msg.encode(0))], leader.epoch, LEADER_CHANGE, timestamp_ms=now)
+            if self.kraft_version >= 1 and self.history.latest_offset() == -1:
+                # the voter set is only in the bootstrap snapshot, which fetchers from offset 0
+                # never see: write it into the log (Kafka's appendStartOfEpochControlRecords)
+                self._append_voters(self.history.latest(), now, with_kraft_version=True)
             self._after_leader_append(now)
             self._poll_leader(now, out)
 
     def _resign(self, now, out):
         st = self.quorum.state
         preferred = sorted((v for v in self.voters if v != self.node_id),
-                           key=lambda v: (-(st.progress[v].end_offset or -1), v))
+                           key=lambda v: (-(st.progress[v].end_offset if v in st.progress
+                                            and st.progress[v].end_offset is not None else -1), v))
         self._transition(lambda: self.quorum.to_resigned(now + self._election_timeout()), now)
         self.quorum.state.preferred = preferred
         self._send_end_quorum_epoch(now, out)
@@ -475,6 +564,11 @@ class KafkaRaftClient:
                 raise AssertionError("high watermark %d inside a batch" % hw)
             self._next_commit_offset = batches[-1].next_offset
             self.listener.handle_commit(batches)
+        op = self._voter_op
+        if op is not None and op["last_offset"] is not None and hw > op["last_offset"]:
+            self._finish_voter_op(E.NONE, None)
+            if op["kind"] == "remove" and not self.history.latest().is_voter(self.node_id, self.directory_id):
+                self._resign_requested = True
 
     # -- inbound ------------------------------------------------------------------------------------------
     def handle(self, now: int, inbound: Inbound) -> list[Outbound]:
@@ -510,6 +604,12 @@ class KafkaRaftClient:
             return self.describe_quorum(now, msg)
         if isinstance(msg, fs.FetchSnapshotRequest):
             return self._handle_fetch_snapshot(now, inb.source, msg)
+        if isinstance(msg, arv.AddRaftVoterRequest):
+            return self._handle_add_voter(now, inb, msg)
+        if isinstance(msg, rrv.RemoveRaftVoterRequest):
+            return self._handle_remove_voter(now, inb, msg)
+        if isinstance(msg, urv.UpdateRaftVoterRequest):
+            return self._handle_update_voter(now, msg)
         return None
 
     def _handle_fetch_snapshot(self, now, src, req):
@@ -549,15 +649,181 @@ class KafkaRaftClient:
         if not isinstance(st, Leader):
             return M.describe_quorum_response(E.NOT_LEADER_OR_FOLLOWER, self.quorum.leader_id, self.quorum.epoch)
 
+        vs = self.history.latest()
+
         def row(p):
+            node = vs.nodes.get(p.replica_id)
+            d = node.directory_id if node is not None else p.directory_id
             if p.replica_id == self.node_id:
-                return (p.replica_id, self.log.end_offset, now, now)
+                return (p.replica_id, self.log.end_offset, now, now, d if node is not None else self.directory_id)
             return (p.replica_id, p.end_offset if p.end_offset is not None else -1, p.last_fetch_ms,
-                    p.last_caught_up_ms)
+                    p.last_caught_up_ms, d)
         hw = st.high_watermark if st.high_watermark is not None else -1
+        nodes = [(n.node_id, [e for e in n.endpoints if e[0]]) for n in sorted(vs.nodes.values(),
+                                                                             key=lambda n: n.node_id)]
         return M.describe_quorum_response(E.NONE, self.node_id, st.epoch, hw,
                                           [row(st.progress[v]) for v in sorted(st.progress)],
-                                          [row(st.observers[o]) for o in sorted(st.observers)])
+                                          [row(st.observers[o]) for o in sorted(st.observers)
+                                           if o not in st.progress], nodes=[n for n in nodes if n[1]])
+
+    # -- KIP-853: the voter set changes ------------------------------------------------------
+    def _on_voters_changed(self, now) -> None:
+        """The latest voter set changed (appended, truncated or loaded): the quorum and, at the
+        leader, the replicas counted for the high watermark follow it at once."""
+        vs = self.history.latest()
+        ids = vs.ids
+        self.quorum.voters = ids
+        self.voters_version += 1
+        log.info("node %d: voters are now %s", self.node_id, vs)
+        st = self.quorum.state
+        if isinstance(st, Leader):
+            st.voters = ids
+            for v in ids - set(st.progress):
+                p = st.observers.pop(v, None) or ReplicaProgress(v)
+                p.acknowledged = p.end_offset is not None or v == self.node_id
+                st.progress[v] = p
+            for v in set(st.progress) - ids:
+                st.observers[v] = st.progress.pop(v)
+            self._cq_fetched &= ids
+            if st.maybe_update_high_watermark():
+                self._on_high_watermark(st.high_watermark)
+
+    def _append_voters(self, voters: VoterSet, now, with_kraft_version=False) -> int:
+        """Leader: append a VotersRecord (after the user's pending records, at the offsets
+        promised to them); the offset it lands at."""
+        st = self.quorum.state
+        if self._pending:
+            self._drain_pending(now)
+        if with_kraft_version:
+            b = self.log.append_as_leader([kraft_version_record(self.kraft_version)], st.epoch, KRAFT_VERSION,
+                                          timestamp_ms=now)
+            self.history.apply(b.base_offset, KRAFT_VERSION, b.records[0])
+        b = self.log.append_as_leader([bytes(voters.to_record().encode(0))], st.epoch, KRAFT_VOTERS,
+                                      timestamp_ms=now)
+        if self.history.apply(b.base_offset, KRAFT_VOTERS, b.records[0]):
+            self._on_voters_changed(now)
+        self.listener.handle_control_append(b.last_offset)
+        return b.base_offset
+
+    def _finish_voter_op(self, err, message) -> None:
+        op, self._voter_op = self._voter_op, None
+        if op is None:
+            return
+        if err == E.REQUEST_TIMED_OUT and message is None:
+            message = "Request timed out waiting for the voter change to commit"
+        build = M.add_raft_voter_response if op["kind"] == "add" else M.remove_raft_voter_response
+        log.info("node %d: %s voter %d: %s", self.node_id, op["kind"], op["voter"], ErrorCode(err).name)
+        self._out.append(Outbound(op["source"], op["corr"], build(err, message)))
+
+    def _voter_change_precheck(self, what):
+        """Kafka's checks shared by AddVoterHandler and RemoveVoterHandler: (error, message)
+        or None. The caller made sure this replica is the leader."""
+        st = self.quorum.state
+        if self._voter_op is not None:
+            return (E.REQUEST_TIMED_OUT, "Request timed out waiting for leader to handle previous voter change "
+                                         "request")
+        if st.high_watermark is None:
+            return (E.REQUEST_TIMED_OUT, "Request timed out waiting for leader to establish HWM and fence "
+                                         "previous voter changes")
+        if self.kraft_version < 1:
+            return (E.UNSUPPORTED_VERSION, "Cluster doesn't support %s voter because the kraft.version feature "
+                                           "is %d" % (what, self.kraft_version))
+        off = self.history.latest_offset()
+        if off is None or off >= st.high_watermark:
+            return (E.REQUEST_TIMED_OUT, "Request timed out waiting for voters to commit the latest voter change "
+                                         "at %s with HWM %d" % (off, st.high_watermark))
+        return None
+
+    def _leader_only_error(self):
+        return None if isinstance(self.quorum.state, Leader) and not self._shutting_down \
+            else E.NOT_LEADER_OR_FOLLOWER
+
+    def _handle_add_voter(self, now, inb, req):
+        """AddRaftVoter (Kafka's AddVoterHandler): the new voter must already fetch as an
+        observer with this (id, directory id) and have caught up once; the VotersRecord
+        with it is appended and the answer waits for its commit (by the new majority).
+        Kafka first asks the new voter for its ApiVersions (kraft.version range); a voter
+        that fetches from us speaks KIP-853's Fetch v17 and is taken to support 0..1."""
+        if not self._valid_cluster_id(req.cluster_id or None):
+            return M.add_raft_voter_response(E.INCONSISTENT_CLUSTER_ID, 'The given id "%s" doesn\'t match the '
+                                             'cluster id "%s"' % (req.cluster_id, self.cluster_id))
+        err = self._leader_only_error()
+        if err is not None:
+            return M.add_raft_voter_response(err)
+        if req.voter_id < 0 or req.voter_directory_id == ZERO_UUID:
+            return M.add_raft_voter_response(E.INVALID_REQUEST, "Add voter request didn't include a valid voter")
+        endpoints = tuple((l.name, l.host, l.port) for l in req.listeners)
+        if not any(e[0] == self.listener_name for e in endpoints):
+            return M.add_raft_voter_response(
+                E.INVALID_REQUEST, "Add voter request didn't include the endpoint (%s) for the default listener %s"
+                % (", ".join("%s://%s:%d" % e for e in endpoints), self.listener_name))
+        bad = self._voter_change_precheck("adding")
+        if bad is not None:
+            return M.add_raft_voter_response(*bad)
+        voters = self.history.latest()
+        key = "ReplicaKey(id=%d, directoryId=%s)" % (req.voter_id, req.voter_directory_id)
+        if req.voter_id in voters.nodes:
+            return M.add_raft_voter_response(E.DUPLICATE_VOTER, "The voter id for %s is already part of the set "
+                                             "of voters %s." % (key, voters))
+        st = self.quorum.state
+        p = st.observers.get(req.voter_id)
+        if (p is None or p.directory_id != req.voter_directory_id or p.last_caught_up_ms < 0
+                or p.last_fetch_ms < 0 or p.last_fetch_ms <= now - 3_600_000):
+            return M.add_raft_voter_response(E.REQUEST_TIMED_OUT, "Aborted add voter operation for %s since it "
+                                             "is lagging behind" % key)
+        new = voters.add(VoterNode(req.voter_id, req.voter_directory_id, endpoints, *SUPPORTED_KRAFT_VERSIONS))
+        self._voter_op = {"kind": "add", "voter": req.voter_id, "source": inb.source, "corr": inb.correlation_id,
+                          "deadline": now + self.config.request_timeout_ms, "last_offset": None}
+        self._voter_op["last_offset"] = self._append_voters(new, now)
+        self._after_leader_append(now)
+        return None
+
+    def _handle_remove_voter(self, now, inb, req):
+        """RemoveRaftVoter (Kafka's RemoveVoterHandler): append the VotersRecord without the
+        voter, answer once it is committed; a leader that removed itself then resigns."""
+        if not self._valid_cluster_id(req.cluster_id or None):
+            return M.remove_raft_voter_response(E.INCONSISTENT_CLUSTER_ID, 'The given id "%s" doesn\'t match '
+                                                'the cluster id "%s"' % (req.cluster_id, self.cluster_id))
+        err = self._leader_only_error()
+        if err is not None:
+            return M.remove_raft_voter_response(err)
+        if req.voter_id < 0 or req.voter_directory_id == ZERO_UUID:
+            return M.remove_raft_voter_response(E.INVALID_REQUEST,
+                                                "Remove voter request didn't include a valid voter")
+        bad = self._voter_change_precheck("removing")
+        if bad is not None:
+            return M.remove_raft_voter_response(*bad)
+        voters = self.history.latest()
+        new = voters.remove(req.voter_id, req.voter_directory_id)
+        if new is None:
+            return M.remove_raft_voter_response(
+                E.VOTER_NOT_FOUND, "Cannot remove voter ReplicaKey(id=%d, directoryId=%s) from the set of voters %s"
+                % (req.voter_id, req.voter_directory_id, voters))
+        self._voter_op = {"kind": "remove", "voter": req.voter_id, "source": inb.source,
+                          "corr": inb.correlation_id, "deadline": now + self.config.request_timeout_ms,
+                          "last_offset": None}
+        self._voter_op["last_offset"] = self._append_voters(new, now)
+        self._after_leader_append(now)
+        return None
+
+    def _handle_update_voter(self, now, req):
+        """UpdateRaftVoter: a voter's new endpoints. Accepted when nothing changes (what a
+        voter restarting on the same listeners sends); endpoint changes are not supported yet."""
+        q = self.quorum
+        if not self._valid_cluster_id(req.cluster_id or None):
+            return M.update_raft_voter_response(E.INCONSISTENT_CLUSTER_ID)
+        err = self._leader_only_error()
+        if err is not None:
+            return M.update_raft_voter_response(err, q.leader_id, q.epoch)
+        if self.kraft_version < 1:
+            return M.update_raft_voter_response(E.INVALID_REQUEST, q.leader_id, q.epoch)
+        node = self.history.latest().nodes.get(req.voter_id)
+        if node is None or node.directory_id != req.voter_directory_id:
+            return M.update_raft_voter_response(E.VOTER_NOT_FOUND, q.leader_id, q.epoch)
+        endpoints = tuple((l.name, l.host, l.port) for l in req.listeners)
+        if endpoints != node.endpoints:
+            return M.update_raft_voter_response(E.REQUEST_TIMED_OUT, q.leader_id, q.epoch)
+        return M.update_raft_voter_response(E.NONE, q.leader_id, q.epoch)
 
     def _valid_cluster_id(self, cid) -> bool:
         return cid is None or cid == self.cluster_id
@@ -585,7 +851,9 @@ class KafkaRaftClient:
             return reply(E.FENCED_LEADER_EPOCH)
         if p.candidate_id < 0:
             return reply(E.INVALID_REQUEST)
-        if p.candidate_id not in self.voters or not q.is_voter:
+        if self._static_quorum and (p.candidate_id not in self.voters or not q.is_voter):
+            # (KIP-853: with kraft.version 1 the voter set is in the log and ours may be
+            # stale, so Kafka no longer checks it here)
             return reply(E.INCONSISTENT_VOTER_SET)
         if req.voter_id not in (-1, self.node_id):
             return reply(E.INVALID_VOTER_KEY)
@@ -625,7 +893,7 @@ class KafkaRaftClient:
             return reply(E.FENCED_LEADER_EPOCH)
         if p.leader_id < 0:
             return reply(E.INVALID_REQUEST)
-        if p.leader_id not in self.voters:
+        if self._static_quorum and p.leader_id not in self.voters:
             return reply(E.INCONSISTENT_VOTER_SET)
         if p.leader_id == self.node_id:
             return reply(E.INVALID_REQUEST)
@@ -652,7 +920,7 @@ class KafkaRaftClient:
             return reply(E.FENCED_LEADER_EPOCH)
         if p.leader_id < 0 or p.leader_id == self.node_id:
             return reply(E.INVALID_REQUEST)
-        if p.leader_id not in self.voters:
+        if self._static_quorum and p.leader_id not in self.voters:
             return reply(E.INCONSISTENT_VOTER_SET)
         self._maybe_transition(p.leader_id, p.leader_epoch, now)
         st = q.state
@@ -728,6 +996,8 @@ class KafkaRaftClient:
         diverging = snapshot_id = None
         if v.kind == "valid":
             if replica >= 0 and replica != self.node_id:
+                progress = st.progress.get(replica) or st.observers.setdefault(replica, ReplicaProgress(replica))
+                progress.directory_id = p.replica_directory_id
                 if st.update_end_offset(replica, p.fetch_offset, now, self.log.end_offset):
                     self._on_high_watermark(st.high_watermark)
                     # followers learn the new high watermark without waiting for max_wait
@@ -839,6 +1109,8 @@ class KafkaRaftClient:
             if "no_truncate" not in self.bugs:
                 off = self.log.truncate_to_end_offset(div)
                 log.info("node %d: truncated to %d (diverging epoch %s)", self.node_id, off, tuple(div))
+                if self.history.truncate(self.log.end_offset):
+                    self._on_voters_changed(now)
         elif p.snapshot_id.epoch >= 0 or p.snapshot_id.end_offset >= 0:
             if p.snapshot_id.epoch < 0 or p.snapshot_id.end_offset < 0:
                 log.error("node %d: leader sent an invalid snapshot id %d-%d", self.node_id,
@@ -853,7 +1125,9 @@ class KafkaRaftClient:
                 if batches and batches[0].base_offset != self.log.end_offset:
                     return True       # an answer for an offset we no longer fetch from (stale)
                 self.log.append_as_follower(batches)
-                if self.quorum.is_voter and "no_fsync" not in self.bugs:
+                if self.history.apply_batches(batches):
+                    self._on_voters_changed(now)
+                if (self.quorum.is_voter or self.followers_always_flush) and "no_fsync" not in self.bugs:
                     self.log.flush()
             if p.high_watermark >= 0:
                 new_hw = min(self.log.end_offset, p.high_watermark)
@@ -883,6 +1157,8 @@ class KafkaRaftClient:
                 raise AssertionError("node %d: snapshot %s below the high watermark %d"
                                      % (self.node_id, tuple(snap), self.high_watermark))
             self.log.install_snapshot(snap, data)
+            if self.history.reset_to_snapshot(snap.offset, data):
+                self._on_voters_changed(now)
             self._load_snapshot(snap, data)
             log.info("node %d: installed snapshot %s", self.node_id, tuple(snap))
         st.fetch_deadline = now + self.config.fetch_timeout_ms

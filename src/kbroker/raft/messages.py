@@ -10,11 +10,14 @@ from typing import NamedTuple
 from uuid import UUID
 
 from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import add_raft_voter as arv
 from kbroker.protocol.messages import begin_quorum_epoch as bqe
 from kbroker.protocol.messages import describe_quorum as dq
 from kbroker.protocol.messages import end_quorum_epoch as eqe
 from kbroker.protocol.messages import fetch as fm
 from kbroker.protocol.messages import fetch_snapshot as fs
+from kbroker.protocol.messages import remove_raft_voter as rrv
+from kbroker.protocol.messages import update_raft_voter as urv
 from kbroker.protocol.messages import vote as vm
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -27,14 +30,21 @@ VERSIONS = {vm.VoteRequest: 1, vm.VoteResponse: 1,
             eqe.EndQuorumEpochRequest: 1, eqe.EndQuorumEpochResponse: 1,
             fm.FetchRequest: 17, fm.FetchResponse: 17,
             dq.DescribeQuorumRequest: 1, dq.DescribeQuorumResponse: 1,
-            fs.FetchSnapshotRequest: 1, fs.FetchSnapshotResponse: 1}
+            fs.FetchSnapshotRequest: 1, fs.FetchSnapshotResponse: 1,
+            arv.AddRaftVoterRequest: 0, arv.AddRaftVoterResponse: 0,
+            rrv.RemoveRaftVoterRequest: 0, rrv.RemoveRaftVoterResponse: 0,
+            urv.UpdateRaftVoterRequest: 0, urv.UpdateRaftVoterResponse: 0}
 
 REQUEST_TYPES = (vm.VoteRequest, bqe.BeginQuorumEpochRequest, eqe.EndQuorumEpochRequest, fm.FetchRequest,
-                 dq.DescribeQuorumRequest, fs.FetchSnapshotRequest)
+                 dq.DescribeQuorumRequest, fs.FetchSnapshotRequest, arv.AddRaftVoterRequest,
+                 rrv.RemoveRaftVoterRequest, urv.UpdateRaftVoterRequest)
 RESPONSE_OF = {vm.VoteRequest: vm.VoteResponse, bqe.BeginQuorumEpochRequest: bqe.BeginQuorumEpochResponse,
                eqe.EndQuorumEpochRequest: eqe.EndQuorumEpochResponse, fm.FetchRequest: fm.FetchResponse,
                dq.DescribeQuorumRequest: dq.DescribeQuorumResponse,
-               fs.FetchSnapshotRequest: fs.FetchSnapshotResponse}
+               fs.FetchSnapshotRequest: fs.FetchSnapshotResponse,
+               arv.AddRaftVoterRequest: arv.AddRaftVoterResponse,
+               rrv.RemoveRaftVoterRequest: rrv.RemoveRaftVoterResponse,
+               urv.UpdateRaftVoterRequest: urv.UpdateRaftVoterResponse}
 BY_API_KEY = {(c.API_KEY, c in REQUEST_TYPES): c for c in VERSIONS}
 
 
@@ -117,13 +127,14 @@ def end_quorum_epoch_response(error=ErrorCode.NONE, partition_error=ErrorCode.NO
 # -- Fetch ------------------------------------------------------------------------------------
 
 def fetch_request(cluster_id, replica_id, epoch, fetch_offset, last_fetched_epoch, max_wait_ms,
-                  max_bytes=8 * 1024 * 1024):
+                  max_bytes=8 * 1024 * 1024, directory_id=None):
     return fm.FetchRequest(cluster_id=cluster_id, replica_state=fm.ReplicaState(replica_id=replica_id),
                            max_wait_ms=max_wait_ms, min_bytes=0, max_bytes=max_bytes, topics=[fm.FetchTopic(
                                topic_id=METADATA_TOPIC_ID, partitions=[fm.FetchPartition(
                                    partition=METADATA_PARTITION, current_leader_epoch=epoch,
                                    fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch,
-                                   partition_max_bytes=max_bytes)])])
+                                   partition_max_bytes=max_bytes,
+                                   replica_directory_id=directory_id or fm.ZERO_UUID)])])
 
 
 def fetch_response(error=ErrorCode.NONE, partition_error=ErrorCode.NONE, leader_id=-1, epoch=-1,
@@ -177,12 +188,16 @@ def describe_quorum_request():
 
 
 def describe_quorum_response(partition_error=ErrorCode.NONE, leader_id=-1, epoch=-1, high_watermark=-1,
-                             voters=(), observers=()):
-    """voters / observers: (replica id, log end offset, last fetch ms, last caught up ms)."""
+                             voters=(), observers=(), nodes=()):
+    """voters / observers: (replica id, log end offset, last fetch ms, last caught up ms[,
+    directory id]); nodes (v2): (node id, ((listener name, host, port), ...))."""
     def rs(t):
         return dq.ReplicaState(replica_id=t[0], log_end_offset=t[1], last_fetch_timestamp=t[2],
-                               last_caught_up_timestamp=t[3])
-    return dq.DescribeQuorumResponse(topics=[dq.DescribeQuorumResponseTopicData(
+                               last_caught_up_timestamp=t[3],
+                               replica_directory_id=t[4] if len(t) > 4 else dq.ZERO_UUID)
+    return dq.DescribeQuorumResponse(nodes=[dq.Node(node_id=i, listeners=[
+        dq.Listener(name=e[0], host=e[1], port=e[2]) for e in eps]) for i, eps in nodes],
+        topics=[dq.DescribeQuorumResponseTopicData(
         topic_name=METADATA_TOPIC, partitions=[dq.DescribeQuorumResponsePartitionData(
             partition_index=METADATA_PARTITION, error_code=partition_error, leader_id=leader_id,
             leader_epoch=epoch, high_watermark=high_watermark, current_voters=[rs(v) for v in voters],
@@ -212,3 +227,30 @@ def fetch_snapshot_response(error=ErrorCode.NONE, partition_error=ErrorCode.NONE
         unaligned_records=data if data is not None else b"")
     return fs.FetchSnapshotResponse(topics=[fs.FetchSnapshotResponseTopicSnapshot(name=METADATA_TOPIC,
                                                                                   partitions=[p])])
+
+
+def describe_quorum_for_version(resp, version: int):
+    """Drop what DescribeQuorum v0/v1 cannot carry (directory ids, nodes: v2+)."""
+    if version < 2:
+        resp.nodes = []
+        for t in resp.topics:
+            for p in t.partitions:
+                for r in list(p.current_voters) + list(p.observers):
+                    r.replica_directory_id = dq.ZERO_UUID
+    return resp
+
+
+# -- AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter (KIP-853) ---------------------------------------
+
+def add_raft_voter_response(error=ErrorCode.NONE, message=None):
+    return arv.AddRaftVoterResponse(error_code=error, error_message=message)
+
+
+def remove_raft_voter_response(error=ErrorCode.NONE, message=None):
+    return rrv.RemoveRaftVoterResponse(error_code=error, error_message=message)
+
+
+def update_raft_voter_response(error=ErrorCode.NONE, leader_id=-1, epoch=-1, endpoint=None):
+    host, port = endpoint or ("", 0)
+    return urv.UpdateRaftVoterResponse(error_code=error, current_leader=urv.CurrentLeader(
+        leader_id=leader_id, leader_epoch=epoch, host=host, port=port))

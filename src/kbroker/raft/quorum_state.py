@@ -184,6 +184,7 @@ class ReplicaProgress:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     acknowledged: bool = False
+    directory_id: object = None      # the directory id it fetches with (KIP-853), None unknown
 
 
 @dataclass

@@ -41,6 +41,12 @@ from kbroker.raft.quorum_state import MemoryQuorumStateStore
 from kbroker.raft.replicated_log import MemoryLog
 
 CLUSTER_ID = "Sim-cluster-id-0000000"
+ADMIN_ID = -100      # where the answers to the workload's AddRaftVoter / RemoveRaftVoter go
+
+
+def _directory_id(node_id: int):
+    import uuid
+    return uuid.UUID(int=0xD1 << 64 | node_id)
 
 
 class InvariantViolation(AssertionError):
@@ -66,6 +72,10 @@ class SimConfig:
     disk_dir: Optional[str] = None
     #: each node snapshots its applied state every this many committed records (None: never)
     snapshot_every: Optional[int] = None
+    #: KIP-853: the voters start as a VotersRecord (kraft.version 1) in their logs, the
+    #: observers know them as bootstrap servers, and the workload adds and removes voters
+    #: (AddRaftVoter / RemoveRaftVoter at the leader) about every this many ms (None: static)
+    reconfigure_every_ms: Optional[int] = None
 
 
 class AppliedState(Listener):
@@ -179,8 +189,14 @@ class Simulation:
         n.last_hw = 0
         n.state = AppliedState(self, n)
         rng = random.Random(self.seed * 1_000_003 + n.id * 1009 + n.incarnation)
-        n.client = KafkaRaftClient(n.id, self.voter_ids, CLUSTER_ID, n.log, n.store, n.state, rng,
-                                   self.raft_config)
+        if self.cfg.reconfigure_every_ms:
+            n.client = KafkaRaftClient(n.id, (), CLUSTER_ID, n.log, n.store, n.state, rng, self.raft_config,
+                                       bootstrap_ids=tuple(sorted(self.voter_ids)),
+                                       directory_id=_directory_id(n.id), listener_name="SIM",
+                                       endpoints=(("SIM", "node", n.id),), followers_always_flush=True)
+        else:
+            n.client = KafkaRaftClient(n.id, self.voter_ids, CLUSTER_ID, n.log, n.store, n.state, rng,
+                                       self.raft_config)
         n.client.bugs = self.cfg.bugs
         self.log_event("start node %d (#%d)" % (n.id, n.incarnation))
         self.send(n, n.client.start(self.now))
@@ -272,18 +288,87 @@ class Simulation:
 
     def check_majority(self) -> None:
         """Every committed entry is in the logs of a majority of the voters (up or down:
-        a down node's log is what it fsynced), as Raft guarantees at all times."""
+        a down node's log is what it fsynced), as Raft guarantees at all times. With dynamic
+        voters: of the committed voter set, or of a voter set appended after it (a leader
+        counts the latest appended set, committed or not; single-voter changes make any two
+        consecutive majorities intersect, so either is safe)."""
         flat = {}
+        configs = self.voter_sets()
         for n in self.nodes.values():
-            if n.voter:
+            if any(n.id in c for c in configs):
                 snap = n.log.latest_snapshot_id()
                 flat[n.id] = (pickle.loads(n.log.read_snapshot(snap)) if snap else []) + [
                     (b.epoch, b.control_type, v) for b in n.log.read(n.log.start_offset, 1 << 40) for v in b.records]
-        need = len(self.voter_ids) // 2 + 1
         for off, entry in enumerate(self.committed):
-            have = sum(1 for entries in flat.values() if off < len(entries) and entries[off] == entry)
-            if have < need:
-                self.fail("committed entry at offset %d is on %d voters, fewer than a majority" % (off, have))
+            holders = {i for i, entries in flat.items() if off < len(entries) and entries[off] == entry}
+            if not any(len(holders & c) >= len(c) // 2 + 1 for c in configs):
+                self.fail("committed entry at offset %d is on %s, fewer than a majority of the voters %s"
+                          % (off, sorted(holders), [sorted(c) for c in configs]))
+
+    def committed_voters(self) -> frozenset:
+        """The voters of the latest committed VotersRecord (the static set without one)."""
+        from kbroker.raft.voter_set import KRAFT_VOTERS, VoterSet, parse_control
+        for _, ctype, value in reversed(self.committed):
+            if ctype == KRAFT_VOTERS:
+                return VoterSet.from_record(parse_control(ctype, value)).ids
+        return self.voter_ids
+
+    def voter_sets(self) -> list:
+        """The committed voter set, then every voter set appended after it in any log."""
+        from kbroker.raft.voter_set import KRAFT_VOTERS, VoterSet, parse_control
+        out = [self.committed_voters()]
+        if self.cfg.reconfigure_every_ms:
+            at = max((off for off, e in enumerate(self.committed) if e[1] == KRAFT_VOTERS), default=-1)
+            for n in self.nodes.values():
+                for b in n.log.read(max(at + 1, n.log.start_offset), 1 << 40):
+                    if b.control_type == KRAFT_VOTERS:
+                        ids = VoterSet.from_record(parse_control(KRAFT_VOTERS, b.records[0])).ids
+                        if ids not in out:
+                            out.append(ids)
+        return out
+
+    # -- KIP-853 ------------------------------------------------------------------------------------
+    def _bootstrap_voters(self) -> None:
+        """The initial voters' logs start with KRaftVersion(1) and the VotersRecord of them
+        (epoch 0, fsynced), as a formatted dynamic quorum's first leader writes them."""
+        from kbroker.raft.replicated_log import KRAFT_VERSION, KRAFT_VOTERS
+        from kbroker.raft.voter_set import VoterNode, VoterSet, kraft_version_record
+        vs = VoterSet(VoterNode(i, _directory_id(i), (("SIM", "node", i),), 0, 1) for i in sorted(self.voter_ids))
+        for i in self.voter_ids:
+            lg = self.nodes[i].log
+            lg.append_as_leader([kraft_version_record(1)], 0, KRAFT_VERSION)
+            lg.append_as_leader([bytes(vs.to_record().encode(0))], 0, KRAFT_VOTERS)
+            lg.flush()
+
+    def reconfigure(self) -> None:
+        """At the leader: remove a voter (sometimes itself) or add an observer."""
+        from kbroker.protocol.messages import add_raft_voter as arv
+        from kbroker.protocol.messages import remove_raft_voter as rrv
+        leaders = [n for n in self.nodes.values() if n.up and n.client.is_leader]
+        if not leaders:
+            return
+        n = leaders[0]
+        voters = sorted(n.client.voters)
+        others = sorted(set(self.nodes) - set(voters))
+        if len(voters) > 2 and (not others or self.rng.random() < 0.5):
+            v = self.rng.choice(voters)
+            msg = rrv.RemoveRaftVoterRequest(cluster_id=CLUSTER_ID, voter_id=v, voter_directory_id=_directory_id(v))
+            what = "remove voter %d" % v
+        elif others:
+            v = self.rng.choice(others)
+            msg = arv.AddRaftVoterRequest(cluster_id=CLUSTER_ID, voter_id=v, voter_directory_id=_directory_id(v),
+                                          timeout_ms=10000, listeners=[arv.Listener(name="SIM", host="node", port=v)])
+            what = "add voter %d" % v
+        else:
+            return
+        self.seq += 1
+        self.log_event("%s at leader %d" % (what, n.id))
+        self.stats["reconfigurations"] = self.stats.get("reconfigurations", 0) + 1
+        # the answer goes to ADMIN_ID, a node that does not exist (dropped)
+        self.send(n, n.client.handle(self.now, M.Inbound(ADMIN_ID, self.seq, M.decode(
+            msg.API_KEY, True, M.encode(msg)))))
+        n.deadline = n.client.next_deadline()
+        self.check(n)
 
     # -- faults and workload --------------------------------------------------------------------------
     def _exp(self, mean: int) -> int:
@@ -342,6 +427,7 @@ class Simulation:
         next_part = self._exp(cfg.partition_every_ms) if self.faults else 1 << 62
         # after the heal only the liveness probe appends
         next_append = self._exp(cfg.append_every_ms) if self.faults else 1 << 62
+        next_reconf = self._exp(cfg.reconfigure_every_ms) if self.faults and cfg.reconfigure_every_ms else 1 << 62
         same, last_t = 0, -1
         while True:
             if stop is not None and stop():
@@ -351,7 +437,7 @@ class Simulation:
             t_msg = self.heap[0][0] if self.heap else 1 << 62
             t_rst = min((r[0] for r in self.restarts), default=1 << 62)
             t_heal = min((p[0] for p in self.partitions), default=1 << 62)
-            t = min(t_nodes, t_msg, t_rst, t_heal, next_crash, next_part, next_append)
+            t = min(t_nodes, t_msg, t_rst, t_heal, next_crash, next_part, next_append, next_reconf)
             if t > end:
                 self.now = end
                 return False
@@ -391,6 +477,9 @@ class Simulation:
             elif next_part <= now:
                 self.fault_partition()
                 next_part = self._exp(cfg.partition_every_ms)
+            elif next_reconf <= now:
+                self.reconfigure()
+                next_reconf = self._exp(cfg.reconfigure_every_ms)
             else:
                 self.workload()
                 next_append = self._exp(cfg.append_every_ms) if self.faults else 1 << 62
@@ -407,6 +496,8 @@ class Simulation:
             self.close()
 
     def _run(self) -> dict:
+        if self.cfg.reconfigure_every_ms:
+            self._bootstrap_voters()
         for n in self.nodes.values():
             self.start_node(n)
         self.step_until(self.cfg.fault_ms)

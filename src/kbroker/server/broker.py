@@ -23,6 +23,8 @@ import threading
 from kbroker.log.checkpoints import META_PROPERTIES, random_uuid, read_meta_properties
 from kbroker.log.manager import LogManager
 from kbroker.network.socket_server import SocketServer
+from kbroker.quota.manager import QuotaManagers
+from kbroker.security.authorizer import StandardAuthorizer
 from kbroker.server.config import KafkaConfig
 from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
 from kbroker.server.fetch_session import FetchSessionCache
@@ -66,6 +68,7 @@ class KafkaBroker:
         self.group_coordinator = None
         self.transaction_coordinator = None
         self.metrics_server = None
+        self.authorizer = None
 
     # -- what handlers use ---------------------------------------------------------------
     @property
@@ -82,6 +85,10 @@ class KafkaBroker:
         if port == 0:  # advertise the port actually bound
             port = self.socket_server.bound_port(adv.name)
         return (adv.host or "127.0.0.1", port)
+
+    def acl_index(self):
+        """The ACLs now in force (an immutable kbroker.security.authorizer.AclIndex)."""
+        return self.metadata.acl_index
 
     @property
     def node(self) -> tuple[int, str, int]:
@@ -112,7 +119,12 @@ class KafkaBroker:
         for security in c.listener_security.values():
             if security.sasl is not None:      # SCRAM credentials live in the metadata
                 security.sasl.scram_credentials = self.metadata
+        store = self.metadata
+        #: authorizer.class.name: None (empty: no authorization) or the StandardAuthorizer over the store's ACLs
+        self.authorizer = StandardAuthorizer.from_config(c, lambda: store.acl_index)
         self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
+        self.quotas = QuotaManagers.from_config(c)
+        self.quotas.update_quotas(self.metadata.client_quotas())
         self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
                                                          topic_overrides=self._topic_overrides)
         self.log_manager.ensure_meta_properties(self.node_id, self.cluster_id)

@@ -174,6 +174,10 @@ BROKER_CONFIG = (
     .define("request.timeout.ms", "int", 30000, at_least(0))
     .define("sasl.kerberos.min.time.before.relogin", "long", 60000, None,
             "Kafka's GSSAPI relogin interval; kbroker has no GSSAPI mechanism (see BROKER_NO_OP_CONFIGS).")
+    # --- client quotas ---
+    .define("quota.window.num", "int", 11, at_least(1),
+            "Samples kept for client quota rates (producer_byte_rate, consumer_byte_rate, request_percentage).")
+    .define("quota.window.size.seconds", "int", 1, at_least(1), "The time span of each client quota sample.")
     # --- topics ---
     .define("auto.create.topics.enable", "boolean", True)
     .define("num.partitions", "int", 1, at_least(1))
@@ -265,11 +269,17 @@ BROKER_CONFIG = (
     .define("transactional.id.expiration.ms", "int", 604800000, at_least(1))
     .define("transaction.max.timeout.ms", "int", 900000, at_least(1))
     .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
-    .define("transaction.state.log.replication.factor", "int", 1, at_least(1))
+    .define("transaction.state.log.replication.factor", "int", 3, at_least(1),
+            "Replicas of __transaction_state on a KRaft cluster (clamped to the alive brokers when it is "
+            "created); the zero-config single node has one.")
     .define("transaction.state.log.min.isr", "int", 1, at_least(1))
     .define("transaction.state.log.segment.bytes", "int", 104857600, at_least(1))
     .define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))
     .define("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, at_least(1))
+    .define("transaction.partition.verification.enable", "boolean", True, None,
+            "KIP-890: before appending a transactional batch of a producer with no ongoing transaction in the "
+            "partition, the leader verifies with the transaction coordinator that the partition is in it "
+            "(dynamic).")
     # --- purgatory ---
     .define("fetch.purgatory.purge.interval.requests", "int", 1000)
     .define("producer.purgatory.purge.interval.requests", "int", 1000)
@@ -296,6 +306,15 @@ from kbroker.security.config import (  # noqa: E402
 
 for _name, _type, _default, _doc in SECURITY_KEYS:
     BROKER_CONFIG.define(_name, _type, _default, None, _doc)
+
+# --- authorization (kbroker.security.authorizer): Kafka's keys and defaults ---
+(BROKER_CONFIG
+    .define("authorizer.class.name", "string", "", None,
+            "Empty: no authorization (Kafka's default); org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+            "(or kbroker.security.authorizer.StandardAuthorizer): ACLs with Kafka's StandardAuthorizer semantics.")
+    .define("super.users", "string", "", None, "Principals allowed everything, separated by ';' (User:admin;User:ops).")
+    .define("allow.everyone.if.no.acl.found", "boolean", False, None,
+            "With an authorizer: a resource with no ACL at all is open to everyone."))
 
 
 #: Broker-only keys kbroker accepts but that change nothing today, with the reason (topic-config
@@ -324,7 +343,9 @@ BROKER_NO_OP_CONFIGS: dict[str, str] = {
     "metadata.max.retention.bytes": _NOT_WIRED,
     "metadata.max.retention.ms": _NOT_WIRED,
     "metadata.max.idle.interval.ms": _NOT_WIRED,
-    "transaction.state.log.replication.factor": "single node: __transaction_state has one replica",
+    "transaction.state.log.replication.factor": "read by a KRaft broker (kbroker.server.kraft_broker: the "
+        "replication factor of __transaction_state created through the controller); the zero-config single "
+        "node's __transaction_state has one replica",
     "log.message.format.version": "deprecated in Kafka 3.0 and ignored there too; accepted with a warning",
     "sasl.kerberos.min.time.before.relogin":
         "no GSSAPI mechanism: no Kerberos login to refresh (a Kafka broker without GSSAPI ignores it "
@@ -520,22 +541,51 @@ class KafkaConfig:
             except SecurityConfigError as e:
                 raise ConfigError(e.key, str(e).split(": ", 1)[1]) from None
         for name in self.listener_overrides:
-            if name not in out:
+            # (a broker-only node keeps the client side of the controller listener's settings)
+            if name not in out and name not in self.controller_listener_names:
                 raise ConfigError(f"listener.name.{name.lower()}", f"no listener named {name} in listeners")
         return out
 
     def _refuse_other_protocols(self, advertised: list[Listener]) -> None:
-        """KRaft nodes: only PLAINTEXT is wired there yet (the zero-config node serves SSL and SASL);
-        a listener a KRaft node would serve or connect to over another protocol stops start-up (map entries no listener uses are accepted, as in
-        Kafka's own default map)."""
-        used = ([l.name for l in self.listeners] + [l.name for l in advertised]
-                + (self.controller_listener_names if self.cluster_mode else []))
-        for name in used:
-            proto = self.security_protocols.get(name)
-            if proto is not None and proto != "PLAINTEXT":
-                raise ConfigError("listener.security.protocol.map",
-                                  f"listener {name} uses security protocol {proto}, which kbroker does not "
-                                  "support yet (PLAINTEXT only)")
+        """KRaft nodes: the controller listeners and the brokers' client listeners may be SSL,
+        SASL_PLAINTEXT or SASL_SSL (the controllers' own connections, and the brokers' to
+        them, use ``sasl.mechanism.controller.protocol`` and the listener's TLS settings);
+        the inter-broker listener is PLAINTEXT only yet (the replica fetchers do not speak
+        TLS/SASL): another protocol there stops start-up."""
+        if "broker" not in self.process_roles:
+            return
+        name = self.inter_broker_listener_name
+        proto = self.security_protocols.get(name)
+        if proto is not None and proto != "PLAINTEXT":
+            raise ConfigError("listener.security.protocol.map",
+                              f"listener {name} uses security protocol {proto}, which kbroker does not "
+                              "support yet for inter-broker traffic (PLAINTEXT only)")
+
+    def inter_node_client_config(self, listener_name: str, mechanism_key: str) -> dict:
+        """What this node's NetworkClient needs to connect to ``listener_name`` of another node
+        (Kafka's ChannelBuilders for a client mode channel): its security protocol, the
+        listener's TLS settings (truststore; keystore for mutual TLS) and SASL mechanism
+        (``mechanism_key``, e.g. sasl.mechanism.controller.protocol) with the JAAS text whose
+        username/password it logs in with (listener.name.<l>.<mechanism>.sasl.jaas.config,
+        else sasl.jaas.config)."""
+        proto = self.security_protocols.get(listener_name, "PLAINTEXT")
+        out: dict = {"security.protocol": proto}
+        overrides = self.listener_overrides.get(listener_name, {})
+
+        def get(key):
+            return overrides[key] if key in overrides else self.values.get(key)
+        if proto in ("SSL", "SASL_SSL"):
+            for key in ("ssl.truststore.location", "ssl.truststore.certificates", "ssl.key.password",
+                        "ssl.endpoint.identification.algorithm"):
+                if get(key) is not None:
+                    out[key] = get(key)
+            if get("ssl.keystore.location") and get("ssl.client.auth") in ("required", "requested"):
+                out["ssl.keystore.location"] = get("ssl.keystore.location")
+        if proto.startswith("SASL_"):
+            mechanism = (self.values.get(mechanism_key) or "GSSAPI").upper()
+            out["sasl.mechanism"] = mechanism
+            out["sasl.jaas.config"] = overrides.get(f"{mechanism.lower()}.sasl.jaas.config") or get("sasl.jaas.config")
+        return out
 
     def _validate_kraft(self, v: dict, advertised: list[Listener]) -> None:
         """Kafka 3.9's KafkaConfig.validateValues rules for process.roles set, in its order."""
@@ -625,6 +675,10 @@ class KafkaConfig:
                               "meta-address 0.0.0.0. Use a routable IP address.")
 
     def _validate_common(self, v: dict) -> None:
+        from kbroker.security.authorizer import AUTHORIZER_CLASS_NAMES
+        if v["authorizer.class.name"] and v["authorizer.class.name"].strip() not in AUTHORIZER_CLASS_NAMES:
+            raise ConfigError("authorizer.class.name", f"{v['authorizer.class.name']!r} is not supported: leave it "
+                              "empty (no authorization) or set org.apache.kafka.metadata.authorizer.StandardAuthorizer")
         if v["group.min.session.timeout.ms"] > v["group.max.session.timeout.ms"]:
             raise ConfigError("group.min.session.timeout.ms", "must not exceed group.max.session.timeout.ms")
         # Kafka's GroupCoordinatorConfig requirements for the group.consumer.* timeouts.
@@ -668,16 +722,15 @@ class KafkaConfig:
 
     def socket_server_config(self, listeners, *, client_limits: bool = True):
         """The network layer's settings for ``listeners`` (listener URLs), from this config.
-        ``client_limits``: also the per-IP connection limits, the request-memory pool and
-        the listeners' security (a client-facing SocketServer; not a controller's)."""
+        ``client_limits``: also the per-IP connection limits and the request-memory pool (a
+        client-facing SocketServer; not a controller's). Every listener gets its security."""
         from kbroker.network.socket_server import SocketServerConfig
 
-        extra = {}
+        extra = {"listener_security": self.listener_security}
         if client_limits:
-            extra = dict(max_connections_per_ip=self["max.connections.per.ip"],
+            extra.update(max_connections_per_ip=self["max.connections.per.ip"],
                          max_connections_per_ip_overrides=self.max_connections_per_ip_overrides,
-                         queued_max_request_bytes=self["queued.max.request.bytes"],
-                         listener_security=self.listener_security)
+                         queued_max_request_bytes=self["queued.max.request.bytes"])
         return SocketServerConfig(
             listeners=listeners,
             num_network_threads=self["num.network.threads"],

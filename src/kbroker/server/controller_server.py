@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 
 class ControllerApis(KafkaApis):
-    """KafkaApis for controller listeners: ApiVersions plus the given handlers; any other
-    API closes the connection (not enabled on this listener)."""
+    """KafkaApis for controller listeners: ApiVersions, SaslHandshake/SaslAuthenticate plus the
+    given handlers; any other API closes the connection (not enabled on this listener)."""
 
     def __init__(self, target, channel, handlers: dict[int, ApiHandler]):
         from kbroker.server.apis.api_versions import HANDLERS as API_VERSIONS
@@ -38,7 +38,10 @@ class ControllerApis(KafkaApis):
         # ApiVersions answers for this listener's table, whatever ``target`` is
         api_versions = ApiHandler(own.min_version, own.max_version,
                                   lambda _target, ctx, req: own.handle(self, ctx, req))
-        super().__init__(target, channel, {**handlers, ApiKey.API_VERSIONS: api_versions})
+        from kbroker.server.apis.sasl import HANDLERS as SASL
+        # SaslHandshake / SaslAuthenticate for SASL controller listeners (the network
+        # processor lets nothing else through before authentication)
+        super().__init__(target, channel, {**SASL, **handlers, ApiKey.API_VERSIONS: api_versions})
 
     @property
     def apis(self) -> "ControllerApis":

@@ -13,7 +13,8 @@ start-up before any log is opened.
 
 Which keys: ``DYNAMIC_CONFIGS``, the ones kbroker applies live (the broker-wide
 defaults of the topic configs, e.g. ``log.retention.ms``, ``log.segment.bytes``,
-``message.max.bytes``, ``min.insync.replicas``, plus ``kbroker.log.fsync.every.append``;
+``message.max.bytes``, ``min.insync.replicas``, plus ``kbroker.log.fsync.every.append``,
+``transaction.partition.verification.enable`` (read per transactional produce);
 and ``sasl.kerberos.min.time.before.relogin``, a documented no-op without SASL listeners).
 Applying one rebuilds the LogManager's default LogConfig; every live log picks
 it up with its topic's overrides still on top. A key Kafka can change
@@ -55,7 +56,8 @@ KAFKA_DYNAMIC_CONFIGS = frozenset(
 #: Keys kbroker applies without a restart: the broker-wide topic-config defaults and our fsync mode.
 DYNAMIC_CONFIGS = frozenset(
     (set(BROKER_TO_TOPIC) | {"log.retention.hours", "log.retention.minutes", "log.roll.hours",
-                             "log.roll.jitter.hours", "sasl.kerberos.min.time.before.relogin"})
+                             "log.roll.jitter.hours", "sasl.kerberos.min.time.before.relogin",
+                             "transaction.partition.verification.enable"})
     & set(BROKER_CONFIG.keys)
 )
 

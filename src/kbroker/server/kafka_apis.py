@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 
 from kbroker.protocol import (
     API_INFO, ApiKey, ErrorCode, ProtocolDecodeError, parse_request_header,
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 HANDLER_MODULES = (
     "api_versions", "metadata", "produce", "fetch", "list_offsets", "topics",
     "offset_for_leader_epoch", "configs", "cluster", "delete_records", "group", "producer_id", "transaction",
-    "write_txn_markers", "sasl", "scram_credentials",
+    "write_txn_markers", "sasl", "scram_credentials", "client_quotas", "acls",
 )
 
 
@@ -75,7 +76,9 @@ class KafkaApis:
                      request.connection_id, request.api_key, request.api_version, e)
             self.channel.close_connection(request)
             return
-        ctx = RequestContext(request, header, self.channel)
+        q = getattr(self.broker, "quotas", None)
+        ctx = RequestContext(request, header, self.channel,
+                             quotas=q if q is not None and q.any_enabled else None)
         key, version = ctx.api_key, ctx.api_version
         handler = self.handlers.get(key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
@@ -91,6 +94,8 @@ class KafkaApis:
             return
         try:
             handler.handle(self.broker, ctx, body)
+            if ctx.quotas is not None:
+                ctx.handled_ns = time.monotonic_ns()
         except Exception:
             log.exception("error handling %s v%d from %s", info.name, version, request.connection_id)
             self._error_response(ctx, ErrorCode.UNKNOWN_SERVER_ERROR)

@@ -34,8 +34,12 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
   and the ReplicaFetcherManager's threads feed the logs this broker follows. On
   shutdown the fetchers stop once the controller granted the controlled shutdown.
 
-Not yet: transactions (no transaction coordinator on a KRaft broker yet); the metrics
-endpoint (``kbroker.metrics.port``).
+- Transactions: the transaction coordinator is the zero-config broker's, over the
+  ``__transaction_state`` partitions this broker leads (created through the controller
+  on the first FindCoordinator(TRANSACTION)); markers and KIP-890 verifications go over
+  the wire to the brokers the metadata names.
+
+Not yet: the metrics endpoint (``kbroker.metrics.port``).
 """
 from __future__ import annotations
 
@@ -52,9 +56,13 @@ from kbroker.raft.client import Listener
 from kbroker.raft.replicated_log import DATA
 from kbroker.log.manager import LogManager
 from kbroker.network.socket_server import SocketServer
+from kbroker.quota.manager import QuotaManagers
 from kbroker.protocol.messages.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kbroker.server import schema_validation
+from kbroker.security.authorizer import StandardAuthorizer
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import authz
+from kbroker.server.forward_authz import authorize_forwarded
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager
 from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
 from kbroker.server.fetch_session import FetchSessionCache
@@ -76,7 +84,8 @@ log = logging.getLogger(__name__)
 #: admin requests a broker forwards to the active controller
 FORWARDED = (ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS,
              ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.ELECT_LEADERS,
-             ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS)
+             ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.LIST_PARTITION_REASSIGNMENTS,
+             ApiKey.ALTER_CLIENT_QUOTAS)
 NOT_REQUESTED = -(2**31)
 
 
@@ -168,6 +177,10 @@ class FanOutListener(Listener):
         for x in self.listeners:
             x.handle_load_snapshot(snapshot_id, data)
 
+    def handle_control_append(self, last_offset: int) -> None:
+        for x in self.listeners:
+            x.handle_control_append(last_offset)
+
 
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -229,6 +242,23 @@ class ForwardingTopicManager:
                      {"cleanup.policy": "compact", "compression.type": "producer",
                       "segment.bytes": str(c["offsets.topic.segment.bytes"])})
 
+    def create_transaction_state_topic(self) -> None:
+        """``__transaction_state`` with transaction.state.log.num.partitions and
+        transaction.state.log.replication.factor, clamped to the alive brokers as
+        ``__consumer_offsets`` is (on the first FindCoordinator(TRANSACTION))."""
+        from kbroker.coordinator.transaction.coordinator import transaction_state_topic_configs
+        c = self.broker.config
+        rf = c["transaction.state.log.replication.factor"]
+        alive = len(self.broker.metadata_cache.alive_brokers())
+        if 0 < alive < rf:
+            log.warning("transaction.state.log.replication.factor=%d but only %d broker(s) are alive: creating "
+                        "__transaction_state with replication factor %d", rf, alive, alive)
+            rf = alive
+        configs = transaction_state_topic_configs(c)
+        if int(configs["min.insync.replicas"]) > rf:
+            configs["min.insync.replicas"] = str(rf)
+        self._create("__transaction_state", c["transaction.state.log.num.partitions"], rf, configs)
+
     def create(self, *a, **kw):
         raise TopicError(ErrorCode.NOT_CONTROLLER, "topics are created by the active controller")
 
@@ -250,8 +280,11 @@ class KRaftBroker:
         self.directory_ids = directory_ids
         self.controllers = dict(controllers)
         self.controller_nodes = StaticNodes(self.controllers)
+        to_controller = config.inter_node_client_config(config.controller_listener_names[0],
+                                                        "sasl.mechanism.controller.protocol")
         self.sender = InterNodeSendThread(f"broker-{self.node_id}-to-controller", self.controller_nodes,
-                                          {"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000})
+                                          {**to_controller, "reconnect.backoff.ms": 50,
+                                           "reconnect.backoff.max.ms": 1000})
         self.controller_channel = ControllerChannel(self.sender, leader_hint=lambda: listener.leader_id)
         names = set(config.controller_listener_names)
         self.listeners = [l for l in config.listeners if l.name not in names]
@@ -259,8 +292,11 @@ class KRaftBroker:
         self.handler_pool = None
         self.lifecycle_manager: BrokerLifecycleManager | None = None
         self.group_coordinator = None
+        self.transaction_coordinator = None
         self.topic_deletion_hooks: list = []
         self._stopped = False
+        #: authorizer.class.name: None, or the StandardAuthorizer over the published image's ACLs
+        self.authorizer = StandardAuthorizer.from_config(config, lambda: listener.image.acls.index)
 
     # -- what handlers use ------------------------------------------------------------------
     @property
@@ -277,6 +313,14 @@ class KRaftBroker:
         l = next((x for x in self.listeners if x.name == listener_name), self.listeners[0])
         a = adv.get(l.name, l)
         return (a.host or "127.0.0.1", a.port or self.socket_server.bound_port(l.name))
+
+    def acl_index(self):
+        """The ACLs now in force: those of the published image (AccessControlEntryRecords)."""
+        return self.metadata_listener.image.acls.index
+
+    def forward_to_controller(self, ctx, body) -> None:
+        """Send an (already authorized) admin request to the active controller and answer with its reply."""
+        self._forward(ctx, body)
 
     def learn_controller(self, node_id: int, hp: tuple[str, int]) -> None:
         """A controller's endpoint learnt from the quorum (a broker configured with only
@@ -298,6 +342,7 @@ class KRaftBroker:
     def startup(self) -> None:
         c = self.config
         self.dynamic_config = DynamicBrokerConfig(c, self.metadata)
+        self.quotas = QuotaManagers.from_config(c)      # the publisher sets the image's quotas
         self.log_manager = LogManager.from_broker_config(log_props(self.dynamic_config.current),
                                                          topic_overrides=self._topic_overrides)
         self.log_manager.startup()
@@ -346,6 +391,9 @@ class KRaftBroker:
         from kbroker.coordinator.group.coordinator import build_group_coordinator
 
         self.group_coordinator = build_group_coordinator(self)
+        from kbroker.coordinator.transaction.coordinator import build_transaction_coordinator
+
+        self.transaction_coordinator = build_transaction_coordinator(self)
         self.publisher = BrokerMetadataPublisher(self)
         self.metadata_listener.install(self.publisher)
         self.handler_pool.start()
@@ -398,14 +446,18 @@ class KRaftBroker:
         if rm is not None and rm.alter_partition is not None:
             rm.alter_partition.close()
         for name, stop in (("socket_server", "stop"), ("handler_pool", "shutdown"),
-                           ("group_coordinator", "shutdown"), ("produce_purgatory", "shutdown"),
-                           ("fetch_purgatory", "shutdown"), ("log_manager", "shutdown")):
+                           ("transaction_coordinator", "shutdown"), ("group_coordinator", "shutdown"),
+                           ("produce_purgatory", "shutdown"), ("fetch_purgatory", "shutdown"),
+                           ("log_manager", "shutdown")):
             part = getattr(self, name, None)
             if part is not None:
                 try:
                     getattr(part, stop)()
                 except Exception:
                     log.exception("stopping %s failed", name)
+        verifier = getattr(getattr(self, "replica_manager", None), "txn_verifier", None)
+        if verifier is not None:
+            verifier.close()
         self.sender.close()
 
     # -- handlers -----------------------------------------------------------------------------
@@ -413,13 +465,24 @@ class KRaftBroker:
         """Every broker API family's handler (the zero-config broker's modules), with the
         admin APIs the controller owns forwarded to it."""
         def forward(_b, ctx, body):
-            self._forward(ctx, body)
+            merge = None
+            auth = authz(self, ctx)
+            if auth is not None:
+                body, merge, answer = authorize_forwarded(auth, ctx, body, self._topic_name)
+                if answer is not None:
+                    ctx.respond(answer)
+                    return
+            self._forward(ctx, body, merge)
         h = collect_handlers()
         for k in FORWARDED:
             h[int(k)] = ApiHandler(API_INFO[k].min_version, API_INFO[k].max_version, forward)
         return h
 
-    def _forward(self, ctx, body) -> None:
+    def _topic_name(self, topic_id):
+        t = self.metadata_listener.image.topics.by_id.get(topic_id)
+        return t.name if t is not None else None
+
+    def _forward(self, ctx, body, merge=None) -> None:
         def done(resp, exc):
             if exc is not None:
                 log.info("forwarding %s to the controller failed: %s", API_INFO[ctx.api_key].name, exc)
@@ -429,6 +492,6 @@ class KRaftBroker:
                 else:
                     ctx.respond(err)
                 return
-            ctx.respond(resp)
+            ctx.respond(resp if merge is None else merge(resp))
         self.controller_channel.send(ctx.api_key, body, done, timeout_s=30.0, per_try_timeout_s=5.0,
                                      version=ctx.api_version)

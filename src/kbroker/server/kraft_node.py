@@ -68,10 +68,12 @@ class KRaftNode:
             raise KRaftNodeError(str(e).replace("\n", " ")) from None
         voters = parse_voters(c["controller.quorum.voters"])
         bootstrap = [parse_host_port(e) for e in c["controller.quorum.bootstrap.servers"]]
-        if not voters and "controller" in self.roles:
-            raise KRaftNodeError("controller.quorum.voters: a controller needs the static voter set "
-                                 "(a KIP-853 dynamic quorum, with only controller.quorum.bootstrap.servers, "
-                                 "is not supported yet; brokers may use the bootstrap servers alone)")
+        # KIP-853: a controller without controller.quorum.voters is part of a dynamic quorum:
+        # its voter set is in the metadata log (the bootstrap snapshot `kbroker storage format
+        # --standalone / --initial-controllers` wrote, then the VotersRecords), or it starts as
+        # an observer (--no-initial-controllers) until `kbroker metadata-quorum add-controller`
+        meta = ensemble.props.get(c.metadata_log_dir)
+        directory_id = uuid_from_str(meta.directory_id) if meta is not None and meta.directory_id else None
         if "controller" in self.roles:
             self.controller = QuorumControllerHost(
                 ControllerConfig(cluster_id=self.cluster_id, node_id=self.node_id,
@@ -89,7 +91,15 @@ class KRaftNode:
                                 metadata_log_dir=c.metadata_log_dir,
                                 listener=FanOutListener(self.controller, self.broker_metadata, self.snapshots),
                                 config=raft_config(c), bootstrap_servers=[] if voters else bootstrap,
-                                on_endpoint=self._learned_endpoint)
+                                on_endpoint=self._learned_endpoint, directory_id=directory_id,
+                                listener_name=c.controller_listener_names[0] if c.controller_listener_names else "",
+                                local_endpoints=[(l.name, l.host or "localhost", l.port)
+                                                 for l in c.advertised_controller_listeners]
+                                if "controller" in self.roles else (),
+                                followers_always_flush="controller" in self.roles,
+                                client_config=c.inter_node_client_config(
+                                    c.controller_listener_names[0], "sasl.mechanism.controller.protocol")
+                                if c.controller_listener_names else None)
         self.snapshots.attach(self.raft)
         if self.controller is not None:
             self.controller.attach(self.raft)
@@ -103,7 +113,7 @@ class KRaftNode:
             log.info("kbroker node %d of cluster %s: controller listening on %s, voters %s",
                      self.node_id, self.cluster_id,
                      ", ".join(f"{l.name}://{l.host}:{self.controller_server.bound_port(l.name)}"
-                               for l in c.controller_listeners), sorted(voters))
+                               for l in c.controller_listeners), sorted(self.raft.client.voters))
         if self.broker_metadata is not None:
             dirs = []
             for d in c.log_dirs:

@@ -6,13 +6,14 @@ Runs on the raft thread (BrokerMetadataListener), once per committed batch, in l
 1. the handler view (KRaftMetadataCache) is refreshed to the new image;
 2. topic config changes go to the LogManager (before any log of the topic is created, so
    a new topic's logs start with its overrides); BROKER config changes reload the dynamic
-   broker configs;
+   broker configs; client quota changes go to the broker's QuotaManagers;
 3. the delta's local changes (``MetadataDelta.local_changes(node.id)``) go to the
    ReplicaManager: stop and delete replicas of removed partitions, become leader (log
    opened or created, leader epoch / replicas / ISR from the registration), become
    follower;
 4. the group coordinator loads each ``__consumer_offsets`` partition this node starts
-   leading (in the background) and unloads each it stops leading; deleted topics run
+   leading (in the background) and unloads each it stops leading, the transaction
+   coordinator each ``__transaction_state`` partition; deleted topics run
    the broker's topic-deletion hooks.
 
 The first publish (``delta`` None) deletes stray logs (on disk but not placed here by the
@@ -28,6 +29,7 @@ from kbroker.metadata.image import BROKER_RESOURCE, EMPTY_IMAGE, TOPIC_RESOURCE
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 def full_delta(image) -> MetadataDelta:
@@ -55,6 +57,8 @@ class BrokerMetadataPublisher:
                 b.log_manager.update_topic_config(name, dict(image.topic_configs(name)))
         if any(rtype == BROKER_RESOURCE and name in ("", str(self.node_id)) for rtype, name in changed):
             b.dynamic_config.reload(b.log_manager)
+        if delta.client_quotas_changed() and getattr(b, "quotas", None) is not None:
+            b.quotas.update_quotas(image.client_quotas.entities)
         changes = delta.local_changes(self.node_id)
         if first:
             if getattr(getattr(b, "metadata_listener", None), "incomplete", False):
@@ -111,7 +115,13 @@ class BrokerMetadataPublisher:
         if tp[0] == OFFSETS_TOPIC and self.broker.group_coordinator is not None:
             # loads on the coordinator's loader thread; requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS
             self.broker.group_coordinator.startup([tp[1]], background=True, enable_retention=False)
+        elif tp[0] == TRANSACTION_STATE_TOPIC and getattr(self.broker, "transaction_coordinator", None) is not None:
+            from kbroker.coordinator.transaction.coordinator import on_leader
+            on_leader(self.broker.transaction_coordinator, tp[1])
 
     def _on_stop(self, tp) -> None:
         if tp[0] == OFFSETS_TOPIC and self.broker.group_coordinator is not None:
             self.broker.group_coordinator.unload_partition(tp[1])
+        elif tp[0] == TRANSACTION_STATE_TOPIC and getattr(self.broker, "transaction_coordinator", None) is not None:
+            from kbroker.coordinator.transaction.coordinator import on_stop
+            on_stop(self.broker.transaction_coordinator, tp[1])

@@ -5,7 +5,9 @@ Single node today: the store is this broker's own durable record of topics
 broker configs set by (Incremental)AlterConfigs (per broker and cluster default), and the
 users' SCRAM credentials (salt, stored key, server key, iterations: Kafka's
 UserScramCredentialRecord; this store is the zero-config broker's
-``kbroker.security.credentials.ScramCredentialStore``), written
+``kbroker.security.credentials.ScramCredentialStore``), the client quotas (Kafka's
+ClientQuotaRecords: entity -> quota key -> value) and the ACLs (Kafka's
+AccessControlEntryRecords, by id; readers take the immutable ``acl_index``), written
 atomically (tmp + fsync + rename) to ``__cluster_metadata.json`` in the first
 log dir. The seam for a KRaft controller: every change goes through
 ``create_topic`` / ``delete_topic`` / ``create_partitions`` /
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+from kbroker.security.authorizer import AclFilter, AclIndex, StandardAcl
 from kbroker.security.scram import ScramCredential
 
 FILE_NAME = "__cluster_metadata.json"
@@ -78,6 +81,10 @@ class MetadataStore:
         self._broker_configs: dict[str, dict[str, str]] = {}
         #: user -> mechanism -> credential; replaced, never mutated (readers take no lock)
         self._scram: Mapping[str, Mapping[str, ScramCredential]] = MappingProxyType({})
+        #: client quotas: entity key ((type, name | None), ...) -> {quota key: value}; replaced, never mutated
+        self._client_quotas: Mapping = MappingProxyType({})
+        #: ACL id -> ACL; replaced, never mutated; ``acl_index`` is rebuilt with it
+        self._acls: Mapping[str, StandardAcl] = MappingProxyType({})
         topics: dict[str, TopicImage] = {}
         if os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as f:
@@ -90,6 +97,11 @@ class MetadataStore:
             self._broker_configs = {str(k): dict(v) for k, v in doc.get("broker_configs", {}).items() if v}
             self._scram = _frozen_scram({u: {m: ScramCredential.from_json(c) for m, c in mechs.items()}
                                          for u, mechs in doc.get("scram_credentials", {}).items()})
+            self._client_quotas = _frozen_quotas({
+                tuple((t, n) for t, n in q["entity"]): {k: float(v) for k, v in q["quotas"].items()}
+                for q in doc.get("client_quotas", [])})
+            self._acls = MappingProxyType({str(i): StandardAcl.from_json(a) for i, a in doc.get("acls", {}).items()})
+        self.acl_index = AclIndex(self._acls.values())
         self._publish(topics)
 
     @property
@@ -128,7 +140,10 @@ class MetadataStore:
              "configs": dict(t.configs)} for t in sorted(topics.values(), key=lambda t: t.name)],
             "broker_configs": {k: dict(sorted(v.items())) for k, v in sorted(self._broker_configs.items())},
             "scram_credentials": {u: {m: c.to_json() for m, c in sorted(mechs.items())}
-                                  for u, mechs in sorted(self._scram.items())}}
+                                  for u, mechs in sorted(self._scram.items())},
+            "client_quotas": [{"entity": [list(e) for e in key], "quotas": dict(sorted(q.items()))}
+                              for key, q in sorted(self._client_quotas.items(), key=lambda kv: repr(kv[0]))],
+            "acls": {i: a.to_json() for i, a in sorted(self._acls.items())}}
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
@@ -222,6 +237,58 @@ class MetadataStore:
                 self._scram = old
                 raise
 
+    # -- client quotas (kbroker.quota) ----------------------------------------------------------
+    def client_quotas(self) -> Mapping:
+        """entity key ((type, name | None), ...) -> {quota key: value}."""
+        return self._client_quotas
+
+    def set_client_quotas(self, quotas: Mapping) -> None:
+        """Replace every client quota (an AlterClientQuotas outcome); durable before it returns."""
+        with self._lock:
+            old = self._client_quotas
+            self._client_quotas = _frozen_quotas(quotas)
+            try:
+                self._persist(dict(self._image.topics))
+            except BaseException:
+                self._client_quotas = old
+                raise
+
+    # -- ACLs (Kafka's AclControlManager, durable before the answer) --------------------------
+    def create_acls(self, acls: list[StandardAcl]) -> None:
+        """Add the (already validated) ACLs; one already present is not added twice."""
+        with self._lock:
+            present = set(self._acls.values())
+            new = dict(self._acls)
+            for a in acls:
+                if a not in present:
+                    present.add(a)
+                    new[uuid.uuid4().hex] = a
+            self._set_acls(new)
+
+    def delete_acls(self, filters: list[AclFilter]) -> list[list[StandardAcl]]:
+        """Remove every ACL matching each (already validated) filter; per filter, what it matched."""
+        with self._lock:
+            matched = [[a for a in self._acls.values() if f.matches(a)] for f in filters]
+            gone = {a for m in matched for a in m}
+            if gone:
+                self._set_acls({i: a for i, a in self._acls.items() if a not in gone})
+            return [sorted(m) for m in matched]
+
+    def _set_acls(self, new: dict) -> None:
+        old, old_index = self._acls, self.acl_index
+        self._acls = MappingProxyType(new)
+        self.acl_index = AclIndex(new.values())
+        try:
+            self._persist(dict(self._image.topics))
+        except BaseException:
+            self._acls, self.acl_index = old, old_index
+            raise
+
+
+def _frozen_quotas(quotas: Mapping) -> Mapping:
+    return MappingProxyType({k: MappingProxyType(dict(v)) for k, v in quotas.items() if v})
+
 
 def _frozen_scram(creds: dict) -> Mapping[str, Mapping[str, ScramCredential]]:
     return MappingProxyType({u: MappingProxyType(dict(m)) for u, m in creds.items() if m})
+

@@ -191,6 +191,10 @@ class KRaftMetadataCache:
         ep = b.listener(listener_name) if listener_name else (b.listeners[0] if b.listeners else None)
         return None if ep is None else (ep.host, ep.port)
 
+    def client_quotas(self):
+        """entity key -> {quota key: value} (DescribeClientQuotas reads it)."""
+        return self.kraft_image.client_quotas.entities
+
     def controller_id(self, alive=None) -> int:
         # Kafka's brokers name a random live broker as "controller": clients cannot reach
         # the KRaft quorum, and admin requests sent to any broker are forwarded

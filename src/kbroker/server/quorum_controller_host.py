@@ -60,6 +60,9 @@ WRITES = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     ApiKey.ALTER_CONFIGS: "alter_configs",
     ApiKey.ALLOCATE_PRODUCER_IDS: "allocate_producer_ids",
+    ApiKey.ALTER_CLIENT_QUOTAS: "alter_client_quotas",
+    ApiKey.CREATE_ACLS: "create_acls",
+    ApiKey.DELETE_ACLS: "delete_acls",
 }
 READS = {
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",
@@ -121,6 +124,12 @@ class QuorumControllerHost(Listener):
                      leader_id, epoch)
             self._renounce()
         self._maybe_activate()
+
+    def handle_control_append(self, last_offset: int) -> None:
+        """The raft leader appended control records of its own (a VotersRecord, KIP-853):
+        the controller's next records go after them."""
+        c = self.controller
+        c.last_applied_offset = max(c.last_applied_offset, last_offset)
 
     def handle_load_snapshot(self, snapshot_id, data) -> None:
         try:

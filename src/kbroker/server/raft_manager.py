@@ -24,7 +24,7 @@ import random
 import threading
 import time
 
-from kbroker.protocol import ApiKey
+from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.raft import messages as M
 from kbroker.raft.client import KafkaRaftClient, Listener, RaftConfig
 from kbroker.raft.kafka_log import KafkaMetadataLog
@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 RAFT_APIS = {
     ApiKey.VOTE: 1, ApiKey.BEGIN_QUORUM_EPOCH: 1, ApiKey.END_QUORUM_EPOCH: 1,
     ApiKey.FETCH: 17, ApiKey.FETCH_SNAPSHOT: 1, ApiKey.DESCRIBE_QUORUM: 1,
+}
+#: what the controller listener serves besides (KIP-853; DescribeQuorum 0..2 for admin tools)
+SERVED_APIS = {
+    **{k: (v, v) for k, v in RAFT_APIS.items()},
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.ADD_RAFT_VOTER: (0, 0), ApiKey.REMOVE_RAFT_VOTER: (0, 0), ApiKey.UPDATE_RAFT_VOTER: (0, 0),
 }
 _API_OF = {req: key for key, req in (
     (ApiKey.VOTE, M.vm.VoteRequest), (ApiKey.BEGIN_QUORUM_EPOCH, M.bqe.BeginQuorumEpochRequest),
@@ -80,13 +86,20 @@ def raft_config(c) -> RaftConfig:
 class RaftManager:
     def __init__(self, *, node_id: int, voters: dict[int, tuple[str, int]], cluster_id: str,
                  metadata_log_dir: str, listener: Listener, config: RaftConfig | None = None,
-                 seed: int | None = None, bootstrap_servers=(), on_endpoint=None):
+                 seed: int | None = None, bootstrap_servers=(), on_endpoint=None, directory_id=None,
+                 listener_name: str = "", local_endpoints=(), followers_always_flush: bool = False,
+                 client_config: dict | None = None):
         self.node_id = node_id
+        #: the static voters (controller.quorum.voters); a dynamic quorum's come from the log
         self.voters = dict(voters)
+        self.listener_name = listener_name
         #: every endpoint this node can reach a quorum node at: the voters, the bootstrap
         #: servers under ids -2, -3, ... (Kafka's numbering), and leaders learnt from the
         #: NodeEndpoints of Fetch / FetchSnapshot responses (KIP-853)
         self.endpoints = dict(self.voters)
+        for name, host, port in local_endpoints:
+            if name == listener_name and node_id not in self.endpoints:
+                self.endpoints[node_id] = (host, port)     # named as the leader in our answers
         bootstrap_ids = []
         for i, hp in enumerate(bootstrap_servers):
             self.endpoints[-2 - i] = hp
@@ -95,11 +108,17 @@ class RaftManager:
         os.makedirs(metadata_log_dir, exist_ok=True)
         self.metadata_log = KafkaMetadataLog.open(metadata_log_dir)
         store = FileQuorumStateStore(os.path.join(metadata_log_dir, FileQuorumStateStore.FILE_NAME))
-        self.client = KafkaRaftClient(node_id, tuple(sorted(voters)), cluster_id, self.metadata_log, store,
-                                      listener, random.Random(seed), config, bootstrap_ids=bootstrap_ids)
+        kw = {} if directory_id is None else {"directory_id": directory_id}
+        self.client = KafkaRaftClient(node_id, self.voters, cluster_id, self.metadata_log, store,
+                                      listener, random.Random(seed), config, bootstrap_ids=bootstrap_ids,
+                                      listener_name=listener_name, endpoints=local_endpoints,
+                                      followers_always_flush=followers_always_flush, **kw)
+        self._voters_version = -1
         self.nodes = StaticNodes(self.endpoints)
+        # client_config: the controller listener's security (KafkaConfig.inter_node_client_config)
         self.sender = InterNodeSendThread(f"raft-{node_id}-send", self.nodes,
-                                          {"request.timeout.ms": (config or RaftConfig()).request_timeout_ms})
+                                          {**(client_config or {}),
+                                           "request.timeout.ms": (config or RaftConfig()).request_timeout_ms})
         self._cond = threading.Condition()
         self._inbox: list = []                 # callables to run on the raft thread
         self._timers: list = []                # heap of (due ms, seq, callable), raft thread only
@@ -137,7 +156,33 @@ class RaftManager:
         """ControllerServer handlers for the quorum RPCs (exactly the versions we speak)."""
         def handle(_target, ctx, body):
             self.handle_request(ctx, body)
-        return {key: ApiHandler(v, v, handle) for key, v in RAFT_APIS.items()}
+
+        def describe_cluster(_target, ctx, body):
+            self.submit(lambda: ctx.respond(self._describe_cluster(ctx, body)))
+        out = {key: ApiHandler(lo, hi, handle) for key, (lo, hi) in SERVED_APIS.items()}
+        out[ApiKey.DESCRIBE_CLUSTER] = ApiHandler(0, 1, describe_cluster)
+        return out
+
+    def _describe_cluster(self, ctx, body):
+        """DescribeCluster on a controller listener (KIP-919): the cluster id, the quorum
+        leader as controller id and the voters as the nodes (raft thread)."""
+        from kbroker.protocol.messages import describe_cluster as dc
+
+        if ctx.api_version >= 1 and body.endpoint_type != 2:
+            return dc.DescribeClusterResponse(error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                                              error_message="The request was sent to an endpoint of type "
+                                                            "CONTROLLER, but we wanted an endpoint of type BROKER",
+                                              endpoint_type=2, cluster_id=self.client.cluster_id)
+        nodes = []
+        for node_id in sorted(self.client.voters):
+            hp = self.endpoints.get(node_id)
+            if hp is None and node_id == self.node_id:
+                node = self.client.voter_set.nodes.get(node_id)
+                hp = node.address(self.listener_name) if node is not None else None
+            if hp is not None:
+                nodes.append(dc.DescribeClusterBroker(broker_id=node_id, host=hp[0], port=hp[1]))
+        return dc.DescribeClusterResponse(endpoint_type=2, cluster_id=self.client.cluster_id,
+                                          controller_id=self.client.quorum.leader_id, brokers=nodes)
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Graceful: a leader resigns (EndQuorumEpoch) before the thread stops."""
@@ -198,13 +243,26 @@ class RaftManager:
             return msg
         for p in parts:
             lid = p.current_leader.leader_id
-            hp = self.voters.get(lid)
+            hp = self.endpoints.get(lid) if lid >= 0 else None
             if hp is not None:
                 msg.node_endpoints = [cls(node_id=lid, host=hp[0], port=hp[1])]
                 break
         return msg
 
+    def _sync_voter_endpoints(self) -> None:
+        """KIP-853: the voters' endpoints come with the voter set (VotersRecord); reach them
+        on our controller listener."""
+        c = self.client
+        if c.voters_version == self._voters_version:
+            return
+        self._voters_version = c.voters_version
+        for node in c.voter_set.nodes.values():
+            hp = node.address(self.listener_name) or node.address()
+            if hp is not None:
+                self._learn(node.node_id, hp)
+
     def _dispatch(self, outs) -> None:
+        self._sync_voter_endpoints()
         for o in outs:
             if o.is_request:
                 key = _API_OF[type(o.message)]
@@ -216,7 +274,10 @@ class RaftManager:
             else:
                 ctx = self._answer_to.pop(o.correlation_id, None)
                 if ctx is not None:
-                    ctx.respond(self._with_leader_endpoint(o.message))
+                    msg = self._with_leader_endpoint(o.message)
+                    if isinstance(msg, M.dq.DescribeQuorumResponse):
+                        msg = M.describe_quorum_for_version(msg, ctx.api_version)
+                    ctx.respond(msg)
 
     def _run(self) -> None:
         self.started.set()

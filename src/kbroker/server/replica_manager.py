@@ -50,7 +50,8 @@ from kbroker.kernels import records as _records
 from kbroker.log.errors import (
     KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError,
 )
-from kbroker.log.producer_state import ProducerStateError
+from kbroker.log.producer_state import AppendOrigin, ProducerStateError
+from kbroker.log.txn_verification import SENTINEL
 from kbroker.protocol import ErrorCode
 from kbroker.server import log_validator, schema_validation
 from kbroker.server.delayed import DelayedFetch, DelayedProduce, FetchPartitionStatus
@@ -184,6 +185,8 @@ class Partition:
 class ReplicaManager:
     #: checks schema ids against the Schema Registry (schema_validation.from_config; set by the broker)
     schema_validator: schema_validation.SchemaIdValidator | None = None
+    #: KIP-890 produce-time verification (kbroker.server.txn_verification; set by the broker)
+    txn_verifier = None
 
     def __init__(self, config, log_manager, node_id: int, produce_purgatory, fetch_purgatory,
                  time_ms: Callable[[], int] | None = None, leader_epoch: int = 0):
@@ -358,11 +361,20 @@ class ReplicaManager:
     def append_records(self, timeout_ms: int, required_acks: int,
                        entries: dict[TopicPartition, object],
                        respond: Callable[[dict[TopicPartition, ProducePartitionResult]], None], *,
-                       internal_topics_allowed: bool = False, produce_version: int | None = None) -> None:
+                       internal_topics_allowed: bool = False, produce_version: int | None = None,
+                       transactional_id: str | None = None, verification_guards: dict | None = None) -> None:
         """Validate and append ``entries`` (records buffers by partition), then call
         ``respond`` — at once, or from the produce purgatory when acks=all has to wait.
         ``produce_version``: the ProduceRequest's version for a client's records (checked
-        as AppendOrigin.CLIENT), None for the broker's own appends."""
+        as AppendOrigin.CLIENT), None for the broker's own appends. ``transactional_id``:
+        the Produce's, for KIP-890 verification first (``txn_verifier``), which comes back
+        here with ``verification_guards`` ({tp: guard}; a partition without one needs an
+        ongoing transaction)."""
+        if (transactional_id is not None and verification_guards is None and self.txn_verifier is not None
+                and self.txn_verifier.handle_produce_append(self, timeout_ms, required_acks, entries, respond,
+                                                            transactional_id, internal_topics_allowed,
+                                                            produce_version)):
+            return
         results: dict[TopicPartition, ProducePartitionResult] = {}
         appended = []
         now = self._time_ms()       # one clock read per request: LogAppendTime and the timestamp window
@@ -371,7 +383,11 @@ class ReplicaManager:
         for tp, buf in entries.items():
             r = self._check_min_isr(tp, buf, produce_version) if acks_all else None
             if r is None:
-                r = append(tp, buf, internal_topics_allowed, produce_version, now)
+                if verification_guards is None:
+                    r = append(tp, buf, internal_topics_allowed, produce_version, now)
+                else:
+                    r = append(tp, buf, internal_topics_allowed, produce_version, now,
+                               verification_guard=verification_guards.get(tp, SENTINEL))
             results[tp] = r
             if r.error == ErrorCode.NONE and r.last_offset >= 0:
                 appended.append(tp)
@@ -474,7 +490,8 @@ class ReplicaManager:
                 listener(tp)
 
     def _append_to_local_log(self, tp, buf, internal_topics_allowed: bool,
-                             produce_version: int | None, now: int | None = None) -> ProducePartitionResult:
+                             produce_version: int | None, now: int | None = None,
+                             verification_guard=None) -> ProducePartitionResult:
         """Kafka's ReplicaManager.appendToLocalLog for one partition, with the checks of
         ProduceRequest.validateRecords, UnifiedLog.analyzeAndValidateRecords and
         LogValidator on the way to ``Log.append``. ``produce_version`` is set for a
@@ -552,14 +569,19 @@ class ReplicaManager:
         else:
             buf = log_validator.set_max_timestamps(buf, infos, log_append_time, now)
         try:
+            # the broker's own appends (a coordinator's TxnOffsetCommit batch) are COORDINATOR
+            # origin, as Kafka's: producer epochs checked, sequences not
+            origin = None if client else AppendOrigin.COORDINATOR
             pl = part.leader_state
             if pl is None:
-                info = lg.append(buf, infos, leader_epoch=part.leader_epoch)
+                info = lg.append(buf, infos, leader_epoch=part.leader_epoch, verification_guard=verification_guard,
+                                 origin=origin)
             else:
                 with part.lock:     # no append once the partition became a follower
                     if not pl.is_leader or pl.leader_epoch != part.leader_epoch:
                         return ProducePartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                    info = lg.append(buf, infos, leader_epoch=part.leader_epoch)
+                    info = lg.append(buf, infos, leader_epoch=part.leader_epoch,
+                                     verification_guard=verification_guard, origin=origin)
         except RecordTooLargeError as e:
             return ProducePartitionResult(ErrorCode.MESSAGE_TOO_LARGE, error_message=str(e))
         except RecordBatchTooLargeError as e:

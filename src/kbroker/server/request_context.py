@@ -7,6 +7,12 @@ operation completing in the purgatory) — with ``respond(body)``,
 Later calls are ignored (Kafka's DelayedOperation completes once; so does a
 request).
 
+Client quotas (KIP-219): when the broker has quotas (``quotas``, kbroker.quota's
+QuotaManagers) the request's handler time counts against ``request_percentage``, and
+a produce or fetch handler may have set ``bandwidth_throttle_ms`` from the byte-rate
+quotas; the larger throttle goes into the response's ``throttle_time_ms`` (where its
+version has one) and the connection stays muted that long after the response.
+
 A response that cannot be encoded is a broker bug, but must not leave the
 connection muted for ever (the request is claimed before it is encoded):
 ``respond`` logs it with the api key and version and answers the request's
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from kbroker.protocol import API_INFO, ApiKey, ErrorCode, encode_response_parts
 from kbroker.protocol.headers import RequestHeader
@@ -31,9 +38,10 @@ _CLAIM_LOCK = threading.Lock()
 
 class RequestContext:
     __slots__ = ("request", "header", "api_key", "api_version", "correlation_id", "client_id",
-                 "channel", "_answered", "on_response")
+                 "channel", "_answered", "on_response", "quotas", "bandwidth_throttle_ms",
+                 "handled_ns", "quota_exempt", "authz")
 
-    def __init__(self, request, header: RequestHeader, channel, on_response=None):
+    def __init__(self, request, header: RequestHeader, channel, on_response=None, quotas=None):
         self.request = request
         self.header = header
         self.api_key = header.request_api_key
@@ -43,6 +51,41 @@ class RequestContext:
         self.channel = channel
         self.on_response = on_response
         self._answered = False
+        #: kbroker.server.authz.RequestAuthorizer of this request, made on first use
+        self.authz = None
+        #: the broker's QuotaManagers when any client quota is set, else None
+        self.quotas = quotas
+        #: set by the produce / fetch handler when a byte-rate quota is violated
+        self.bandwidth_throttle_ms = 0
+        #: monotonic ns when the handler returned (None while it runs): its thread time ends there
+        self.handled_ns = None
+        #: replica fetches and other cluster actions are not throttled (Kafka's sendResponseExemptThrottle)
+        self.quota_exempt = False
+
+    @property
+    def user(self) -> str:
+        """The principal's name for quotas (``ANONYMOUS`` on an unauthenticated listener)."""
+        conn = getattr(self.request, "connection", None)
+        session = getattr(conn, "session", None)
+        principal = getattr(session, "principal", None) or "User:ANONYMOUS"
+        return principal.partition(":")[2] or principal
+
+    def _throttle_ms(self, body, version: int) -> int:
+        """Kafka's sendResponseMaybeThrottle: the request-time quota, then the larger of it
+        and the bandwidth throttle, written into the response's throttle_time_ms."""
+        q = self.quotas
+        if self.quota_exempt or q is None:
+            return self.bandwidth_throttle_ms
+        throttle = self.bandwidth_throttle_ms
+        if q.request.enabled:
+            end = self.handled_ns or time.monotonic_ns()
+            start = getattr(self.request, "dequeued_ns", 0) or end
+            # nanoseconds of handler time as a percentage of one thread for one second
+            used = max(0, end - start) * 100.0 / 1e9
+            throttle = max(throttle, q.request.record_and_get_throttle_ms(self.user, self.client_id or "", used))
+        if throttle > 0 and body is not None:
+            _set_throttle_time(body, version, throttle)
+        return throttle
 
     @property
     def connection_id(self) -> str:
@@ -67,6 +110,7 @@ class RequestContext:
             log.warning("second response to %r ignored", self.request)
             return
         v = self.api_version if version is None else version
+        throttle = self._throttle_ms(body, v) if self.quotas is not None or self.bandwidth_throttle_ms else 0
         try:
             parts = encode_response_parts(self.correlation_id, self.api_key, v, body)
         except Exception:
@@ -85,17 +129,32 @@ class RequestContext:
                          self.connection_id, name, v)
                 self.channel.close_connection(self.request)
                 return
-        self.channel.send_response(self.request, parts)
+        if throttle:
+            self.channel.send_response(self.request, parts, throttle)
+        else:
+            self.channel.send_response(self.request, parts)
         if self.on_response is not None:
             self.on_response(self, body)
 
     def respond_no_op(self) -> None:
         if self._claim():
-            self.channel.send_no_op_response(self.request)
+            throttle = self._throttle_ms(None, self.api_version) if self.quotas is not None or self.bandwidth_throttle_ms else 0
+            if throttle:
+                self.channel.send_no_op_response(self.request, throttle)
+            else:
+                self.channel.send_no_op_response(self.request)
 
     def close_connection(self) -> None:
         if self._claim():
             self.channel.close_connection(self.request)
+
+
+def _set_throttle_time(body, version: int, ms: int) -> None:
+    """Set ``throttle_time_ms`` when the response has it at ``version`` (old versions of
+    some responses do not: then the muted connection alone throttles the client)."""
+    field = next((f for f in type(body)._fields if f.attr == "throttle_time_ms"), None)
+    if field is not None and field.versions is not None and field.versions[0] <= version <= field.versions[1]:
+        body.throttle_time_ms = ms
 
 
 def error_response(api_key: int, version: int, code: int):

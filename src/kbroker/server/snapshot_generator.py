@@ -91,6 +91,7 @@ class SnapshotGenerator(Listener):
         if offset <= client.log.start_offset:
             return
         epoch = client.epoch_at(offset - 1)
+        raft_control = getattr(client, "snapshot_control_records", lambda _o: [])(offset)
         image = self.image
         self.in_flight = True
         self.bytes_since = 0
@@ -99,7 +100,7 @@ class SnapshotGenerator(Listener):
         def encode():
             try:
                 records = image.to_records()
-                data = encode_snapshot(records, int(time.time() * 1000), epoch=epoch)
+                data = encode_snapshot(records, int(time.time() * 1000), epoch=epoch, raft_control=raft_control)
             except Exception:
                 log.exception("node %d: encoding the metadata snapshot at offset %d failed", self.node_id, offset)
                 self.raft.submit(self._done)

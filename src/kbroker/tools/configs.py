@@ -23,8 +23,18 @@ password are made here, the password never goes over the wire)::
 
 printing Kafka's ``SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192``.
 
-Not here yet: quotas (``users`` quota keys, ``clients``, ``ips``: the tool says so and exits 1),
-``broker-loggers``, ``client-metrics``, ``groups``.
+Client quotas of ``users`` and ``clients`` (together, for a user's client) and ``ips``
+(Describe/AlterClientQuotas; ``--entity-default`` is the type's default entity, names pair
+with types in command-line order as in Kafka's ConfigCommand)::
+
+    kbroker configs --bootstrap-server HOST:PORT --alter --entity-type users --entity-name alice \
+        --entity-type clients --entity-default --add-config 'producer_byte_rate=1048576,request_percentage=50'
+    kbroker configs --bootstrap-server HOST:PORT --describe --entity-type clients [--entity-name C]
+
+printing Kafka's ``Quota configs for user-principal 'alice', the default client-id are
+producer_byte_rate=1048576.0, request_percentage=50.0``.
+
+Not here yet: ``broker-loggers``, ``client-metrics``, ``groups``.
 """
 from __future__ import annotations
 
@@ -38,7 +48,6 @@ PURPOSE = ("This tool helps to manipulate and describe entity config for a topic
            "client-metrics or group")
 ENTITY_TYPES = ["topics", "clients", "users", "brokers", "broker-loggers", "ips", "client-metrics", "groups"]
 SUPPORTED = {"topics": RESOURCE_TOPIC, "brokers": RESOURCE_BROKER}
-QUOTA_TYPES = {"clients", "ips"}
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 DEFAULT_SCRAM_ITERATIONS = 4096
 BROKER_DEFAULT = ""
@@ -74,6 +83,48 @@ def build_parser() -> KafkaArgumentParser:
     return p
 
 
+_QUOTA_ENTITY = {"users": "user", "clients": "client-id", "ips": "ip"}
+_QUOTA_LABEL = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
+QUOTA_KEYS = {"producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate",
+              "connection_creation_rate"}
+
+
+def _ordered_names(argv) -> list:
+    """--entity-name values and --entity-default ("") in command-line order (ConfigCommand
+    pairs them with --entity-type in that order)."""
+    out = []
+    it = iter(argv)
+    for tok in it:
+        if tok == "--entity-name":
+            out.append(next(it, ""))
+        elif tok.startswith("--entity-name="):
+            out.append(tok.split("=", 1)[1])
+        elif tok == "--entity-default":
+            out.append(BROKER_DEFAULT)
+    return out
+
+
+def quota_entity(o, argv) -> list[tuple[str, str | None]] | None:
+    """The client quota entity [(type, name or None = default)] of users/clients/ips
+    options, or None for other entity types."""
+    types = list(o.entity_type or [])
+    if not types or not all(t in _QUOTA_ENTITY for t in types):
+        return None
+    if len(types) > 1 and sorted(types) != ["clients", "users"]:
+        raise ToolError("Only 'users' and 'clients' entity types may be specified together")
+    names = _ordered_names(argv)
+    if len(names) > len(types):
+        raise ToolError("Only one entity name may be given per entity type")
+    if o.alter and len(names) < len(types):
+        raise ToolError("An entity name must be specified for every entity type with --alter of users, "
+                        "clients or ips (or --entity-default)")
+    ent = []
+    for i, t in enumerate(types):
+        n = names[i] if i < len(names) else None
+        ent.append((_QUOTA_ENTITY[t], n if n is None else (n or None), i < len(names)))
+    return ent
+
+
 def entities(o) -> tuple[str, str | None]:
     """(entity type, entity name or None; "" = the default entity), checked as Kafka checks them."""
     types = list(o.entity_type or [])
@@ -94,9 +145,6 @@ def entities(o) -> tuple[str, str | None]:
         if t not in ENTITY_TYPES:
             raise ToolError(f"Invalid entity type {t}, the entity type must be one of {', '.join(ENTITY_TYPES)} "
                             "with a --bootstrap-server argument")
-    if any(t in QUOTA_TYPES for t in types):
-        raise ToolError(f"entity type {'/'.join(t for t in types if t in QUOTA_TYPES)}: quotas are not "
-                        "supported by kbroker yet")
     if len(types) > 1:
         raise ToolError("Only 'users' and 'clients' entity types may be specified together")
     etype = types[0]
@@ -214,17 +262,48 @@ def describe_users(adm, name: str | None, out) -> None:
         print(f"SCRAM credential configs for user-principal '{user}' are {text}", file=out)
 
 
-def alter_users(adm, name: str, add: dict, delete: list, out) -> None:
+def _entity_text(entity) -> str:
+    order = {"user": 0, "client-id": 1, "ip": 2}
+    return ", ".join(f"{_QUOTA_LABEL[t]} '{n}'" if n is not None else f"the default {_QUOTA_LABEL[t]}"
+                     for t, n in sorted(entity, key=lambda e: order.get(e[0], 9)))
+
+
+def describe_quotas(adm, entity, out) -> None:
+    """Kafka's describeClientQuotaAndUserScramCredentialConfigs (the quota half): entities
+    given by name are matched exactly, --entity-default the default, a bare type any name."""
+    comps = [(t, 2, None) if not named else (t, 1, None) if n is None else (t, 0, n) for t, n, named in entity]
+    found = adm.describe_client_quotas(comps, strict=True)
+    for ent, quotas in sorted(found.items(), key=lambda kv: repr(kv[0])):
+        text = ", ".join(f"{k}={float(v)}" for k, v in sorted(quotas.items()))
+        print(f"Quota configs for {_entity_text(ent)} are {text}", file=out)
+
+
+def alter_quotas(adm, entity, add: dict, delete: list, out) -> None:
+    ops: dict = {}
+    for k, v in add.items():
+        try:
+            ops[k] = float(v)
+        except ValueError:
+            raise ToolError(f"Cannot parse quota configuration value for {k}: {v}") from None
+    for k in delete:
+        ops[k] = None
+    ent = tuple((t, n) for t, n, _ in entity)
+    res = adm.alter_client_quotas([(ent, ops)], raise_on_error=False)
+    for err in res.values():
+        if err is not None:
+            raise ToolError(str(err))
+
+
+def alter_users(adm, name: str, add: dict, delete: list, out, quota_done: bool = False) -> None:
     """SCRAM-SHA-256/512 entries of --add-config (``[iterations=N,password=P]``) and --delete-config."""
     from kbroker.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, parse_credential_spec
 
-    if not add and not delete:
+    if not add and not delete and not quota_done:
         raise ToolError("At least one of --add-config, --add-config-file, or --delete-config must be specified "
                         "with --alter")
     other = [k for k in list(add) + delete if k not in SCRAM_MECHANISMS]
     if other:
-        raise ToolError(f"user configs {','.join(other)}: only SCRAM credentials ({', '.join(SCRAM_MECHANISMS)}) "
-                        "are supported by kbroker yet (no quotas)")
+        raise ToolError(f"Invalid config(s): {','.join(other)}")
     upsertions = []
     for mech, spec in add.items():
         try:
@@ -237,7 +316,8 @@ def alter_users(adm, name: str, add: dict, delete: list, out) -> None:
         if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
             raise ToolError(f"{mech} iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
         upsertions.append((name, mech, iterations, fields["password"]))
-    adm.alter_user_scram_credentials(upsertions, [(name, m) for m in delete])
+    if upsertions or delete:
+        adm.alter_user_scram_credentials(upsertions, [(name, m) for m in delete])
     print(f"Completed updating config for user {name}.", file=out)
 
 
@@ -262,12 +342,20 @@ def _main(argv, out) -> int:
         raise ToolError("Option --add-config, --add-config-file and --delete-config can only be used with --alter")
     if o.all and not o.describe:
         raise ToolError("Option --all can only be used with --describe")
-    etype, name = entities(o)
+    qent = quota_entity(o, argv)
+    if qent is None:
+        etype, name = entities(o)
+    elif len(qent) == 1 and qent[0][0] == "user" and (qent[0][1] is not None or not qent[0][2]):
+        etype, name = "users", qent[0][1]        # a named user (or every user): SCRAM credentials too
+    else:
+        etype, name = "quota", None
     add = parse_add_config(o.add_config, o.add_config_file) if o.alter else {}
     delete = parse_delete_config(o.delete_config)
     adm = admin(o.bootstrap_server, o.command_config)
     try:
-        if etype == "users":
+        if qent is not None:
+            _main_quota(adm, o, qent, etype, name, add, delete, out)
+        elif etype == "users":
             if o.describe:
                 describe_users(adm, name, out)
             else:
@@ -279,6 +367,41 @@ def _main(argv, out) -> int:
     finally:
         adm.close()
     return 0
+
+
+def _main_quota(adm, o, qent, etype, name, add, delete, out) -> None:
+    """users / clients / ips: quotas, and for a single named user also SCRAM credentials."""
+    qadd = {k: v for k, v in add.items() if k not in SCRAM_MECHANISMS}
+    qdel = [k for k in delete if k not in SCRAM_MECHANISMS]
+    scram = etype == "users"
+    if o.describe:
+        describe_quotas(adm, qent, out)
+        if scram:
+            describe_users(adm, name, out)
+        return
+    if not add and not delete:
+        raise ToolError("At least one of --add-config, --add-config-file, or --delete-config must be specified "
+                        "with --alter")
+    if (not scram or name is None) and len(qadd) + len(qdel) < len(add) + len(delete):
+        if any(n is None and named for _t, n, named in qent):
+            raise ToolError("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                            "Credentials")
+        raise ToolError("SCRAM credentials can only be altered for a single named user")
+    bad = [k for k in list(qadd) + qdel if k not in QUOTA_KEYS]
+    if bad:
+        raise ToolError(f"Invalid config(s): {','.join(bad)}")
+    if qadd or qdel:
+        alter_quotas(adm, qent, qadd, qdel, out)
+    if scram and name is not None:
+        alter_users(adm, name, {k: v for k, v in add.items() if k in SCRAM_MECHANISMS},
+                    [k for k in delete if k in SCRAM_MECHANISMS], out, quota_done=bool(qadd or qdel))
+        return
+    t, n, _ = qent[0]
+    kind = {"user": "user", "client-id": "client", "ip": "ip"}
+    if len(qent) == 1 and n is None:
+        print(f"Completed updating default config for {o.entity_type[0]} in the cluster.", file=out)
+    else:
+        print(f"Completed updating config for {kind[t]} {n if n is not None else '<default>'}.", file=out)
 
 
 def main(argv: list[str] | None = None, out=None) -> int:

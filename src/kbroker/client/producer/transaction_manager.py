@@ -274,6 +274,14 @@ class TransactionManager:
                 if h.api_key == ApiKey.END_TXN and (batches_incomplete or self.adding_partitions):
                     return None
                 self._queue.popleft()
+                if h.api_key == ApiKey.END_TXN and not self.transaction_started:
+                    # the coordinator never saw this transaction (its first AddPartitionsToTxn was
+                    # retried after an abort began): end it here, as Kafka's nextRequest does
+                    if self.state is not State.FATAL_ERROR:
+                        self._complete_transaction()
+                    if h.result is not None:
+                        h.result.done()
+                    return None
             else:
                 return None
             if (h.key_type, h.key) not in self.coordinators and h.api_key != ApiKey.FIND_COORDINATOR:

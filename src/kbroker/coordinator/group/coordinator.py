@@ -1212,7 +1212,7 @@ class GroupCoordinator:
 
     def _store_offsets(self, group: ClassicGroup, offsets: dict[tuple, OffsetAndMetadata],
                        callback: Callable[[dict[tuple, ErrorCode]], None],
-                       producer: tuple[int, int] | None = None) -> None:
+                       producer: tuple[int, int] | None = None, verification_guard=None) -> None:
         """Group lock held. Append the commits; apply them and answer once written.
         ``producer`` (producer id, epoch): a TxnOffsetCommit, written as that producer's
         transactional batch and pending until the transaction's marker."""
@@ -1258,7 +1258,8 @@ class GroupCoordinator:
                     errors[tp] = result
             callback(errors)
 
-        self._runtime.append(self.partition_for(group.group_id), kvs, on_append, **batch_fields)
+        self._runtime.append(self.partition_for(group.group_id), kvs, on_append,
+                             verification_guard=verification_guard, **batch_fields)
 
     def _txn_batch_fields(self, partition: int, producer_id: int, producer_epoch: int, count: int) -> dict:
         """The producer fields of a TxnOffsetCommit batch. Its sequence continues the
@@ -1279,10 +1280,13 @@ class GroupCoordinator:
     def commit_transactional_offsets(self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
                                      group_instance_id: str | None, generation_id: int,
                                      offsets: dict[tuple, OffsetAndMetadata],
-                                     callback: Callable[[dict[tuple, ErrorCode]], None]) -> None:
+                                     callback: Callable[[dict[tuple, ErrorCode]], None],
+                                     verification_guard=None) -> None:
         """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): write the offsets as the
         producer's transactional batch; they become visible when the transaction's COMMIT
-        marker reaches the group's partition (:meth:`on_transaction_completed`)."""
+        marker reaches the group's partition (:meth:`on_transaction_completed`).
+        ``verification_guard``: the partition's KIP-890 guard taken before the transaction
+        coordinator confirmed it (the log refuses the batch if a marker cleared it)."""
         def fail(err: ErrorCode) -> None:
             callback({tp: err for tp in offsets})
 
@@ -1299,7 +1303,8 @@ class GroupCoordinator:
                 err = self._validate_txn_offset_commit(group, member_id, group_instance_id, generation_id)
             if err is not None:
                 return fail(err)
-            self._store_offsets(group, offsets, callback, producer=(producer_id, producer_epoch))
+            self._store_offsets(group, offsets, callback, producer=(producer_id, producer_epoch),
+                                verification_guard=verification_guard)
 
     @staticmethod
     def _validate_txn_offset_commit(group: ClassicGroup, member_id: str, group_instance_id: str | None,

@@ -815,41 +815,104 @@ class TransactionCoordinator:
 # the broker's wiring
 # ==================================================================================
 
+def transaction_state_topic_configs(config) -> dict:
+    """``__transaction_state``'s topic configs (Kafka's TransactionLog: compacted, uncompressed)."""
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "uncompressed",
+        "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
+        "min.insync.replicas": str(config["transaction.state.log.min.isr"]),
+        "unclean.leader.election.enable": "false",
+    }
+
+
 def build_transaction_coordinator(broker) -> TransactionCoordinator:
-    """Create ``__transaction_state`` if needed (compacted, as Kafka) and start a coordinator
-    over it with markers sent over the wire (broker start-up). Single node: this broker
-    leads every partition, so all of them load in the background."""
+    """Start a coordinator over ``__transaction_state`` with markers sent over the wire,
+    and the replica manager's KIP-890 verifier (broker start-up).
+
+    Single node: the topic is created now and this broker leads every partition, so all
+    of them load in the background. A KRaft broker (``offsets_topic_on_demand``): the
+    topic is created through the controller on the first FindCoordinator(TRANSACTION)
+    (``broker.topic_manager.create_transaction_state_topic``); the broker's metadata
+    publisher loads/unloads each partition as this broker starts/stops leading it
+    (:func:`on_leader` / :func:`on_stop`); markers and verifications go to the leaders
+    the metadata names; producer ids come from the broker's producer id manager
+    (blocks from the controller on a KRaft broker)."""
     from kbroker.coordinator.runtime import ReplicaCoordinatorLog
     from kbroker.coordinator.transaction.markers import WireMarkerChannel
+    from kbroker.server.txn_verification import AddPartitionsToTxnSender, TransactionVerifier
 
     c = broker.config
     cfg = TransactionConfig.from_kafka_config(c)
-    topic_configs = {
-        "cleanup.policy": "compact",
-        "compression.type": "uncompressed",
-        "segment.bytes": str(c["transaction.state.log.segment.bytes"]),
-        "min.insync.replicas": str(c["transaction.state.log.min.isr"]),
-        "unclean.leader.election.enable": "false",
-    }
-    topic = broker.topic_manager.create_internal(txnlog.TRANSACTION_STATE_TOPIC,
-                                                 cfg.transaction_state_log_num_partitions, topic_configs)
-    if topic.num_partitions != cfg.transaction_state_log_num_partitions:
+    kraft = getattr(broker, "offsets_topic_on_demand", False)
+    if kraft:
+        topic = broker.metadata.image.topics.get(txnlog.TRANSACTION_STATE_TOPIC)
+    else:
+        topic = broker.topic_manager.create_internal(txnlog.TRANSACTION_STATE_TOPIC,
+                                                     cfg.transaction_state_log_num_partitions,
+                                                     transaction_state_topic_configs(c))
+    if topic is not None and topic.num_partitions != cfg.transaction_state_log_num_partitions:
+        # the topic outlives the setting (Kafka: the existing topic wins)
         cfg = TransactionConfig(**{**cfg.__dict__, "transaction_state_log_num_partitions": topic.num_partitions})
     txn_log = ReplicaCoordinatorLog(broker.replica_manager, txnlog.TRANSACTION_STATE_TOPIC, c["request.timeout.ms"])
 
-    def leader_for(tp) -> int | None:
-        t = broker.metadata.image.topics.get(tp[0])
-        if t is None or not 0 <= tp[1] < t.num_partitions:
-            return None
-        return broker.node_id
+    if kraft:
+        cache = broker.metadata_cache
 
-    channel = WireMarkerChannel(leader_for, lambda: {broker.node_id: broker.advertised_endpoint},
-                                name=f"txn-marker-sender-{broker.node_id}")
+        def leader_for(tp) -> int | None:
+            leader = cache.leader_of(tp[0], tp[1])
+            return None if leader is None else (leader[0] if leader[0] >= 0 else -1)
+
+        def endpoints() -> dict:
+            return {i: (h, p) for i, h, p, _r in cache.alive_brokers()}
+    else:
+        def leader_for(tp) -> int | None:
+            t = broker.metadata.image.topics.get(tp[0])
+            if t is None or not 0 <= tp[1] < t.num_partitions:
+                return None
+            return broker.node_id
+
+        def endpoints() -> dict:
+            return {broker.node_id: broker.advertised_endpoint}
+
+    channel = WireMarkerChannel(leader_for, endpoints, name=f"txn-marker-sender-{broker.node_id}",
+                                request_timeout_ms=c["request.timeout.ms"])
+
     def coordinator_epoch_for(partition: int) -> int | None:
         part = broker.replica_manager.get_partition((txnlog.TRANSACTION_STATE_TOPIC, partition))
         return None if part is None else part.leader_epoch
 
     coordinator = TransactionCoordinator(cfg, txn_log, broker.producer_id_manager.generate_producer_id, channel,
                                          broker_id=broker.node_id, coordinator_epoch_for=coordinator_epoch_for)
-    coordinator.startup(range(cfg.transaction_state_log_num_partitions), background=True)
+    coordinator.startup(() if kraft else range(cfg.transaction_state_log_num_partitions), background=True)
+
+    def enabled() -> bool:
+        return broker.dynamic_config.current["transaction.partition.verification.enable"]
+
+    if kraft:
+        def coordinator_node(tid: str) -> int | None:
+            leader = cache.leader_of(txnlog.TRANSACTION_STATE_TOPIC, coordinator.partition_for(tid))
+            return None if leader is None else leader[0]
+
+        sender = AddPartitionsToTxnSender(endpoints, name=f"AddPartitionsToTxnSender-{broker.node_id}",
+                                          request_timeout_ms=c["request.timeout.ms"])
+    else:
+        def coordinator_node(_tid: str) -> int | None:
+            return broker.node_id
+
+        sender = None
+    broker.replica_manager.txn_verifier = TransactionVerifier(broker.node_id, enabled, coordinator_node,
+                                                              lambda: coordinator, sender)
     return coordinator
+
+
+def on_leader(coordinator: TransactionCoordinator, partition: int) -> None:
+    """This broker now leads ``__transaction_state-<partition>``: load it in the background
+    (requests for its ids meanwhile: COORDINATOR_LOAD_IN_PROGRESS)."""
+    coordinator._runtime.schedule_load(partition)
+
+
+def on_stop(coordinator: TransactionCoordinator, partition: int) -> None:
+    """This broker no longer leads ``__transaction_state-<partition>``: its ids go (their
+    pending markers are abandoned to the new leader, which resends them on load)."""
+    coordinator.unload_partition(partition)

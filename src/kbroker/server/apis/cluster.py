@@ -15,7 +15,8 @@ from kbroker.protocol.messages.describe_log_dirs import (
     DescribeLogDirsPartition, DescribeLogDirsResponse, DescribeLogDirsResult, DescribeLogDirsTopic,
 )
 from kbroker.server.apis import ApiHandler
-from kbroker.server.apis.metadata import CLUSTER_OPERATIONS, NOT_REQUESTED
+from kbroker.server.apis.metadata import CLUSTER_OPERATIONS, CLUSTER_OPS, NOT_REQUESTED
+from kbroker.server.authz import CLUSTER, CLUSTER_NAME, DESCRIBE, allowed, authz
 
 #: DescribeClusterRequest.endpoint_type
 ENDPOINT_BROKER, ENDPOINT_CONTROLLER = 1, 2
@@ -42,7 +43,9 @@ def handle_describe_cluster(broker, ctx, req) -> None:
         # KRaft quorum); on one node that is this node, which is also the controller
         resp.controller_id = view.controller_id(alive)
         if req.include_cluster_authorized_operations:
-            resp.cluster_authorized_operations = CLUSTER_OPERATIONS
+            auth = authz(broker, ctx)
+            resp.cluster_authorized_operations = (CLUSTER_OPERATIONS if auth is None else
+                                                  auth.operations(CLUSTER, CLUSTER_NAME, CLUSTER_OPS))
         else:
             resp.cluster_authorized_operations = NOT_REQUESTED
     if v >= 1:
@@ -91,6 +94,12 @@ def handle_describe_log_dirs(broker, ctx, req) -> None:
         wanted = {}
         for t in req.topics:
             wanted.setdefault(t.topic, set()).update(t.partitions)
+    if not allowed(broker, ctx, DESCRIBE, CLUSTER):       # KafkaApis: DESCRIBE on the cluster
+        resp = DescribeLogDirsResponse(throttle_time_ms=0, results=[])
+        if ctx.api_version >= 3:
+            resp.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        ctx.respond(resp)
+        return
     resp = DescribeLogDirsResponse(throttle_time_ms=0, results=describe_log_dirs(broker, wanted, ctx.api_version))
     if ctx.api_version >= 3:
         resp.error_code = ErrorCode.NONE

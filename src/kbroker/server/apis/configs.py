@@ -43,6 +43,7 @@ from kbroker.protocol.messages.incremental_alter_configs import (
     AlterConfigsResourceResponse as IncrementalResourceResponse, IncrementalAlterConfigsResponse,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import ALTER_CONFIGS, DESCRIBE_CONFIGS, TOPIC, authz
 from kbroker.server.config import BROKER_CONFIG
 from kbroker.server.dynamic_config import DYNAMIC_CONFIGS, DynamicConfigError
 from kbroker.server.topics import TopicError, validate_topic_configs, validate_topic_name
@@ -223,6 +224,18 @@ def describe_broker(broker, resource_name: str | None, keys, v: int, include_syn
     return out
 
 
+def _authorize(broker, ctx, res, operation) -> None:
+    """KafkaApis / ConfigAdminManager: DESCRIBE_CONFIGS or ALTER_CONFIGS on the topic
+    (TOPIC_AUTHORIZATION_FAILED) or on the cluster for a broker resource (CLUSTER_AUTHORIZATION_FAILED)."""
+    auth = authz(broker, ctx)
+    if auth is None:
+        return
+    if res.resource_type == RESOURCE_TOPIC and not auth.allowed(operation, TOPIC, res.resource_name):
+        raise ConfigApiError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
+    if res.resource_type == RESOURCE_BROKER and not auth.cluster(operation):
+        raise ConfigApiError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+
+
 def handle_describe_configs(broker, ctx, req) -> None:
     v = ctx.api_version
     include_synonyms = v >= 1 and req.include_synonyms
@@ -233,6 +246,7 @@ def handle_describe_configs(broker, ctx, req) -> None:
         r = DescribeConfigsResult(resource_type=res.resource_type, resource_name=res.resource_name,
                                   error_code=ErrorCode.NONE, error_message=None, configs=[])
         try:
+            _authorize(broker, ctx, res, DESCRIBE_CONFIGS)
             if res.resource_type == RESOURCE_TOPIC:
                 r.configs = describe_topic(broker, res.resource_name, keys, v, include_synonyms, include_docs)
             elif res.resource_type == RESOURCE_BROKER:
@@ -331,6 +345,7 @@ def handle_alter_configs(broker, ctx, req) -> None:
         try:
             if (res.resource_type, res.resource_name) in dup:
                 raise ConfigApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
+            _authorize(broker, ctx, res, ALTER_CONFIGS)
             new = {c.name: c.value for c in res.configs}
             if res.resource_type == RESOURCE_TOPIC:
                 _alter_topic(broker, res.resource_name, lambda current: new, req.validate_only)
@@ -418,6 +433,7 @@ def handle_incremental_alter_configs(broker, ctx, req) -> None:
         try:
             if (res.resource_type, res.resource_name) in dup:
                 raise ConfigApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
+            _authorize(broker, ctx, res, ALTER_CONFIGS)
             ops = _check_ops(res)
             if res.resource_type == RESOURCE_TOPIC:
                 _alter_topic(broker, res.resource_name, lambda current: incremental_result(current, ops),

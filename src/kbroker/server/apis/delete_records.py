@@ -19,6 +19,7 @@ from kbroker.protocol.messages.delete_records import (
     DeleteRecordsPartitionResult, DeleteRecordsResponse, DeleteRecordsTopicResult,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import DELETE, TOPIC, authz
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,13 @@ def delete_records(broker, topic: str, partition: int, offset: int) -> tuple[int
 
 def handle_delete_records(broker, ctx, req) -> None:
     topics = []
+    auth = authz(broker, ctx)
     for t in req.topics:
         parts = []
+        denied = auth is not None and not auth.allowed(DELETE, TOPIC, t.name)   # KafkaApis: DELETE on the topic
         for p in t.partitions:
-            code, low = delete_records(broker, t.name, p.partition_index, p.offset)
+            code, low = ((ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1) if denied else
+                         delete_records(broker, t.name, p.partition_index, p.offset))
             parts.append(DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=low,
                                                       error_code=code))
         topics.append(DeleteRecordsTopicResult(name=t.name, partitions=parts))

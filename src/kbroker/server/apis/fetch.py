@@ -12,6 +12,7 @@ from kbroker.protocol.messages.fetch import (
     PartitionData,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import CLUSTER, CLUSTER_ACTION, READ, TOPIC, allowed, authz
 from kbroker.server.delayed import FetchPartitionStatus
 from kbroker.server.fetch_session import CachedPartition, FetchSessionError
 from kbroker.server.replica_manager import FetchPartitionResult, region_size as _region_size
@@ -50,6 +51,7 @@ def handle_fetch(broker, ctx, req) -> None:
     image = broker.metadata.image
     replica_id = req.replica_id if v <= 14 else req.replica_state.replica_id
     if replica_id >= 0:
+        ctx.quota_exempt = True          # replication is not a client: no client quotas
         handle_replica_fetch(broker, ctx, req, replica_id)
         return
     # v13+ names topics by id: the session keys its partitions by (topic_id, partition)
@@ -84,17 +86,30 @@ def handle_fetch(broker, ctx, req) -> None:
     fetch_list = fctx.fetch_list(resolve_name if uses_topic_ids else None)
     erroneous: dict = {}  # key -> FetchPartitionResult, answered without reading
     infos = []
+    auth = authz(broker, ctx)
     for key, cp in fetch_list:
         err = _topic_id_error(image, cp) if uses_topic_ids else ErrorCode.NONE
+        if err == ErrorCode.NONE and auth is not None and not auth.allowed(READ, TOPIC, cp.topic):
+            err = ErrorCode.TOPIC_AUTHORIZATION_FAILED      # KafkaApis: READ on the topic
         if err != ErrorCode.NONE:
             erroneous[key] = FetchPartitionResult(err)
             continue
         infos.append(((cp.topic, key[1]), FetchPartitionStatus(
             cp.fetch_offset, cp.max_bytes, cp.current_leader_epoch, cp.log_start_offset, cp.last_fetched_epoch)))
     max_bytes = min(req.max_bytes if v >= 3 else 2**31 - 1, broker.config["fetch.max.bytes"])
+    if ctx.quotas is not None and ctx.quotas.fetch.enabled:
+        # at most what the quota allows in its window, so a throttled consumer still advances
+        max_bytes = min(max_bytes, ctx.quotas.fetch.max_value_in_window(ctx.user, ctx.client_id or ""))
     isolation = req.isolation_level if v >= 4 else 0
 
     def respond(results: dict) -> None:
+        q = ctx.quotas
+        if q is not None and q.fetch.enabled and _throttled(ctx, q, results):
+            # KafkaApis: a throttled fetch is answered empty (its bytes not counted), the
+            # session kept only when it was an incremental fetch (getThrottledResponse)
+            ctx.respond(FetchResponse(throttle_time_ms=ctx.bandwidth_throttle_ms, error_code=ErrorCode.NONE,
+                                      session_id=0 if fctx.full else fctx.session_id, responses=[]))
+            return
         topics: "OrderedDict[object, list]" = OrderedDict()  # topic id (v13+) or name -> partitions
         node_endpoints: dict = {}
         for key, cp in fetch_list:
@@ -127,6 +142,19 @@ def handle_fetch(broker, ctx, req) -> None:
                                           replica_id)
 
 
+def _throttled(ctx, q, results: dict) -> bool:
+    """Record the response's bytes against consumer_byte_rate; on a violation take them
+    back, set the context's bandwidth throttle and return True."""
+    size = sum(_region_size(r.records) for r in results.values())
+    user, client_id = ctx.user, ctx.client_id or ""
+    throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size)
+    if not throttle:
+        return False
+    q.fetch.unrecord(user, client_id, size)
+    ctx.bandwidth_throttle_ms = throttle
+    return True
+
+
 # -- followers ---------------------------------------------------------------------------------
 def handle_replica_fetch(broker, ctx, req, replica_id: int) -> None:
     """A follower's Fetch (replica id >= 0; its broker epoch in ReplicaState, v15+): every
@@ -141,6 +169,18 @@ def handle_replica_fetch(broker, ctx, req, replica_id: int) -> None:
     if getattr(rm, "replica_fetcher_manager", None) is None:
         ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                   session_id=0, responses=[]))
+        return
+    if not allowed(broker, ctx, CLUSTER_ACTION, CLUSTER):
+        # KafkaApis: a follower needs ClusterAction on the cluster; else every partition is refused
+        err = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=[
+            FetchableTopicResponse(topic_id=t.topic_id, partitions=[
+                PartitionData(partition_index=p.partition, error_code=err, high_watermark=-1, last_stable_offset=-1,
+                              log_start_offset=-1, preferred_read_replica=-1, records=b"") for p in t.partitions])
+            if v >= 13 else FetchableTopicResponse(topic=t.topic, partitions=[
+                PartitionData(partition_index=p.partition, error_code=err, high_watermark=-1, last_stable_offset=-1,
+                              log_start_offset=-1, preferred_read_replica=-1, records=b"") for p in t.partitions])
+            for t in req.topics]))
         return
     image = broker.metadata.image
     epoch = req.replica_state.replica_epoch if v >= 15 else -1

@@ -52,13 +52,16 @@ from kbroker.protocol.messages.offset_fetch import (
 )
 from kbroker.protocol.messages.sync_group import SyncGroupResponse
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import CLUSTER, DELETE, DESCRIBE, GROUP, READ, TOPIC, TRANSACTIONAL_ID, allowed, authz
 
 E = ErrorCode
 OFFSETS_TOPIC = "__consumer_offsets"
 
 COORDINATOR_TYPE_GROUP = 0
 COORDINATOR_TYPE_TRANSACTION = 1
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 #: DescribeGroups v3+: operations allowed on a group without an authorizer: READ 3, DELETE 6, DESCRIBE 8
+GROUP_OPS = (3, 6, 8)
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 NOT_REQUESTED = -(2 ** 31)
 
@@ -83,19 +86,18 @@ def _find(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, in
             # would make transactional clients retry until their timeout (aiokafka's start()
             # never returns); this fatal code makes them fail at once with a clear error.
             return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
-        if coordinator.is_serving(key):
-            host, port = broker.endpoint(getattr(ctx.request, "listener_name", None))
-            return E.NONE, broker.node_id, host, port
-        return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_serving(key):
+    if coordinator.is_serving(key):
         host, port = broker.endpoint(getattr(ctx.request, "listener_name", None))
         return E.NONE, broker.node_id, host, port
-    if key_type == COORDINATOR_TYPE_GROUP and coordinator.is_active:
-        # the leader of the group's __consumer_offsets partition coordinates it (KRaft: another broker)
+    if coordinator.is_active:
+        # the leader of the key's __consumer_offsets / __transaction_state partition
+        # coordinates it (KRaft: another broker)
         view = broker.metadata_cache
-        leader = view.leader_of(OFFSETS_TOPIC, coordinator.partition_for(key))
+        txn = key_type == COORDINATOR_TYPE_TRANSACTION
+        leader = view.leader_of(TRANSACTION_STATE_TOPIC if txn else OFFSETS_TOPIC, coordinator.partition_for(key))
         if leader is None:
-            create = getattr(broker.topic_manager, "create_offsets_topic", None)
+            create = getattr(broker.topic_manager,
+                             "create_transaction_state_topic" if txn else "create_offsets_topic", None)
             if create is not None:
                 create()   # through the controller; clients retry COORDINATOR_NOT_AVAILABLE
         elif leader[0] >= 0 and leader[0] != broker.node_id:
@@ -105,18 +107,27 @@ def _find(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, in
     return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
 
 
+def _find_authorized(broker, key: str, key_type: int, ctx) -> tuple[ErrorCode, int, str, int]:
+    """KafkaApis: DESCRIBE on the group, or on the transactional id, before looking it up."""
+    if key_type == COORDINATOR_TYPE_GROUP and not allowed(broker, ctx, DESCRIBE, GROUP, key):
+        return E.GROUP_AUTHORIZATION_FAILED, -1, "", -1
+    if key_type == COORDINATOR_TYPE_TRANSACTION and not allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, key):
+        return E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
+    return _find(broker, key, key_type, ctx)
+
+
 def handle_find_coordinator(broker, ctx, req) -> None:
     v = ctx.api_version
     key_type = req.key_type if v >= 1 else COORDINATOR_TYPE_GROUP
     invalid = key_type not in (COORDINATOR_TYPE_GROUP, COORDINATOR_TYPE_TRANSACTION)
     if v < 4:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, req.key, key_type, ctx)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find_authorized(broker, req.key, key_type, ctx)
         ctx.respond(FindCoordinatorResponse(error_code=err, error_message=_message(err), node_id=node_id,
                                             host=host, port=port))
         return
     coordinators = []
     for key in req.coordinator_keys:
-        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find(broker, key, key_type, ctx)
+        err, node_id, host, port = (E.INVALID_REQUEST, -1, "", -1) if invalid else _find_authorized(broker, key, key_type, ctx)
         coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=err,
                                         error_message=_message(err)))
     ctx.respond(FindCoordinatorResponse(coordinators=coordinators))
@@ -141,6 +152,9 @@ def handle_join_group(broker, ctx, req) -> None:
             members=[JoinGroupResponseMember(member_id=mid, group_instance_id=iid if v >= 5 else None,
                                              metadata=md) for mid, iid, md in r.members]))
 
+    if not allowed(broker, ctx, READ, GROUP, req.group_id):
+        respond(JoinGroupResult.failed("", E.GROUP_AUTHORIZATION_FAILED))
+        return
     broker.group_coordinator.join_group(
         req.group_id, req.member_id, instance_id,
         require_known_member_id=v >= 4 and instance_id is None, supports_skip_assignment=v >= 9,
@@ -158,6 +172,9 @@ def handle_sync_group(broker, ctx, req) -> None:
         ctx.respond(SyncGroupResponse(error_code=r.error, protocol_type=r.protocol_type if v >= 5 else None,
                                       protocol_name=r.protocol_name if v >= 5 else None, assignment=r.assignment))
 
+    if not allowed(broker, ctx, READ, GROUP, req.group_id):
+        ctx.respond(SyncGroupResponse(error_code=E.GROUP_AUTHORIZATION_FAILED, assignment=b""))
+        return
     broker.group_coordinator.sync_group(
         req.group_id, req.generation_id, req.member_id, req.group_instance_id if v >= 3 else None,
         req.protocol_type if v >= 5 else None, req.protocol_name if v >= 5 else None,
@@ -166,6 +183,9 @@ def handle_sync_group(broker, ctx, req) -> None:
 
 def handle_heartbeat(broker, ctx, req) -> None:
     v = ctx.api_version
+    if not allowed(broker, ctx, READ, GROUP, req.group_id):
+        ctx.respond(HeartbeatResponse(error_code=E.GROUP_AUTHORIZATION_FAILED))
+        return
     err = broker.group_coordinator.heartbeat(req.group_id, req.member_id,
                                              req.group_instance_id if v >= 3 else None, req.generation_id)
     ctx.respond(HeartbeatResponse(error_code=err))
@@ -177,6 +197,9 @@ def handle_leave_group(broker, ctx, req) -> None:
         members = [(req.member_id, None)]
     else:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
+    if not allowed(broker, ctx, READ, GROUP, req.group_id):
+        ctx.respond(LeaveGroupResponse(error_code=E.GROUP_AUTHORIZATION_FAILED, members=[]))
+        return
     err, results = broker.group_coordinator.leave_group(req.group_id, members)
     if v < 3:
         if err == E.NONE and results:
@@ -198,10 +221,19 @@ def handle_offset_commit(broker, ctx, req) -> None:
     order: list[tuple[str, list[int]]] = []
     errors: dict[tuple, ErrorCode] = {}
     offsets: dict[tuple, OffsetAndMetadata] = {}
+    auth = authz(broker, ctx)
+    group_denied = auth is not None and not auth.allowed(READ, GROUP, req.group_id)
     for t in req.topics:
         order.append((t.name, [p.partition_index for p in t.partitions]))
+        topic_denied = auth is not None and not auth.allowed(READ, TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if group_denied:      # KafkaApis: READ on the group, then READ on each topic
+                errors[tp] = E.GROUP_AUTHORIZATION_FAILED
+                continue
+            if topic_denied:
+                errors[tp] = E.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not _partition_exists(broker, t.name, p.partition_index):
                 errors[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -226,18 +258,30 @@ def handle_offset_commit(broker, ctx, req) -> None:
         req.generation_id_or_member_epoch if v >= 1 else -1, offsets, respond, api_version=v)
 
 
-def _fetch_group(coordinator, group_id: str, topics, require_stable: bool):
-    """(error, [(topic, [(partition, OffsetFetchPartition)])]) for one group; topics None = all."""
+def _fetch_group(coordinator, group_id: str, topics, require_stable: bool, auth=None):
+    """(error, [(topic, [(partition, OffsetFetchPartition)])]) for one group; topics None = all.
+    ``auth`` (KafkaApis): DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on
+    each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (all topics: left out)."""
+    if auth is not None and not auth.allowed(DESCRIBE, GROUP, group_id):
+        return E.GROUP_AUTHORIZATION_FAILED, [(t.name, [(p, None) for p in t.partition_indexes])
+                                              for t in topics or ()]
     if topics is None:
         err, result = coordinator.fetch_offsets(group_id, None, require_stable)
         by_topic: dict[str, list] = {}
         for (t, p), r in sorted(result.items()):
-            by_topic.setdefault(t, []).append((p, r))
+            if auth is None or auth.allowed(DESCRIBE, TOPIC, t):
+                by_topic.setdefault(t, []).append((p, r))
         return err, list(by_topic.items())
-    tps = [(t.name, p) for t in topics for p in t.partition_indexes]
+    denied = set() if auth is None else {t.name for t in topics if not auth.allowed(DESCRIBE, TOPIC, t.name)}
+    tps = [(t.name, p) for t in topics if t.name not in denied for p in t.partition_indexes]
     err, result = coordinator.fetch_offsets(group_id, tps, require_stable)
     if err != E.NONE:
         return err, [(t.name, [(p, None) for p in t.partition_indexes]) for t in topics]
+    if denied:
+        from kbroker.coordinator.group.coordinator import OffsetFetchPartition
+        no = OffsetFetchPartition(-1, -1, "", E.TOPIC_AUTHORIZATION_FAILED)
+        return err, [(t.name, [(p, no if t.name in denied else result[(t.name, p)]) for p in t.partition_indexes])
+                     for t in topics]
     return err, [(t.name, [(p, result[(t.name, p)]) for p in t.partition_indexes]) for t in topics]
 
 
@@ -245,10 +289,11 @@ def handle_offset_fetch(broker, ctx, req) -> None:
     v = ctx.api_version
     coordinator = broker.group_coordinator
     require_stable = req.require_stable if v >= 7 else False
+    auth = authz(broker, ctx)
     if v >= 8:
         groups = []
         for g in req.groups:
-            err, topics = _fetch_group(coordinator, g.group_id, g.topics, require_stable)
+            err, topics = _fetch_group(coordinator, g.group_id, g.topics, require_stable, auth)
             groups.append(OffsetFetchResponseGroup(
                 group_id=g.group_id, error_code=err,
                 topics=[] if err != E.NONE else [
@@ -260,7 +305,7 @@ def handle_offset_fetch(broker, ctx, req) -> None:
         ctx.respond(OffsetFetchResponse(groups=groups))
         return
     topics_req = req.topics if (v >= 2 or req.topics is not None) else []
-    err, topics = _fetch_group(coordinator, req.group_id, topics_req, require_stable)
+    err, topics = _fetch_group(coordinator, req.group_id, topics_req, require_stable, auth)
     if err != E.NONE:
         if v < 2:  # no top-level error field: every requested partition carries it
             ctx.respond(OffsetFetchResponse(topics=[
@@ -283,11 +328,18 @@ def handle_offset_delete(broker, ctx, req) -> None:
     order: list[tuple[str, list[int]]] = []
     errors: dict[tuple, ErrorCode] = {}
     valid: list[tuple] = []
+    auth = authz(broker, ctx)
+    if auth is not None and not auth.allowed(DELETE, GROUP, req.group_id):
+        ctx.respond(OffsetDeleteResponse(error_code=E.GROUP_AUTHORIZATION_FAILED, topics=[]))
+        return
     for t in req.topics:
         order.append((t.name, [p.partition_index for p in t.partitions]))
+        topic_denied = auth is not None and not auth.allowed(READ, TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if _partition_exists(broker, t.name, p.partition_index):
+            if topic_denied:
+                errors[tp] = E.TOPIC_AUTHORIZATION_FAILED
+            elif _partition_exists(broker, t.name, p.partition_index):
                 valid.append(tp)
             else:
                 errors[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
@@ -310,8 +362,14 @@ def handle_offset_delete(broker, ctx, req) -> None:
 def handle_describe_groups(broker, ctx, req) -> None:
     v = ctx.api_version
     include_ops = v >= 3 and req.include_authorized_operations
+    auth = authz(broker, ctx)
     out = []
     for gid in req.groups:
+        if auth is not None and not auth.allowed(DESCRIBE, GROUP, gid):
+            out.append(DescribedGroup(error_code=E.GROUP_AUTHORIZATION_FAILED, group_id=gid, group_state="",
+                                      protocol_type="", protocol_data="", members=[],
+                                      authorized_operations=NOT_REQUESTED))
+            continue
         err, s = broker.group_coordinator.describe_group(gid)
         out.append(DescribedGroup(
             error_code=err, group_id=gid, group_state=s.state, protocol_type=s.protocol_type,
@@ -321,7 +379,8 @@ def handle_describe_groups(broker, ctx, req) -> None:
                                           client_id=m.client_id, client_host=m.client_host,
                                           member_metadata=m.metadata, member_assignment=m.assignment)
                      for m in s.members],
-            authorized_operations=GROUP_OPERATIONS if include_ops and err == E.NONE else NOT_REQUESTED))
+            authorized_operations=NOT_REQUESTED if not include_ops or err != E.NONE else
+            GROUP_OPERATIONS if auth is None else auth.operations(GROUP, gid, GROUP_OPS)))
     ctx.respond(DescribeGroupsResponse(groups=out))
 
 
@@ -329,6 +388,9 @@ def handle_list_groups(broker, ctx, req) -> None:
     v = ctx.api_version
     err, groups = broker.group_coordinator.list_groups(req.states_filter if v >= 4 else (),
                                                        req.types_filter if v >= 5 else ())
+    auth = authz(broker, ctx)
+    if auth is not None and not auth.cluster(DESCRIBE):      # KafkaApis: else only the groups it may DESCRIBE
+        groups = [g for g in groups if auth.allowed(DESCRIBE, GROUP, g.group_id)]
     ctx.respond(ListGroupsResponse(error_code=err, groups=[
         ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type,
                     group_state=g.state if v >= 4 else "", group_type=g.group_type if v >= 5 else "")
@@ -342,7 +404,15 @@ def handle_delete_groups(broker, ctx, req) -> None:
         ctx.respond(DeleteGroupsResponse(results=[
             DeletableGroupResult(group_id=g, error_code=results.get(g, E.NONE)) for g in dict.fromkeys(names)]))
 
-    broker.group_coordinator.delete_groups(list(dict.fromkeys(names)), respond)
+    auth = authz(broker, ctx)
+    denied = {} if auth is None else {g: E.GROUP_AUTHORIZATION_FAILED for g in dict.fromkeys(names)
+                                      if not auth.allowed(DELETE, GROUP, g)}
+    if denied:
+        inner = respond
+
+        def respond(results: dict[str, ErrorCode]) -> None:
+            inner({**results, **denied})
+    broker.group_coordinator.delete_groups([g for g in dict.fromkeys(names) if g not in denied], respond)
 
 
 # -- KIP-848: ConsumerGroupHeartbeat / ConsumerGroupDescribe ----------------------------------------
@@ -358,6 +428,10 @@ def handle_consumer_group_heartbeat(broker, ctx, req) -> None:
     if _consumer_protocol_disabled(broker):
         ctx.respond(ConsumerGroupHeartbeatResponse(error_code=E.UNSUPPORTED_VERSION,
                                                    error_message=_message(E.UNSUPPORTED_VERSION)))
+        return
+    if not allowed(broker, ctx, READ, GROUP, req.group_id):
+        ctx.respond(ConsumerGroupHeartbeatResponse(error_code=E.GROUP_AUTHORIZATION_FAILED,
+                                                   error_message=_message(E.GROUP_AUTHORIZATION_FAILED)))
         return
     owned = None if req.topic_partitions is None else [(tp.topic_id, list(tp.partitions))
                                                        for tp in req.topic_partitions]
@@ -403,6 +477,8 @@ def handle_consumer_group_describe(broker, ctx, req) -> None:
     for gid in req.group_ids:
         if _consumer_protocol_disabled(broker):
             err, message, d = E.UNSUPPORTED_VERSION, None, None
+        elif not allowed(broker, ctx, DESCRIBE, GROUP, gid):
+            err, message, d = E.GROUP_AUTHORIZATION_FAILED, None, None
         else:
             err, message, d = coordinator.consumer_group_describe(gid)
         if err != E.NONE:

@@ -16,6 +16,7 @@ from kbroker.protocol.messages.list_offsets import (
     ListOffsetsPartitionResponse, ListOffsetsResponse, ListOffsetsTopicResponse,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import DESCRIBE, TOPIC, authz
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 #: lowest request version that may ask for each special timestamp (Kafka's ListOffsetsRequest)
@@ -31,6 +32,7 @@ def handle_list_offsets(broker, ctx, req) -> None:
         for p in t.partitions:
             counts[(t.name, p.partition_index)] = counts.get((t.name, p.partition_index), 0) + 1
     answered = set()
+    auth = authz(broker, ctx)
     for t in req.topics:
         parts = []
         for p in t.partitions:
@@ -46,7 +48,9 @@ def handle_list_offsets(broker, ctx, req) -> None:
                 continue
             part = rm.get_partition(tp)
             ts = p.timestamp
-            if part is None or not part.is_leader:
+            if auth is not None and not auth.allowed(DESCRIBE, TOPIC, t.name):
+                r.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED     # KafkaApis: DESCRIBE on the topic
+            elif part is None or not part.is_leader:
                 r.error_code = rm.partition_error(tp)
             elif ts < -5 or (ts in _MIN_VERSION and v < _MIN_VERSION[ts]):
                 r.error_code = ErrorCode.UNSUPPORTED_VERSION

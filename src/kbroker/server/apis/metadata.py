@@ -1,4 +1,10 @@
-"""Metadata: brokers, controller, topics and their partitions; auto topic creation."""
+"""Metadata: brokers, controller, topics and their partitions; auto topic creation.
+
+With an authorizer (KafkaApis.handleTopicMetadataRequest): an all-topics request lists only the
+topics the principal may DESCRIBE; a topic asked by name (or id) without DESCRIBE answers
+TOPIC_AUTHORIZATION_FAILED; auto-creation needs CREATE on the cluster or on the topic (else
+TOPIC_AUTHORIZATION_FAILED); the authorized operations fields carry the principal's own.
+"""
 from __future__ import annotations
 
 import uuid
@@ -8,16 +14,19 @@ from kbroker.protocol.messages.metadata import (
     MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import CLUSTER, CLUSTER_NAME, CREATE, DESCRIBE, TOPIC, authz
 from kbroker.server.topics import TopicError, validate_topic_name
 
 #: Kafka's "authorized operations not requested" marker
 NOT_REQUESTED = -(2**31)
 #: AclOperation codes a topic supports (no authorizer: all allowed): READ 3, WRITE 4,
 #: CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+TOPIC_OPS = (3, 4, 5, 6, 7, 8, 10, 11)
+TOPIC_OPERATIONS = sum(1 << op for op in TOPIC_OPS)
 #: cluster: CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10,
 #: ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12, CREATE_TOKENS 13, DESCRIBE_TOKENS 14
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12, 13, 14))
+CLUSTER_OPS = (5, 7, 8, 9, 10, 11, 12, 13, 14)
+CLUSTER_OPERATIONS = sum(1 << op for op in CLUSTER_OPS)
 
 
 class _EncodedTopic:
@@ -114,16 +123,29 @@ def _build_topic(view, t, states, include_ops: bool) -> MetadataResponseTopic:
         topic_authorized_operations=TOPIC_OPERATIONS if include_ops else NOT_REQUESTED)
 
 
+def _authorized_topic(broker, auth, name: str, include_ops: bool, v: int):
+    """An existing topic's entry for a principal allowed to DESCRIBE it."""
+    if not include_ops:
+        return topic_metadata(broker, name, version=v)
+    t = topic_metadata(broker, name, include_ops=True)
+    t.topic_authorized_operations = auth.operations(TOPIC, name, TOPIC_OPS)
+    return t
+
+
 def handle_metadata(broker, ctx, req) -> None:
     v = ctx.api_version
     view = broker.metadata_cache
     image = view.image
     include_ops = v >= 8 and req.include_topic_authorized_operations
+    auth = authz(broker, ctx)
     topics = []
     if req.topics is None or (v == 0 and not req.topics):
         names = sorted(image.topics)
         cache = getattr(broker, "topic_metadata_cache", None)
-        if cache is not None:
+        if auth is not None:
+            topics = [_authorized_topic(broker, auth, n, include_ops, v) for n in names
+                      if auth.allowed(DESCRIBE, TOPIC, n)]
+        elif cache is not None:
             get, by_name, cluster = cache.get, image.topics, view.cluster_token
             topics = [get(broker, by_name[n], v, include_ops, view, cluster) for n in names]
             cache.retain(image.topics)
@@ -136,13 +158,25 @@ def handle_metadata(broker, ctx, req) -> None:
             if name is None:  # by topic id: v12+ only; v10-11 must name the topic (Kafka: INVALID_REQUEST,
                 # and the response's name is not nullable before v12, so "")
                 known = image.topics_by_id.get(rt.topic_id) if v >= 12 else None
-                if known is not None:
+                if known is not None and auth is not None and not auth.allowed(DESCRIBE, TOPIC, known.name):
+                    topics.append(topic_metadata(broker, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                 topic_id=rt.topic_id))
+                elif known is not None:
                     topics.append(topic_metadata(broker, known.name, include_ops=include_ops, version=v))
                 else:
                     topics.append(topic_metadata(broker, None if v >= 12 else "",
                                                  ErrorCode.UNKNOWN_TOPIC_ID if v >= 12 else ErrorCode.INVALID_REQUEST,
                                                  topic_id=rt.topic_id))
                 continue
+            if auth is not None:
+                if not auth.allowed(DESCRIBE, TOPIC, name) or (
+                        name not in image.topics and allow_auto and not auth.cluster(CREATE)
+                        and not auth.allowed(CREATE, TOPIC, name)):
+                    topics.append(topic_metadata(broker, name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    continue
+                if name in image.topics:
+                    topics.append(_authorized_topic(broker, auth, name, include_ops, v))
+                    continue
             if name not in image.topics:
                 try:
                     validate_topic_name(name)
@@ -172,8 +206,9 @@ def handle_metadata(broker, ctx, req) -> None:
         throttle_time_ms=0,
         brokers=[MetadataResponseBroker(node_id=i, host=host, port=port, rack=rack) for i, host, port, rack in alive],
         cluster_id=broker.cluster_id, controller_id=view.controller_id(alive), topics=topics,
-        cluster_authorized_operations=(CLUSTER_OPERATIONS if 8 <= v <= 10 and req.include_cluster_authorized_operations
-                                       else NOT_REQUESTED))
+        cluster_authorized_operations=(
+            NOT_REQUESTED if not (8 <= v <= 10 and req.include_cluster_authorized_operations) else
+            CLUSTER_OPERATIONS if auth is None else auth.operations(CLUSTER, CLUSTER_NAME, CLUSTER_OPS)))
     ctx.respond(resp)
 
 

@@ -6,17 +6,25 @@ from kbroker.protocol.messages.offset_for_leader_epoch import (
     EpochEndOffset, OffsetForLeaderEpochResponse, OffsetForLeaderTopicResult,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import CLUSTER_ACTION, DESCRIBE, TOPIC, authz
 
 
 def handle_offset_for_leader_epoch(broker, ctx, req) -> None:
     v = ctx.api_version
     topics = []
+    # KafkaApis: a follower (replica id >= 0) needs CLUSTER_ACTION, a consumer DESCRIBE on the topic
+    auth = authz(broker, ctx)
+    follower_denied = (auth is not None and v >= 3 and req.replica_id >= 0
+                       and not auth.cluster(CLUSTER_ACTION))
     for t in req.topics:
         parts = []
+        denied = follower_denied or (auth is not None and not auth.allowed(DESCRIBE, TOPIC, t.topic))
         for p in t.partitions:
             r = EpochEndOffset(partition=p.partition, leader_epoch=-1, end_offset=-1)
             part = broker.replica_manager.get_partition((t.topic, p.partition))
-            if part is None or not part.is_leader:
+            if denied:
+                r.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif part is None or not part.is_leader:
                 r.error_code = broker.replica_manager.partition_error((t.topic, p.partition))
             else:
                 err = part.check_leader_epoch(p.current_leader_epoch if v >= 2 else -1)

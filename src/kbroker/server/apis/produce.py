@@ -11,12 +11,17 @@ answers where its own checks (min.insync.replicas, internal topics) come between
 With acks=0 there is no response; an error then closes the connection so the client
 notices (Kafka's behaviour).
 
+With an authorizer (kbroker.server.authz): WRITE on each topic (else TOPIC_AUTHORIZATION_FAILED
+for its partitions) and, for transactional batches, WRITE on the transactional id (else every
+partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as KafkaApis checks.
+
 Transactional batches need the request's ``transactional_id`` (else every partition
 answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Kafka's check before its ACL) and a
 producer id and epoch (else INVALID_RECORD); the log then applies Kafka's producer
 rules (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE for a plain batch inside the
 producer's open transaction) and starts or extends its ongoing transaction. KIP-890's
-verification with the transaction coordinator is not done here (yet).
+verification with the transaction coordinator happens in the replica manager first
+(:mod:`kbroker.server.txn_verification`).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from kbroker.protocol.messages.produce import (
     TopicProduceResponse,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import TOPIC, TRANSACTIONAL_ID, WRITE, authz
 from kbroker.server.replica_manager import ProducePartitionResult
 
 log = logging.getLogger(__name__)
@@ -48,7 +54,18 @@ def handle_produce(broker, ctx, req) -> None:
                    for t in req.topic_data for p in t.partition_data}
         _respond_errors(ctx, req, results)
         return
-    # KafkaApis.handleProduceRequest: an unknown partition, then records that break
+    q = ctx.quotas
+    if q is not None and q.produce.enabled:
+        # the request's bytes count against producer_byte_rate (Kafka: request.sizeInBytes)
+        ctx.bandwidth_throttle_ms = q.produce.record_and_get_throttle_ms(
+            ctx.user, ctx.client_id or "", len(ctx.request.payload))
+    auth = authz(broker, ctx)
+    if (auth is not None and req.transactional_id is not None and _has_transactional_records(req)
+            and not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id)):
+        _respond_errors(ctx, req, {(t.name, p.index): ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                                   for t in req.topic_data for p in t.partition_data})
+        return
+    # KafkaApis.handleProduceRequest: an unauthorized topic, an unknown partition, then records that break
     # ProduceRequest.validateRecords, are answered without reaching the replica manager
     rm = broker.replica_manager
     partitions = rm.partitions
@@ -57,6 +74,11 @@ def handle_produce(broker, ctx, req) -> None:
     early = {}
     for t in req.topic_data:
         name = t.name
+        if auth is not None and not auth.allowed(WRITE, TOPIC, name):
+            for p in t.partition_data:
+                order.append((name, p.index))
+                early[(name, p.index)] = ProducePartitionResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            continue
         for p in t.partition_data:
             tp = (name, p.index)
             order.append(tp)
@@ -105,7 +127,8 @@ def handle_produce(broker, ctx, req) -> None:
             resp.node_endpoints = list(node_endpoints.values())
         ctx.respond(resp)
 
-    broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v)
+    broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v,
+                                          transactional_id=req.transactional_id)
 
 
 def _current_leader(broker, ctx, tp, pr, node_endpoints) -> None:

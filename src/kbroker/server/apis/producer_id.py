@@ -20,13 +20,16 @@ across restarts.
   53 is fatal in librdkafka, kafka-python and aiokafka, so ``init_transactions``
   fails at once with a clear error.
 
-Throttling and ACLs (IDEMPOTENT_WRITE, TRANSACTIONAL_ID) do not exist here.
+With an authorizer (KafkaApis): WRITE on the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE on the
+cluster or WRITE on at least one topic (Kafka 3.x, KIP-679; else CLUSTER_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.init_producer_id import InitProducerIdResponse
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import IDEMPOTENT_WRITE, TOPIC, TRANSACTIONAL_ID, WRITE, authz
 from kbroker.server.init_producer_id import InitProducerIdResult, handle_init_producer_id
 
 
@@ -52,6 +55,15 @@ def handle_init_producer_id_request(broker, ctx, req) -> None:
         ctx.respond(InitProducerIdResponse(throttle_time_ms=0, error_code=err,
                                            producer_id=result.producer_id, producer_epoch=result.producer_epoch))
 
+    auth = authz(broker, ctx)
+    if auth is not None:
+        if req.transactional_id is not None:
+            if not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id):
+                respond(InitProducerIdResult(int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)))
+                return
+        elif not auth.cluster(IDEMPOTENT_WRITE) and not auth.by_resource_type(WRITE, TOPIC):
+            respond(InitProducerIdResult(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)))
+            return
     result = handle_init_producer_id(
         broker.producer_id_manager.generate_producer_id, req.transactional_id, req.transaction_timeout_ms,
         producer_id, producer_epoch, transaction_max_timeout_ms=broker.config["transaction.max.timeout.ms"],

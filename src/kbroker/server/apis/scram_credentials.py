@@ -7,7 +7,8 @@ texts: an empty user name or an iteration count outside [4096, 16384] is UNACCEP
 an unknown mechanism UNSUPPORTED_SASL_MECHANISM, a (user, mechanism) named twice DUPLICATE_RESOURCE, deleting
 or describing what does not exist RESOURCE_NOT_FOUND. The client sends the salted password
 (never the password); the broker keeps only the stored and server keys derived from it.
-ACLs (ALTER / DESCRIBE on the cluster) come with the authorizer.
+With an authorizer: DESCRIBE (describe) or ALTER (alter) on the cluster, else every result is
+CLUSTER_AUTHORIZATION_FAILED (Kafka's ControllerApis / KafkaApis checks).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kbroker.protocol.messages.describe_user_scram_credentials import (
 )
 from kbroker.security import scram
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import ALTER, CLUSTER, DESCRIBE, allowed
 
 
 def _store(broker):
@@ -27,6 +29,10 @@ def _store(broker):
 
 
 def handle_describe(broker, ctx, req) -> None:
+    if not allowed(broker, ctx, DESCRIBE, CLUSTER):
+        ctx.respond(DescribeUserScramCredentialsResponse(
+            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, results=[]))
+        return
     creds = _store(broker).scram_credentials()
     results = []
     names = [u.name for u in req.users or []]
@@ -65,6 +71,12 @@ def handle_describe(broker, ctx, req) -> None:
 
 
 def handle_alter(broker, ctx, req) -> None:
+    if not allowed(broker, ctx, ALTER, CLUSTER):
+        names = list(dict.fromkeys(x.name for x in list(req.deletions) + list(req.upsertions)))
+        ctx.respond(AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
+            AlterUserScramCredentialsResult(user=n, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message=None) for n in names]))
+        return
     store = _store(broker)
     existing = store.scram_credentials()
     errors: dict[str, tuple[int, str]] = {}

@@ -1,4 +1,9 @@
-"""CreateTopics, DeleteTopics, CreatePartitions."""
+"""CreateTopics, DeleteTopics, CreatePartitions.
+
+With an authorizer (KafkaApis): CREATE on the cluster or on the topic to create it, DELETE on a
+topic to delete it, ALTER on a topic to add partitions; else the topic's result is
+TOPIC_AUTHORIZATION_FAILED and the others go on.
+"""
 from __future__ import annotations
 
 import uuid
@@ -12,6 +17,7 @@ from kbroker.protocol.messages.create_topics import (
 )
 from kbroker.protocol.messages.delete_topics import DeletableTopicResult, DeleteTopicsResponse
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import ALTER, CREATE, DELETE, TOPIC, authz
 from kbroker.server.topics import TopicError
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -25,10 +31,17 @@ def handle_create_topics(broker, ctx, req) -> None:
     seen: dict[str, int] = {}
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
+    auth = authz(broker, ctx)
+    may_create_any = auth is None or auth.cluster(CREATE)
     for t in req.topics:
         if seen[t.name] > 1:
             results.append(CreatableTopicResult(name=t.name, error_code=ErrorCode.INVALID_REQUEST,
                                                 error_message="Duplicate topic name.", topic_id=ZERO_UUID))
+            continue
+        if not may_create_any and not auth.allowed(CREATE, TOPIC, t.name):
+            results.append(CreatableTopicResult(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                error_message="Authorization failed." if v >= 1 else None,
+                                                topic_id=ZERO_UUID))
             continue
         configs = {c.name: c.value for c in t.configs}
         try:
@@ -61,6 +74,7 @@ def handle_delete_topics(broker, ctx, req) -> None:
         targets = [(t.name, t.topic_id) for t in req.topics]
     else:
         targets = [(n, ZERO_UUID) for n in req.topic_names]
+    auth = authz(broker, ctx)
     for name, topic_id in targets:
         if name is None:
             t = broker.metadata.image.topics_by_id.get(topic_id)
@@ -69,6 +83,11 @@ def handle_delete_topics(broker, ctx, req) -> None:
                                                     error_message="This server does not host this topic ID." if v >= 5 else None))
                 continue
             name = t.name
+        if auth is not None and not auth.allowed(DELETE, TOPIC, name):
+            results.append(DeletableTopicResult(name=name, topic_id=topic_id,
+                                                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                error_message="Authorization failed." if v >= 5 else None))
+            continue
         try:
             t = broker.topic_manager.delete(name)
             results.append(DeletableTopicResult(name=name, topic_id=t.topic_id, error_code=ErrorCode.NONE))
@@ -80,7 +99,12 @@ def handle_delete_topics(broker, ctx, req) -> None:
 
 def handle_create_partitions(broker, ctx, req) -> None:
     results = []
+    auth = authz(broker, ctx)
     for t in req.topics:
+        if auth is not None and not auth.allowed(ALTER, TOPIC, t.name):
+            results.append(CreatePartitionsTopicResult(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                       error_message="Authorization failed."))
+            continue
         try:
             broker.topic_manager.create_partitions(t.name, t.count, t.assignments, req.validate_only)
             results.append(CreatePartitionsTopicResult(name=t.name, error_code=ErrorCode.NONE))

@@ -18,9 +18,12 @@ OPERATION_NOT_ATTEMPTED for the others.
 
 TxnOffsetCommit goes to the group coordinator (``commit_transactional_offsets``):
 written as the producer's transactional batch, visible once the COMMIT marker reaches
-the group's ``__consumer_offsets`` partition. Before that, KIP-890 part 1: the
-transaction coordinator must confirm that partition was added to the producer's
-ongoing transaction (AddOffsetsToTxn), else the commit is refused (Kafka's
+the group's ``__consumer_offsets`` partition. Before that, KIP-890 part 1: unless the
+producer's transaction is already open there, the partition's verification guard is
+taken and the transaction coordinator (here or on another broker: the replica manager's
+verifier, :mod:`kbroker.server.txn_verification`) must confirm that partition was added
+to the producer's ongoing transaction (AddOffsetsToTxn), else the commit is refused;
+the append then needs the guard still in place (Kafka's
 AddPartitionsToTxnManager mapping: PRODUCER_FENCED → INVALID_PRODUCER_EPOCH,
 TRANSACTION_ABORTABLE → INVALID_TXN_STATE below v4). Below v2,
 COORDINATOR_LOAD_IN_PROGRESS is answered COORDINATOR_NOT_AVAILABLE (KAFKA-7296).
@@ -44,7 +47,9 @@ from kbroker.protocol.messages.end_txn import EndTxnResponse
 from kbroker.protocol.messages.txn_offset_commit import (
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 )
+from kbroker.server import txn_verification
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import CLUSTER_ACTION, GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE, authz
 
 E = ErrorCode
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -96,15 +101,41 @@ def _add_partitions_one(broker, version: int, transactional_id: str, producer_id
         lambda err: done({tp: _fenced_for(version, err) for tp in partitions}))
 
 
+def _txn_denied(auth, transactional_id: str, topics) -> dict | None:
+    """KafkaApis' AddPartitionsToTxn checks (client versions): WRITE on the transactional id,
+    then WRITE on each topic; the errors per partition, or None when allowed."""
+    if auth is None:
+        return None
+    partitions = [(t.name, p) for t in topics for p in t.partitions]
+    if not auth.allowed(WRITE, TRANSACTIONAL_ID, transactional_id):
+        return {tp: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in partitions}
+    denied = {t.name for t in topics if not auth.allowed(WRITE, TOPIC, t.name)}
+    if denied:
+        return {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else E.OPERATION_NOT_ATTEMPTED
+                for tp in partitions}
+    return None
+
+
 def handle_add_partitions_to_txn(broker, ctx, req) -> None:
     v = ctx.api_version
+    auth = authz(broker, ctx)
     if v < 4:
         def done_v3(errors: dict) -> None:
             ctx.respond(AddPartitionsToTxnResponse(throttle_time_ms=0,
                                                    results_by_topic_v3_and_below=_topic_results(errors)))
 
+        denied = _txn_denied(auth, req.v3_and_below_transactional_id, req.v3_and_below_topics)
+        if denied is not None:
+            done_v3(denied)
+            return
+
         _add_partitions_one(broker, v, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                             req.v3_and_below_producer_epoch, req.v3_and_below_topics, False, done_v3)
+        return
+    if auth is not None and not auth.cluster(CLUSTER_ACTION):
+        # v4+ is the brokers' batched verification (KIP-890): CLUSTER_ACTION on the cluster
+        ctx.respond(AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=E.CLUSTER_AUTHORIZATION_FAILED,
+                                               results_by_transaction=[]))
         return
     txns = list(req.transactions)
     results: list = []
@@ -135,6 +166,12 @@ def handle_add_offsets_to_txn(broker, ctx, req) -> None:
     def respond(err: ErrorCode) -> None:
         ctx.respond(AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err)))
 
+    auth = authz(broker, ctx)
+    if auth is not None:      # KafkaApis: WRITE on the transactional id, READ on the group
+        if not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id):
+            return respond(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not auth.allowed(READ, GROUP, req.group_id):
+            return respond(E.GROUP_AUTHORIZATION_FAILED)
     if coordinator is None:
         return respond(E.COORDINATOR_NOT_AVAILABLE)
     offsets_partition = (OFFSETS_TOPIC, broker.group_coordinator.partition_for(req.group_id))
@@ -149,6 +186,9 @@ def handle_end_txn(broker, ctx, req) -> None:
     def respond(err: ErrorCode) -> None:
         ctx.respond(EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err)))
 
+    auth = authz(broker, ctx)
+    if auth is not None and not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id):
+        return respond(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if coordinator is None:
         return respond(E.COORDINATOR_NOT_AVAILABLE)
     coordinator.handle_end_transaction(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
@@ -166,10 +206,19 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
     order: list[tuple[str, list[int]]] = []
     errors: dict[tuple, ErrorCode] = {}
     offsets: dict[tuple, OffsetAndMetadata] = {}
+    auth = authz(broker, ctx)
+    # KafkaApis: WRITE on the transactional id, READ on the group, READ on each topic
+    denied_all = None if auth is None else (
+        E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id)
+        else E.GROUP_AUTHORIZATION_FAILED if not auth.allowed(READ, GROUP, req.group_id) else None)
     for t in req.topics:
         order.append((t.name, [p.partition_index for p in t.partitions]))
+        topic_denied = auth is not None and not auth.allowed(READ, TOPIC, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
+            if denied_all is not None or topic_denied:
+                errors[tp] = denied_all if denied_all is not None else E.TOPIC_AUTHORIZATION_FAILED
+                continue
             if not _partition_exists(broker, *tp):
                 errors[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
                 continue
@@ -191,21 +240,39 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
 
     if not offsets:
         return respond({})
+
+    guard = None
+
+    def commit() -> None:
+        group.commit_transactional_offsets(
+            req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
+            req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, respond,
+            verification_guard=guard)
+
     coordinator = _coordinator(broker)
-    if coordinator is not None and req.group_id is not None:
-        offsets_partition = (OFFSETS_TOPIC, group.partition_for(req.group_id))
-        verified = coordinator.handle_verify_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                        [offsets_partition])
-        err = verified[offsets_partition]
-        if err != E.NONE:
-            if err == E.PRODUCER_FENCED:
-                err = E.INVALID_PRODUCER_EPOCH
-            elif err == E.TRANSACTION_ABORTABLE and v < 4:
-                err = E.INVALID_TXN_STATE
-            return respond({tp: err for tp in offsets})
-    group.commit_transactional_offsets(
-        req.group_id, req.producer_id, req.producer_epoch, req.member_id if v >= 3 else "",
-        req.group_instance_id if v >= 3 else None, req.generation_id if v >= 3 else -1, offsets, respond)
+    if coordinator is None or req.group_id is None:
+        return commit()
+    offsets_partition = (OFFSETS_TOPIC, group.partition_for(req.group_id))
+    guard = txn_verification.start_coordinator_verification(broker, offsets_partition, req.producer_id,
+                                                            req.producer_epoch)
+    if guard is txn_verification.SENTINEL:  # the producer's transaction is open there: nothing to ask
+        return commit()
+
+    def verified(errors: dict) -> None:
+        err = errors.get(offsets_partition, E.NONE)
+        if err == E.NONE:
+            return commit()
+        if err == E.NETWORK_EXCEPTION:  # GroupMetadataManager.maybeConvertOffsetCommitError
+            err = E.COORDINATOR_LOAD_IN_PROGRESS
+        respond({tp: err for tp in offsets})
+
+    verifier = getattr(getattr(broker, "replica_manager", None), "txn_verifier", None)
+    if verifier is not None:  # the transactional id's coordinator may be another broker (KRaft)
+        return verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [offsets_partition],
+                               verified, v >= 4)
+    codes = coordinator.handle_verify_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                 [offsets_partition])
+    verified({tp: txn_verification.map_coordinator_error(c, v >= 4) for tp, c in codes.items()})
 
 
 # -- DescribeTransactions / ListTransactions ---------------------------------------------------------
