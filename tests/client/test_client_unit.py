@@ -280,3 +280,58 @@ def test_idempotence_default_follows_the_java_client():
     # asking for both is an error naming acks
     with pytest.raises(CfgErr, match="acks"):
         ClientConfig(PRODUCER_CONFIG, {**base, "acks": "1", "enable.idempotence": True})
+
+
+# -- idempotent retries after a leader change (found by kbroker.chaos on 3 brokers) -----------------
+
+class _Batch:
+    def __init__(self, tp, seq, count=5, epoch=0):
+        self.tp, self.base_sequence, self.record_count, self.producer_epoch = tp, seq, count, epoch
+        self.attempts, self.last_attempt, self.created = 0, 0.0, time.monotonic()
+
+
+def test_retried_batches_go_back_in_sequence_order():
+    """A dropped connection fails every in-flight batch of a partition, oldest first; they
+    must be sent again in that order (Kafka's insertInSequenceOrder), not reversed."""
+    from collections import deque
+    from kbroker.client.producer.accumulator import RecordAccumulator
+
+    acc = RecordAccumulator.__new__(RecordAccumulator)
+    acc._lock = threading.Lock()
+    tp = TopicPartition("t", 0)
+    new = _Batch(tp, -1)                   # not drained yet: no sequence
+    acc.batches = {tp: deque([new])}
+    for seq in (0, 5, 10):                 # failed together, handled oldest first
+        acc.reenqueue(_Batch(tp, seq), 1.0)
+    assert [b.base_sequence for b in acc.batches[tp]] == [0, 5, 10, -1]
+    acc.reenqueue(_Batch(tp, 7), 1.0)
+    assert [b.base_sequence for b in acc.batches[tp]] == [0, 5, 7, 10, -1]
+
+
+def test_out_of_order_sequence_is_retried_unless_the_batch_is_next_in_line():
+    """Kafka's TransactionManager.canRetry: OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind
+    an unacknowledged one (being retried on the new leader) is retried; for the batch
+    right after the last acknowledged sequence it is final."""
+    from kbroker.client.producer.sender import Sender
+    from kbroker.client.producer.transaction_manager import TransactionManager
+    from kbroker.protocol import ErrorCode
+
+    tp = TopicPartition("t", 0)
+    txn = TransactionManager()
+    txn.producer_id, txn.producer_epoch = 7, 0
+    txn.acked(tp, 0, 9)
+    requeued, finished = [], []
+    s = Sender.__new__(Sender)
+    s.txn, s.retries, s.running, s.delivery_timeout_s = txn, 10, True, 120.0
+    s.in_flight_batches, s.guarantee_order = set(), False
+    s.metadata = type("M", (), {"request_update": lambda self: None})()
+    s.accumulator = type("A", (), {"reenqueue": lambda self, b, now: requeued.append(b.base_sequence)})()
+    s._finish = lambda b, off, t, err: finished.append((b.base_sequence, err))
+    err = E.for_code(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    s._complete_or_retry(_Batch(tp, 15), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, -1, time.monotonic(), err)
+    assert requeued == [15] and finished == []
+    s._complete_or_retry(_Batch(tp, 10), ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, -1, time.monotonic(), err)
+    assert requeued == [15] and finished[0][0] == 10 and finished[0][1] is err
+    # an acknowledgement moves the line: 15 is next after 10..14
+    s._complete_or_retry(_Batch(tp, 10), ErrorCode.NONE, 100, -1, time.monotonic(), None)
+    assert txn.next_acked_sequence(tp) == 15

@@ -329,11 +329,24 @@ class RecordAccumulator:
             self._muted.discard(tp)
 
     def reenqueue(self, b: ProducerBatch, now: float) -> None:
-        """Put a batch to retry back at the head of its deque (Kafka's reenqueue)."""
+        """Put a batch to retry back at the head of its deque (Kafka's reenqueue). A batch
+        with a sequence number goes in sequence order among the retries already at the
+        head (Kafka's insertInSequenceOrder): batches failed together (a dropped
+        connection fails every in-flight request of it, oldest first) are sent again in
+        their original order, so the leader sees no gap in the producer's sequences."""
         b.attempts += 1
         b.last_attempt = now
         with self._lock:
-            self.batches.setdefault(b.tp, deque()).appendleft(b)
+            dq = self.batches.setdefault(b.tp, deque())
+            if b.base_sequence < 0:
+                dq.appendleft(b)
+                return
+            ahead = []
+            while dq and dq[0].base_sequence >= 0 and dq[0].base_sequence < b.base_sequence:
+                ahead.append(dq.popleft())
+            dq.appendleft(b)
+            for x in reversed(ahead):
+                dq.appendleft(x)
 
     def expired_batches(self, now: float) -> list[ProducerBatch]:
         """Remove and return queued batches older than delivery.timeout.ms."""

@@ -25,8 +25,11 @@ sender gets a producer id / epoch with InitProducerId; every drained batch gets 
 partition's next sequence number, stamped into the built batch header (producer_id at
 byte 43, producer_epoch at 51, base_sequence at 53; the CRC-32C over bytes 21.. is
 recomputed). A retried batch keeps its sequence. DUPLICATE_SEQUENCE_NUMBER counts as
-success. OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_EPOCH
-fail the batch (Kafka 2.5+ would bump the epoch; we do not).
+success. Retried batches go back in sequence order (Accumulator.reenqueue).
+OUT_OF_ORDER_SEQUENCE_NUMBER is retried for a batch that is not the next in line (its
+partition's last acknowledged sequence + 1: an earlier batch is still being retried, as
+after a leader change), else it fails the batch, as do UNKNOWN_PRODUCER_ID and
+INVALID_PRODUCER_EPOCH (Kafka 2.5+ would bump the epoch; we do not).
 
 Thread-safety: everything here runs in the sender thread, except ``wakeup``/``initiate_close``.
 """
@@ -269,11 +272,19 @@ class Sender(threading.Thread):
 
     def _complete_or_retry(self, b, code, base_offset, log_append_time, now, err) -> None:
         if code == ErrorCode.NONE or (code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER and self.txn is not None):
+            if self.txn is not None and b.base_sequence >= 0:
+                self.txn.acked(b.tp, b.producer_epoch, b.base_sequence + b.record_count - 1)
             self._finish(b, base_offset, log_append_time, None)
             return
         if code in _REFRESH_CODES or code == ErrorCode.NETWORK_EXCEPTION:
             self.metadata.request_update()
         retriable = err.retriable if isinstance(err, E.KafkaError) else True
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.txn is not None and not retriable:
+            # Kafka's TransactionManager.canRetry: a batch that is not the next in line (an
+            # earlier one of its partition is not acknowledged yet, e.g. being retried after
+            # a leader change) is retried; the next in line failing this way is fatal to it
+            retriable = (b.producer_epoch == self.txn.producer_epoch
+                         and b.base_sequence != self.txn.next_acked_sequence(b.tp))
         if (retriable and b.attempts < self.retries and self.running
                 and now - b.created < self.delivery_timeout_s):
             self.in_flight_batches.discard(b)

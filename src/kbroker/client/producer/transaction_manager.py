@@ -133,6 +133,8 @@ class TransactionManager:
         self.producer_id = -1
         self.producer_epoch = -1
         self.next_sequence: dict[TopicPartition, int] = {}
+        #: per partition, the last sequence acknowledged at the current epoch (sender thread)
+        self.last_acked_sequence: dict[TopicPartition, int] = {}
         self.init_in_flight = False        # idempotent-only InitProducerId
         self.fatal: E.KafkaError | None = None
         # -- transactions ---------------------------------------------------------------
@@ -157,6 +159,17 @@ class TransactionManager:
 
     def has_producer_id(self) -> bool:
         return self.producer_id >= 0
+
+    def acked(self, tp: TopicPartition, epoch: int, last_sequence: int) -> None:
+        """A batch ending at ``last_sequence`` was acknowledged (sender thread)."""
+        if epoch == self.producer_epoch:
+            cur = self.last_acked_sequence.get(tp, -1)
+            if last_sequence > cur:
+                self.last_acked_sequence[tp] = last_sequence
+
+    def next_acked_sequence(self, tp: TopicPartition) -> int:
+        """The sequence of the batch next in line to be acknowledged on ``tp``."""
+        return (self.last_acked_sequence.get(tp, -1) + 1) & 0x7FFFFFFF
 
     def assign(self, batch) -> None:
         """Stamp a drained batch with the producer id, epoch and its first sequence (sender
@@ -366,6 +379,7 @@ class TransactionManager:
             if code == ErrorCode.NONE:
                 self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
                 self.next_sequence = {}
+                self.last_acked_sequence = {}
                 self._complete_transaction()
                 result.done()
             elif code in _COORDINATOR_MOVED:
