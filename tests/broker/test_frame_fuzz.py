@@ -225,7 +225,6 @@ def test_fuzzed_frames(broker):
     one()
     elapsed = time.monotonic() - t_start
     assert sum(outcomes.values()) == EXAMPLES, outcomes
-    assert elapsed < 40 or EXAMPLES > 300, f"fuzzing took {elapsed:.1f}s"
     print(f"\n{EXAMPLES} hostile frames in {elapsed:.1f}s: {outcomes}")
     log = broker.read_log()[log_start:]
     bad = unacceptable_log_lines(log)

@@ -41,8 +41,8 @@ def _topics(port):
 def _create(q, port, names):
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
     for f in admin.create_topics([NewTopic(n, num_partitions=2, replication_factor=1) for n in names],
-                                 operation_timeout=10).values():
-        f.result(timeout=20)
+                                 operation_timeout=30).values():
+        f.result(timeout=60)      # generous: after a whole-quorum restart on a loaded machine
 
 
 def test_snapshots_are_written_fetched_by_a_lagging_broker_and_loaded_on_restart(tmp_path):
