@@ -39,7 +39,7 @@ FLOW_DEFAULTS: dict[str, object] = {
     "replication.policy.internal.topic.separator.enabled": True,
     "sync.topic.configs.enabled": True,
     "sync.topic.configs.interval.seconds": 600,
-    "sync.topic.acls.enabled": True,         # accepted; kbroker has no ACLs yet, nothing to sync
+    "sync.topic.acls.enabled": True,
     "sync.topic.acls.interval.seconds": 600,
     "refresh.topics.enabled": True,
     "refresh.topics.interval.seconds": 600,

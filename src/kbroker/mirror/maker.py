@@ -57,6 +57,8 @@ class FlowRunner:
                 jobs.append(["refresh topics", fc.interval("refresh.topics"), self._refresh])
             if fc["sync.topic.configs.enabled"] and fc.interval("sync.topic.configs") is not None:
                 jobs.append(["sync topic configs", fc.interval("sync.topic.configs"), self.topics.sync_configs])
+            if fc["sync.topic.acls.enabled"] and fc.interval("sync.topic.acls") is not None:
+                jobs.append(["sync topic acls", fc.interval("sync.topic.acls"), self.topics.sync_acls])
             if fc.interval("emit.checkpoints") is not None:
                 jobs.append(["emit checkpoints", fc.interval("emit.checkpoints"), self._checkpoints])
             if fc["sync.group.offsets.enabled"] and fc.interval("sync.group.offsets") is not None:

@@ -1,7 +1,7 @@
 """The flow's topic management (MM2's MirrorSourceConnector duties): find the source
 topics to replicate, create their remote topics on the target with the same partition
-count and the synced configs, add partitions when the source grows, sync topic configs,
-and create MM2's internal topics.
+count and the synced configs, add partitions when the source grows, sync topic configs
+and topic ACLs (``sync_acls``), and create MM2's internal topics.
 
 A topic is replicated when the topic filter (``topics`` / ``topics.exclude``) accepts it
 (or it is a heartbeats topic and ``heartbeats.replication.enabled``), it is not internal
@@ -18,6 +18,7 @@ from kbroker.client import Admin, NewTopic
 from kbroker.client import errors as E
 from kbroker.client.admin import DELETE, RESOURCE_TOPIC, SET, ConfigResource
 from kbroker.mirror.policy import is_cycle
+from kbroker.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 _STATIC_BROKER_CONFIG = 4
@@ -41,6 +42,9 @@ class TopicManager:
         self.target_admin = target_admin
         self.known: dict[str, int] = {}        # replicated source topic -> partition count
         self.config_errors = 0
+        self.acl_errors = 0
+        #: the source answered SECURITY_DISABLED: no ACLs to sync (MM2 logs and stops too)
+        self.acls_disabled = False
 
     def should_replicate_topic(self, topic: str) -> bool:
         fc, policy = self.fc, self.fc.policy
@@ -110,6 +114,51 @@ class TopicManager:
         cf = self.fc.config_filter
         return {e.name: e.value for e in entries.values() if self._replicable(e) and e.value is not None
                 and (not self._is_default(e) or cf.should_replicate_source_default(e.name))}
+
+    def sync_acls(self) -> int:
+        """MM2's syncTopicAcls: the source's LITERAL TOPIC ACLs of replicated topics, except
+        ALLOW WRITE (only the mirror writes a remote topic), created on the target for the
+        remote topic, ALLOW ALL downgraded to ALLOW READ. Creating an ACL the target has is a
+        no-op there. A cluster without an authorizer (SECURITY_DISABLED) turns this job off
+        with one log line. Returns how many ACLs were sent."""
+        from kbroker.security.authorizer import (
+            AclFilter, AclOperation, AclPermissionType, PatternType, ResourceType, StandardAcl,
+        )
+        if self.acls_disabled:
+            return 0
+        try:
+            acls = self.source_admin.describe_acls(AclFilter(
+                ResourceType.TOPIC, None, PatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY))
+        except E.KafkaError as e:
+            if getattr(e, "code", None) == ErrorCode.SECURITY_DISABLED:
+                self.acls_disabled = True
+                log.info("%s: the source cluster has no authorizer; topic ACLs are not synced", self.fc.flow)
+            else:
+                self.acl_errors += 1
+                log.warning("%s: cannot describe the source's topic ACLs: %s", self.fc.flow, e)
+            return 0
+        out = []
+        for a in acls:
+            if a.resource_type != ResourceType.TOPIC or a.pattern_type != PatternType.LITERAL:
+                continue
+            if a.permission_type == AclPermissionType.ALLOW and a.operation == AclOperation.WRITE:
+                continue
+            if not self.should_replicate_topic(a.resource_name):
+                continue
+            op = (AclOperation.READ if a.permission_type == AclPermissionType.ALLOW
+                  and a.operation == AclOperation.ALL else a.operation)
+            out.append(StandardAcl(ResourceType.TOPIC, self.fc.remote_topic(a.resource_name), PatternType.LITERAL,
+                                   a.principal, a.host, op, a.permission_type))
+        if not out:
+            return 0
+        try:
+            errors = [err for err in self.target_admin.create_acls(out) if err is not None]
+        except E.KafkaError as e:
+            errors = [e]
+        if errors:
+            self.acl_errors += 1
+            log.warning("%s: cannot create %d topic ACLs on the target: %s", self.fc.flow, len(errors), errors[0])
+        return len(out)
 
     def sync_configs(self) -> int:
         """Incremental sync: SET every replicable non-default source config that differs on
