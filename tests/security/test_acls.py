@@ -298,3 +298,34 @@ def test_kbroker_acls_tool_over_sasl(broker, tmp_path):
     from kbroker.tools._common import run_tool
     assert run_tool(tool._main, ["--bootstrap-server", f"127.0.0.1:{broker.proc.port}", "--list"], out, err) == 1
     assert "CLUSTER_AUTHORIZATION_FAILED" in err.getvalue() or "ClusterAuthorization" in err.getvalue(), err.getvalue()
+
+
+def test_mutual_tls_principal_is_authorized(pki, tmp_path):
+    """ssl.client.auth=required: the certificate's principal (here mapped to its CN by
+    ssl.principal.mapping.rules) is what the ACLs name."""
+    tls_port = free_port()
+    proc = KBrokerProcess(data_dir=str(tmp_path), overrides={
+        "num.partitions": 1, "authorizer.class.name": STANDARD, "allow.everyone.if.no.acl.found": "true",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki.server["keystore"],
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": pki.ca_file, "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^.*CN=([^,]+).*$/$1/,DEFAULT"})
+    proc.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{tls_port}"
+    proc.overrides["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,SSL:SSL"
+    proc.start()
+    try:
+        topic = f"mtls-{_tag()}"
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{proc.port}"})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=15)
+        # ANONYMOUS (PLAINTEXT) may still create ACLs: the cluster resource has none yet
+        _create(admin, [_bind(ResourceType.TOPIC, topic, AclOperation.WRITE, principal="User:alice")])
+
+        def conf(cn):
+            cert = pki.issue(cn)
+            return {"bootstrap.servers": f"127.0.0.1:{tls_port}", "security.protocol": "SSL",
+                    "ssl.ca.location": pki.ca_file, "ssl.certificate.location": cert["cert"],
+                    "ssl.key.location": cert["key"]}
+        assert _produce(conf("alice"), topic, 2) == []
+        assert [e.code() for e in _produce(conf("eve"), topic, 1)] == [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    finally:
+        rc = proc.terminate()
+        assert rc == 0, proc.read_log()[-3000:]
