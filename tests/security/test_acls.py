@@ -329,3 +329,22 @@ def test_mutual_tls_principal_is_authorized(pki, tmp_path):
     finally:
         rc = proc.terminate()
         assert rc == 0, proc.read_log()[-3000:]
+
+
+def test_transactional_producer_needs_write_on_its_transactional_id(broker):
+    tag = _tag()
+    topic, txn = f"carol-txn-{tag}", f"carol-tx-{tag}"
+    admin = broker.admin()
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=15)
+    conf = {**broker.conf("dave"), "transactional.id": txn, "transaction.timeout.ms": 10000}
+    p = ck.Producer(conf)
+    with pytest.raises(ck.KafkaException) as e:
+        p.init_transactions(15)
+    assert e.value.args[0].code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _create(admin, [_bind(ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE, principal="User:dave"),
+                    _bind(ResourceType.TOPIC, topic, AclOperation.WRITE, principal="User:dave")])
+    p = ck.Producer(conf)
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(topic, b"in-txn")
+    p.commit_transaction(15)
