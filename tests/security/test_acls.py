@@ -348,3 +348,16 @@ def test_transactional_producer_needs_write_on_its_transactional_id(broker):
     p.begin_transaction()
     p.produce(topic, b"in-txn")
     p.commit_transaction(15)
+
+
+def test_describe_groups_reports_the_principals_own_operations(broker):
+    group = f"carol-ops-{_tag()}"
+    admin = broker.admin()
+    _create(admin, [_bind(ResourceType.GROUP, group, AclOperation.READ)])
+    carol = AdminClient(broker.conf("carol"))
+    d = carol.describe_consumer_groups([group], include_authorized_operations=True)[group].result(timeout=15)
+    assert sorted(op.name for op in d.authorized_operations) == ["DESCRIBE", "READ"]
+    dave = AdminClient(broker.conf("dave"))
+    with pytest.raises(ck.KafkaException) as e:
+        dave.describe_consumer_groups([group])[group].result(timeout=15)
+    assert e.value.args[0].code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED
