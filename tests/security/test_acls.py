@@ -298,3 +298,66 @@ def test_kbroker_acls_tool_over_sasl(broker, tmp_path):
     from kbroker.tools._common import run_tool
     assert run_tool(tool._main, ["--bootstrap-server", f"127.0.0.1:{broker.proc.port}", "--list"], out, err) == 1
     assert "CLUSTER_AUTHORIZATION_FAILED" in err.getvalue() or "ClusterAuthorization" in err.getvalue(), err.getvalue()
+
+
+def test_mutual_tls_principal_is_authorized(pki, tmp_path):
+    """ssl.client.auth=required: the certificate's principal (here mapped to its CN by
+    ssl.principal.mapping.rules) is what the ACLs name."""
+    tls_port = free_port()
+    proc = KBrokerProcess(data_dir=str(tmp_path), overrides={
+        "num.partitions": 1, "authorizer.class.name": STANDARD, "allow.everyone.if.no.acl.found": "true",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki.server["keystore"],
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": pki.ca_file, "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^.*CN=([^,]+).*$/$1/,DEFAULT"})
+    proc.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{proc.port},SSL://127.0.0.1:{tls_port}"
+    proc.overrides["listener.security.protocol.map"] = "PLAINTEXT:PLAINTEXT,SSL:SSL"
+    proc.start()
+    try:
+        topic = f"mtls-{_tag()}"
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{proc.port}"})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=15)
+        # ANONYMOUS (PLAINTEXT) may still create ACLs: the cluster resource has none yet
+        _create(admin, [_bind(ResourceType.TOPIC, topic, AclOperation.WRITE, principal="User:alice")])
+
+        def conf(cn):
+            cert = pki.issue(cn)
+            return {"bootstrap.servers": f"127.0.0.1:{tls_port}", "security.protocol": "SSL",
+                    "ssl.ca.location": pki.ca_file, "ssl.certificate.location": cert["cert"],
+                    "ssl.key.location": cert["key"]}
+        assert _produce(conf("alice"), topic, 2) == []
+        assert [e.code() for e in _produce(conf("eve"), topic, 1)] == [ck.KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    finally:
+        rc = proc.terminate()
+        assert rc == 0, proc.read_log()[-3000:]
+
+
+def test_transactional_producer_needs_write_on_its_transactional_id(broker):
+    tag = _tag()
+    topic, txn = f"carol-txn-{tag}", f"carol-tx-{tag}"
+    admin = broker.admin()
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=15)
+    conf = {**broker.conf("dave"), "transactional.id": txn, "transaction.timeout.ms": 10000}
+    p = ck.Producer(conf)
+    with pytest.raises(ck.KafkaException) as e:
+        p.init_transactions(15)
+    assert e.value.args[0].code() == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _create(admin, [_bind(ResourceType.TRANSACTIONAL_ID, txn, AclOperation.WRITE, principal="User:dave"),
+                    _bind(ResourceType.TOPIC, topic, AclOperation.WRITE, principal="User:dave")])
+    p = ck.Producer(conf)
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(topic, b"in-txn")
+    p.commit_transaction(15)
+
+
+def test_describe_groups_reports_the_principals_own_operations(broker):
+    group = f"carol-ops-{_tag()}"
+    admin = broker.admin()
+    _create(admin, [_bind(ResourceType.GROUP, group, AclOperation.READ)])
+    carol = AdminClient(broker.conf("carol"))
+    d = carol.describe_consumer_groups([group], include_authorized_operations=True)[group].result(timeout=15)
+    assert sorted(op.name for op in d.authorized_operations) == ["DESCRIBE", "READ"]
+    dave = AdminClient(broker.conf("dave"))
+    with pytest.raises(ck.KafkaException) as e:
+        dave.describe_consumer_groups([group])[group].result(timeout=15)
+    assert e.value.args[0].code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED

@@ -127,3 +127,16 @@ def test_index_lookup_does_not_scan_unrelated_acls():
     index = AclIndex(many)
     assert index.matching(RT.TOPIC, "topic-42") == [acl("topic-42", Op.READ)]
     assert index.matching(RT.TOPIC, "p-1") == [acl("p-", Op.WRITE, pattern=PT.PREFIXED)]
+
+
+def test_decisions_follow_a_new_acl_index():
+    """Decisions are remembered per immutable index: a new index (ACLs created or deleted) is
+    decided afresh, never answered from the old one's memo."""
+    holder = [AclIndex([acl("t", Op.READ)])]
+    a = StandardAuthorizer(lambda: holder[0])
+    assert can(a, Op.READ, "t") and can(a, Op.READ, "t")
+    holder[0] = AclIndex([acl("t", Op.READ), acl("t", Op.READ, Perm.DENY)])
+    assert not can(a, Op.READ, "t")
+    holder[0] = AclIndex()
+    assert not can(a, Op.READ, "t")
+    assert can(StandardAuthorizer(lambda: holder[0], allow_everyone_if_no_acl_found=True), Op.READ, "t")

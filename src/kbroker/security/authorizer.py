@@ -86,11 +86,15 @@ ANONYMOUS = "User:ANONYMOUS"
 AUTHORIZER_CLASS_NAMES = frozenset({"org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                                     "kbroker.security.authorizer.StandardAuthorizer"})
 
-_IMPLIES_DESCRIBE = frozenset({AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE,
-                               AclOperation.DELETE, AclOperation.ALTER})
-_IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
-_ALL, _ALLOW, _DENY = AclOperation.ALL, AclPermissionType.ALLOW, AclPermissionType.DENY
-_DESCRIBE, _DESCRIBE_CONFIGS = AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS
+# plain ints on the hot path (an IntEnum member hashes through Enum.__hash__, a Python call)
+_IMPLIES_DESCRIBE = frozenset(int(o) for o in (AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE,
+                                               AclOperation.DELETE, AclOperation.ALTER))
+_IMPLIES_DESCRIBE_CONFIGS = frozenset(int(o) for o in (AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS))
+_ALL, _ALLOW, _DENY = int(AclOperation.ALL), int(AclPermissionType.ALLOW), int(AclPermissionType.DENY)
+_DESCRIBE, _DESCRIBE_CONFIGS = int(AclOperation.DESCRIBE), int(AclOperation.DESCRIBE_CONFIGS)
+_LITERAL, _PREFIXED = int(PatternType.LITERAL), int(PatternType.PREFIXED)
+#: decisions remembered per ACL index before the memo starts afresh
+_MEMO_MAX = 65536
 
 
 class InvalidAclError(ValueError):
@@ -98,6 +102,7 @@ class InvalidAclError(ValueError):
 
 
 class StandardAcl(NamedTuple):
+    """One ACL; its fields are plain ints (``StandardAcl.of`` converts enum members)."""
     resource_type: int
     resource_name: str
     pattern_type: int
@@ -105,6 +110,11 @@ class StandardAcl(NamedTuple):
     host: str
     operation: int
     permission_type: int
+
+    @classmethod
+    def of(cls, resource_type, resource_name, pattern_type, principal, host, operation, permission_type):
+        return cls(int(resource_type), resource_name, int(pattern_type), principal, host, int(operation),
+                   int(permission_type))
 
     def to_json(self) -> list:
         return list(self)
@@ -206,16 +216,16 @@ class AclIndex:
     __slots__ = ("acls", "_literal", "_prefixed", "_prefix_lengths", "_by_type")
 
     def __init__(self, acls: Iterable[StandardAcl] = ()):
-        self.acls: frozenset = frozenset(acls)
+        self.acls: frozenset = frozenset(StandardAcl.of(*a) for a in acls)
         literal: dict = {}
         prefixed: dict = {}
         lengths: dict = {}
         by_type: dict = {}
         for a in self.acls:
             by_type.setdefault(a.resource_type, []).append(a)
-            if a.pattern_type == PatternType.LITERAL:
+            if a.pattern_type == _LITERAL:
                 literal.setdefault((a.resource_type, a.resource_name), []).append(a)
-            elif a.pattern_type == PatternType.PREFIXED:
+            elif a.pattern_type == _PREFIXED:
                 prefixed.setdefault((a.resource_type, a.resource_name), []).append(a)
                 lengths.setdefault(a.resource_type, set()).add(len(a.resource_name))
         self._literal = {k: tuple(v) for k, v in literal.items()}
@@ -307,6 +317,10 @@ class StandardAuthorizer:
         self._acls = acls
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = bool(allow_everyone_if_no_acl_found)
+        #: (the AclIndex, {(principal, host, operation, resource type, name): decision}): decisions
+        #: are pure functions of the immutable index, so they are remembered per index; the pair
+        #: is replaced whole, never a decision of one index stored under another
+        self._memo: tuple = (None, {})
 
     @classmethod
     def from_config(cls, config, acls: Callable[[], AclIndex]) -> Optional["StandardAuthorizer"]:
@@ -322,7 +336,22 @@ class StandardAuthorizer:
     def authorize(self, principal: str, host: str, operation: int, resource_type: int, name: str) -> bool:
         if principal in self.super_users:
             return True
-        matching = self._acls().matching(resource_type, name)
+        index = self._acls()
+        memo = self._memo
+        if memo[0] is not index:
+            memo = self._memo = (index, {})
+        key = (principal, host, int(operation), int(resource_type), name)
+        r = memo[1].get(key)
+        if r is None:
+            r = self._decide(index, principal, host, key[2], key[3], name)
+            if len(memo[1]) >= _MEMO_MAX:
+                memo = self._memo = (index, {})
+            memo[1][key] = r
+        return r
+
+    def _decide(self, index: AclIndex, principal: str, host: str, operation: int, resource_type: int,
+                name: str) -> bool:
+        matching = index.matching(resource_type, name)
         if not matching:
             return self.allow_everyone_if_no_acl_found
         allowed = False

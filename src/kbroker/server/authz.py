@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from kbroker.security.authorizer import ANONYMOUS, CLUSTER_NAME, AclOperation, ResourceType
 
-READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
-                                                AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE)
-CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = (
+# plain ints: they key the per-request cache (an IntEnum member hashes through a Python call)
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = (int(o) for o in (
+    AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER,
+    AclOperation.DESCRIBE))
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = (int(o) for o in (
     AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
-    AclOperation.IDEMPOTENT_WRITE)
-TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER,
-                                          ResourceType.TRANSACTIONAL_ID)
+    AclOperation.IDEMPOTENT_WRITE))
+TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = (int(r) for r in (
+    ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID))
 __all__ = ["authz", "allowed", "RequestAuthorizer", "CLUSTER_NAME", "READ", "WRITE", "CREATE", "DELETE", "ALTER",
            "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "TOPIC", "GROUP",
            "CLUSTER", "TRANSACTIONAL_ID"]

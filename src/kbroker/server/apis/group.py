@@ -492,7 +492,8 @@ def handle_consumer_group_describe(broker, ctx, req) -> None:
         out.append(cgd.DescribedGroup(
             error_code=E.NONE, group_id=gid, group_state=d["state"], group_epoch=d["group_epoch"],
             assignment_epoch=d["assignment_epoch"], assignor_name=d["assignor_name"], members=members,
-            authorized_operations=GROUP_OPERATIONS if include_ops else NOT_REQUESTED))
+            authorized_operations=NOT_REQUESTED if not include_ops else
+            GROUP_OPERATIONS if authz(broker, ctx) is None else authz(broker, ctx).operations(GROUP, gid, GROUP_OPS)))
     ctx.respond(cgd.ConsumerGroupDescribeResponse(groups=out))
 
 

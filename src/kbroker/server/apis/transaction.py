@@ -49,7 +49,7 @@ from kbroker.protocol.messages.txn_offset_commit import (
 )
 from kbroker.server import txn_verification
 from kbroker.server.apis import ApiHandler
-from kbroker.server.authz import CLUSTER_ACTION, GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE, authz
+from kbroker.server.authz import CLUSTER_ACTION, DESCRIBE, GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE, authz
 
 E = ErrorCode
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -280,7 +280,12 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
 def handle_describe_transactions(broker, ctx, req) -> None:
     coordinator = _coordinator(broker)
     states = []
+    auth = authz(broker, ctx)
     for tid in req.transactional_ids:
+        if auth is not None and not auth.allowed(DESCRIBE, TRANSACTIONAL_ID, tid):   # KafkaApis
+            states.append(dt.TransactionState(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                              transactional_id=tid, transaction_state="", topics=[]))
+            continue
         if coordinator is None:
             states.append(dt.TransactionState(error_code=E.COORDINATOR_NOT_AVAILABLE, transactional_id=tid,
                                               transaction_state="", topics=[]))
@@ -305,6 +310,9 @@ def handle_list_transactions(broker, ctx, req) -> None:
         return
     duration = req.duration_filter if ctx.api_version >= 1 else -1
     err, unknown, txns = coordinator.list_transactions(req.state_filters, req.producer_id_filters, duration)
+    auth = authz(broker, ctx)
+    if auth is not None:      # KafkaApis: only the transactional ids the principal may DESCRIBE
+        txns = [t for t in txns if auth.allowed(DESCRIBE, TRANSACTIONAL_ID, t.transactional_id)]
     ctx.respond(lt.ListTransactionsResponse(
         throttle_time_ms=0, error_code=err, unknown_state_filters=unknown,
         transaction_states=[lt.TransactionState(transactional_id=t.transactional_id, producer_id=t.producer_id,
