@@ -342,16 +342,19 @@ class LogSegment:
 
     # -- append ------------------------------------------------------------------
     def prepare_writable(self) -> None:
-        """Make this the active segment: indexes checked and re-extended to max size.
-        An index whose file does not exist yet (a new segment) stays unopened: its
-        first use creates it at max size (MmapIndex._ensure), and an append adds an
-        entry only every index.interval.bytes, so a partition that only ever got a
-        few small records creates its index files when it closes (``close``)."""
+        """Make this the active segment: indexes checked and made ``growable``: each
+        is extended to max size (Kafka's resize on becoming active) only when an entry
+        needs the room, under its own lock. An index whose file does not exist yet (a
+        new segment) stays unopened: its first use creates it at max size
+        (MmapIndex._ensure), and an append adds an entry only every
+        index.interval.bytes, so a partition that only ever got a few small records
+        creates its index files when it closes (``close``), and one restarted with
+        exact index files keeps them exact until an entry is due: a crash then finds
+        files that recovery need not rewrite."""
         if not self._writable_indexes:
             self._check_indexes()
-            for idx in (self.offset_index, self.time_index):
-                if idx.is_loaded or os.path.exists(idx.path):
-                    idx.resize(self.max_index_size)
+            self.offset_index.growable = True
+            self.time_index.growable = True
             self._writable_indexes = True
 
     @staticmethod
@@ -817,14 +820,18 @@ class LogSegment:
             ts = self.max_timestamp_so_far
             if ts >= 0:
                 final = (ts, self._offset_of_max_ts)
+        # the final entry grows an index that was never extended by just that entry
+        # (maybe_append's skip_full_check), and trimming cuts any extension away
         if not (self._unopened(self.offset_index) and _create_exclusive(self.offset_index.path, b"")):
             self.offset_index.trim_to_valid_size()
+        self.offset_index.growable = False
         ti = self.time_index
         first = b"" if final is None else _TIME_ENTRY.pack(final[0], final[1] - self.base_offset)
         if not (self._unopened(ti) and _create_exclusive(ti.path, first)):
             if final is not None:
                 ti.maybe_append(final[0], final[1], True)
             ti.trim_to_valid_size()
+        ti.growable = False
         self.trim()
         self._writable_indexes = False
 
