@@ -100,6 +100,17 @@ def _write_file(path: str, data: bytes) -> None:
 _SCAN_WITHOUT_INDEX = 256 * 1024
 
 
+def _pread_exactly(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of ``fd`` (fewer only if the file is shorter)."""
+    data = os.pread(fd, size, 0)
+    while len(data) < size:
+        more = os.pread(fd, size - len(data), len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
 def _write_file_unless_equal(path: str, data: bytes) -> bool:
     """Make ``path`` hold exactly ``data``; a file that already does is left alone (a
     recovery after a crash finds most index files right, and rewriting one costs an
@@ -517,6 +528,9 @@ class LogSegment:
                 return
             pos = mapping[2]
         size = self.size
+        if size <= _SCAN_WITHOUT_INDEX:   # one pread instead of mmap, madvise, faults, munmap
+            yield from iter_batch_headers(_pread_exactly(self.fd, size), pos, size)
+            return
         with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as m:
             yield from iter_batch_headers(m, pos, size)
 
@@ -688,6 +702,9 @@ class LogSegment:
         if size == 0:
             return _scan.scan(b"", self.base_offset, self.index_interval_bytes, verify_crc,
                               expected_next_offset=expected_next_offset)
+        if size <= _SCAN_WITHOUT_INDEX:   # a small (active) segment: one pread, no mapping
+            return _scan.scan(_pread_exactly(self.fd, size), self.base_offset, self.index_interval_bytes,
+                              verify_crc, 0, size, max_batch_size, expected_next_offset)
         with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as m:
             try:
                 m.madvise(mmap.MADV_SEQUENTIAL)
