@@ -71,6 +71,8 @@ def add_broker_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vs-pid", type=int, help="PID of a --vs HOST:PORT broker on this machine")
     g.add_argument("--rounds", type=int, default=None,
                    help="rounds per broker (default 1, or 3 with --vs)")
+    g.add_argument("--fresh-broker", action="store_true",
+                   help="start a new broker (kbroker / tansu we start) for every run, stopped after it")
 
 
 def add_run_args(p: argparse.ArgumentParser, *, records_default: int | None = None,
@@ -78,7 +80,7 @@ def add_run_args(p: argparse.ArgumentParser, *, records_default: int | None = No
     g = p.add_argument_group("run")
     g.add_argument("--client", choices=CLIENTS, default="confluent")
     g.add_argument("--topic", help="topic to use (default: a fresh topic per run, deleted afterwards)")
-    g.add_argument("--partitions", type=int, default=1)
+    g.add_argument("--partitions", type=int, default=1, help="partitions (per topic with bench.produce --topics)")
     g.add_argument("--record-size", type=int, default=100, help="value bytes per record")
     g.add_argument("--records", type=int, default=records_default, help="stop after N records")
     g.add_argument("--duration", type=float, default=None,
@@ -115,6 +117,10 @@ def finish_args(args: argparse.Namespace) -> argparse.Namespace:
         raise SystemExit("--rounds must be >= 1")
     if args.partitions < 1 or args.record_size < 0:
         raise SystemExit("--partitions must be >= 1 and --record-size >= 0")
+    if getattr(args, "topics", 1) < 1:
+        raise SystemExit("--topics must be >= 1")
+    if getattr(args, "fresh_broker", False) and (args.bootstrap or (args.vs and args.vs not in ("tansu", "kbroker"))):
+        raise SystemExit("--fresh-broker needs brokers this tool starts (no --bootstrap, --vs tansu|kbroker)")
     return args
 
 
@@ -177,6 +183,10 @@ def default_workload_name(args, tool: str, rate: float) -> str:
         extra.append(f"keys-{args.keys}")
     if getattr(args, "background_consumers", 0):
         extra.append(f"bg{args.background_consumers}")
+    if getattr(args, "partitioner", "client") == "round-robin":
+        extra.append("rr")
+    if getattr(args, "prime_records", 0):
+        extra.append(f"prime{args.prime_records}")
     parts = [kind, f"{t}-topic-{args.partitions}-partition-{_size_label(args.record_size)}"]
     if kind != "consume":
         parts.append(f"rate-{rate_s}")
@@ -556,6 +566,35 @@ def print_vs(rounds: list[tuple[RunSummary, RunSummary]], *, side: str = "send",
               f"(< 1: {a0.broker} lower latency)", file=out)
     out.flush()
     return res
+
+
+def run_rounds_fresh(args: argparse.Namespace, rounds: int,
+                     run_one: Callable[[Target, str, int], RunSummary],
+                     ) -> tuple[list[RunSummary], list[tuple[RunSummary, RunSummary]]]:
+    """``run_rounds`` with a new broker for every run (``--fresh-broker``): each run
+    starts its broker on an empty data dir and stops it (by its PID) afterwards, so no
+    run inherits another's partitions, page cache state or background work."""
+    overrides = parse_kv(args.broker_override)
+    starters = [lambda: start_kbroker(overrides)]
+    if args.vs:
+        starters.append(start_tansu if args.vs == "tansu" else (lambda: start_kbroker(overrides)))
+    session_id = uuid.uuid4().hex[:12]
+    summaries: list[RunSummary] = []
+    pairs: list[tuple[RunSummary, RunSummary]] = []
+    for k in range(rounds):
+        got = []
+        for start in starters:
+            t = start()
+            try:
+                if args.vs_name and len(got) == 1:
+                    t.name = args.vs_name
+                got.append(run_one(t, session_id, k))
+            finally:
+                t.stop()
+        summaries.extend(got)
+        if len(got) == 2:
+            pairs.append((got[0], got[1]))
+    return summaries, pairs
 
 
 def run_rounds(targets: list[Target], rounds: int, run_one: Callable[[Target, str, int], RunSummary],

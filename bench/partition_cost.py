@@ -236,7 +236,8 @@ def run_broker(target: Target, args, session_id: str, round_: int) -> list[dict]
                                          "message_size": args.record_size, "producer_rate": 0,
                                          "consumers": 1 if api == "fetch" else 0, "acks": args.acks,
                                          "linger_ms": 0, "batch_size": len(batch), "compression": "none",
-                                         "key_distribution": "none", "duration_s": args.duration}}
+                                         "key_distribution": "none", "duration_s": args.duration,
+                                         "records_per_batch": args.records_per_batch}}
                 with TraceWriter(args.results, manifest, broker_pid=target.pid, autotick=True) as tw:
                     if api == "produce":
                         r = measure(conn, target, produce_frame_fn(sub, batch, pv, acks), PRODUCE, pv,

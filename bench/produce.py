@@ -33,7 +33,8 @@ from bench.clients import make_admin, make_producer
 from bench.common import (
     STAMP_BYTES, DeliveryRecorder, KeySource, Progress, RunSummary, Target, add_broker_args,
     add_producer_args, add_run_args, finish_args, fresh_topic, payload_pool, print_summary,
-    print_vs, producer_settings, run_rounds, session_targets, summarize, workload_manifest,
+    print_vs, producer_settings, run_rounds, run_rounds_fresh, session_targets, summarize,
+    workload_manifest,
 )
 from bench.trace import TraceWriter
 
@@ -50,12 +51,15 @@ BACKGROUND_PREFILL_MAX_S = 120.0
 
 def produce_records(prod, topic: str, *, limit: int | None, deadline: float, rate: float,
                     payloads: list[bytes], keys: KeySource, stamp: bool = False,
-                    tick=None, stop=None, topics: list[str] | None = None) -> int:
+                    tick=None, stop=None, topics: list[str] | None = None,
+                    partitions: list[tuple[str, int]] | None = None) -> int:
     """Send up to ``limit`` records until ``deadline`` (time.monotonic) at ``rate``
     records/s (0 = as fast as the client accepts them). ``stamp``: the first 8 bytes of
     each value become the wall-clock send time in µs (little-endian) for e2e latency.
     ``tick(now)`` runs about every 100 ms; ``stop`` (threading.Event) ends early.
-    ``topics`` spreads records round-robin over several topics. Returns records sent."""
+    ``topics`` spreads records round-robin over several topics (the client picks the
+    partition); ``partitions`` sends record i to ``partitions[i % len]`` (topic,
+    partition): round-robin over every partition. Returns records sent."""
     limit = (1 << 62) if limit is None else limit
     send, poll = prod.send, prod.poll
     mask = len(payloads) - 1
@@ -87,7 +91,15 @@ def produce_records(prod, topic: str, *, limit: int | None, deadline: float, rat
         else:
             n = min(CHUNK, limit - i)
         end = i + n
-        if stamp:
+        if partitions is not None and not stamp:
+            npart = len(partitions)
+            while i < end:
+                t, part = partitions[i % npart]
+                if not send(t, payloads[i & mask], keyf(i) if keyf else None, part, deadline):
+                    ok = False
+                    break
+                i += 1
+        elif stamp:
             while i < end:
                 v = (time_ns() // 1000).to_bytes(8, "little") + tails[i & mask]
                 if not send(tlist[i % nt], v, keyf(i) if keyf else None, None, deadline):
@@ -239,6 +251,38 @@ def _background_main(bootstrap: str, topic: str, ends: dict[int, int], n: int, m
     results.put(tuple(totals))
 
 
+def prime_partitions(bootstrap: str, partitions: list[tuple[str, int]], n: int, payloads: list[bytes],
+                     settings: dict, timeout_s: float = 300.0) -> float:
+    """``n`` records to every (topic, partition), librdkafka, acks=all, until every
+    delivery report is in; returns the seconds it took. Raises on a failed delivery."""
+    import confluent_kafka
+    conf = {k: v for k, v in settings.items() if k in ("linger.ms", "batch.size", "compression.type")}
+    prod = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                     "log.connection.close": False, **conf})
+    failed: list = []
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+
+    def cb(err, _msg):
+        if err is not None:
+            failed.append(err)
+    for j in range(n):
+        for i, (t, part) in enumerate(partitions):
+            while True:
+                try:
+                    prod.produce(t, payloads[(i + j) % len(payloads)], partition=part, on_delivery=cb)
+                    break
+                except BufferError:
+                    prod.poll(0.01)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("priming: the producer queue stayed full")
+            prod.poll(0)
+    left = prod.flush(max(0.0, deadline - time.monotonic()))
+    if left or failed:
+        raise RuntimeError(f"priming: {left} undelivered, {len(failed)} failed ({failed[:1]})")
+    return time.monotonic() - t0
+
+
 def run_once(args: argparse.Namespace, target: Target, session_id: str | None, round_: int | None,
              *, rate: float | None = None, out=None) -> RunSummary:
     """One produce run against ``target``; writes its trace and returns its summary."""
@@ -246,7 +290,10 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
     rate = args.rate if rate is None else rate
     admin = make_admin(target.bootstrap)
     topic = args.topic or fresh_topic(TOOL)
-    admin.create_topics({topic: args.partitions})
+    n_topics = 1 if args.topic else args.topics
+    topics = [topic] + [f"{topic}-{i}" for i in range(1, n_topics)]
+    admin.create_topics({t: args.partitions for t in topics})
+    all_partitions = [(t, p) for p in range(args.partitions) for t in topics]   # interleaved topics
     n_bg = getattr(args, "background_consumers", 0)
     workload = workload_manifest(args, tool=TOOL, rate=rate)
     background = None
@@ -263,6 +310,13 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
     payloads = payload_pool(args.record_size)
     keys = KeySource(args.keys)
     label = f"{target.name}" + (f" r{round_}" if round_ is not None else "")
+    if args.prime_records:
+        t_prime = prime_partitions(target.bootstrap, all_partitions, args.prime_records, payloads,
+                                   producer_settings(args))
+        workload["prime_s"] = round(t_prime, 3)
+        if not args.quiet:
+            print(f"{label}: {args.prime_records} record(s) in each of {len(all_partitions):,} partitions "
+                  f"first (untimed): {t_prime:.2f} s", file=out, flush=True)
     try:
         with TraceWriter(args.results, manifest, broker_pid=target.pid, autotick=True) as tw:
             rec = DeliveryRecorder(tw, "publish", warmup_s=args.warmup)
@@ -275,9 +329,11 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
                     background = BackgroundConsumers(target.bootstrap, topic, bg_ends, n_bg,
                                                      limit_s + FLUSH_TIMEOUT_S,
                                                      args.background_rate_mb_s).start()
+                rr = all_partitions if args.partitioner == "round-robin" else None
                 sent = produce_records(prod, topic, limit=args.records, deadline=start + limit_s,
                                        rate=rate, payloads=payloads, keys=keys,
-                                       tick=lambda now: (rec.drain(), progress.maybe_print(now)))
+                                       tick=lambda now: (rec.drain(), progress.maybe_print(now)),
+                                       topics=topics if len(topics) > 1 else None, partitions=rr)
                 flush_end = time.monotonic() + FLUSH_TIMEOUT_S
                 remaining = 1
                 while remaining and time.monotonic() < flush_end:      # bounded by FLUSH_TIMEOUT_S
@@ -302,7 +358,7 @@ def run_once(args: argparse.Namespace, target: Target, session_id: str | None, r
     finally:
         if not args.topic:
             try:
-                admin.delete_topics([topic])
+                admin.delete_topics(topics)
             except Exception as e:  # noqa: BLE001 - best effort cleanup
                 print(f"WARNING: could not delete topic {topic}: {e}", file=sys.stderr)
         admin.close()
@@ -314,6 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_broker_args(p)
     add_run_args(p)
     add_producer_args(p)
+    g = p.add_argument_group("many partitions")
+    g.add_argument("--topics", type=int, default=1,
+                   help="fresh topics of --partitions each (records spread over all of them)")
+    g.add_argument("--partitioner", choices=["client", "round-robin"], default="client",
+                   help="client: the client's partitioner; round-robin: record i to partition i mod "
+                        "(topics x partitions), topics interleaved")
+    g.add_argument("--prime-records", type=int, default=0, metavar="N",
+                   help="N records to every partition before the timed run (untimed, acks=all): "
+                        "partitions that exist on disk vs fresh ones")
     g = p.add_argument_group("background readers")
     g.add_argument("--background-consumers", type=int, default=0, metavar="N",
                    help="N consumers re-reading the topic from offset 0 during the run (lagging readers)")
@@ -326,8 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = finish_args(build_parser().parse_args(argv))
-    with session_targets(args) as targets:
-        _, pairs = run_rounds(targets, args.rounds, lambda t, sid, k: run_once(args, t, sid, k))
+    if args.fresh_broker:
+        _, pairs = run_rounds_fresh(args, args.rounds, lambda t, sid, k: run_once(args, t, sid, k))
+    else:
+        with session_targets(args) as targets:
+            _, pairs = run_rounds(targets, args.rounds, lambda t, sid, k: run_once(args, t, sid, k))
     if pairs:
         print_vs(pairs, side="send", latency_metric="publish")
     return 0

@@ -341,3 +341,49 @@ def test_first_small_append_creates_no_index_file(tmp_path):
         again.append(batch(1, ts=500))
         assert again.fetch_offset_by_timestamp(450).offset == again.log_end_offset - 1
         again.close()
+
+
+@pytest.mark.parametrize("twins", [False, True], ids=["cython", "python"])
+def test_restarted_active_index_grows_only_when_an_entry_is_due(tmp_path, monkeypatch, twins):
+    """An active segment's index files (exact size after a clean close) are extended to
+    segment.index.bytes only when an index entry needs the room, under the index's
+    lock: a small record after a restart leaves them exact, so recovery after a crash
+    finds them right and rewrites nothing but the time index's final entry (it used
+    to truncate two 10 MiB files per partition). Entries past the first still land."""
+    if twins:
+        from kbroker._core.ref import offset_index as ref_oi, time_index as ref_ti
+        from kbroker.log import segment as seg_mod
+        monkeypatch.setattr(seg_mod, "_offset_index", ref_oi)
+        monkeypatch.setattr(seg_mod, "_time_index", ref_ti)
+    cfg = LogConfig({"index.interval.bytes": 4096})
+    d = str(tmp_path / "t-0")
+    idx = [os.path.join(d, "00000000000000000000" + s) for s in (".index", ".timeindex")]
+    lg = Log.open(d, cfg)
+    lg.append(batch(1, ts=100))
+    lg.close()
+    assert [os.path.getsize(p) for p in idx] == [0, 12]
+
+    lg = Log.open(d, cfg, had_clean_shutdown=True)
+    lg.append(batch(1, ts=200))                   # small: no index entry due
+    assert len(read_all(lg)) == 2                 # a read maps the indexes, and grows nothing
+    assert [os.path.getsize(p) for p in idx] == [0, 12]
+    written = []
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, pos: written.append(os.readlink(
+        f"/proc/self/fd/{fd}")) or real(fd, data, pos))
+    # a crash here (no close): recovery leaves the offset index file alone
+    crashed = Log.open(d, cfg, had_clean_shutdown=False)
+    assert crashed.recovered_segments_on_load == 1
+    assert not any(p.endswith(".index") for p in written)
+    assert len(read_all(crashed)) == 2 and crashed.fetch_offset_by_timestamp(150).offset == 1
+    monkeypatch.setattr(os, "pwrite", real)
+    for _ in range(60):                           # past index.interval.bytes: entries, file grown
+        crashed.append(batch(1, ts=400))
+    assert crashed.active_segment.offset_index.entries > 0
+    assert os.path.getsize(idx[0]) == cfg.segment_index_bytes - cfg.segment_index_bytes % 8
+    entries = crashed.active_segment.offset_index.entries
+    crashed.close()
+    assert os.path.getsize(idx[0]) == 8 * entries
+    again = Log.open(d, cfg, had_clean_shutdown=True)
+    assert len(read_all(again)) == 62 and again.fetch_offset_by_timestamp(300).offset == 2
+    again.close()

@@ -307,6 +307,60 @@ def test_peer_ratios_per_round(spark, tmp_path):   # noqa: F811
     assert "kbroker vs peer brokers" in md and "| tansu |" in md
 
 
+def make_cost_run(results, *, api, n, broker, round_, req_us, cpu_s_per_interval, requests=100,
+                  n_intervals=4):
+    """A bench.partition_cost run: ``requests`` requests of N partitions per interval,
+    each taking ``req_us``; the broker spends ``cpu_s_per_interval`` per interval."""
+    clock = FakeClock()
+    m = {"tool": "bench.partition_cost", "broker": broker, "broker_version": "0.1.0",
+         "client": "kbroker", "warmup_s": 0, "session_id": "pc", "round": round_,
+         "git_commit": "0" * 40,
+         "machine": {"hostname": "testhost", "cpu_model": "Test CPU", "logical_cpus": 2,
+                     "mem_total_gb": 8.0, "os": "Linux", "python": "3.11"},
+         "workload": {"name": f"partition-cost-{api}-{n}p-100b", "topics": max(1, n // 50),
+                      "partitions": n, "message_size": 100, "producer_rate": 0,
+                      "consumers": 1 if api == "fetch" else 0, "acks": "1", "linger_ms": 0,
+                      "batch_size": 170, "compression": "none", "key_distribution": "none",
+                      "duration_s": n_intervals, "records_per_batch": 1}}
+    tw = trace.TraceWriter(results, m, clock=clock, wall_clock=lambda: 1.7e9, client_cpu=False)
+    metric = f"{api}_request"
+    for k in range(n_intervals):
+        if api == "produce":
+            tw.record_send(requests * n, requests * n * 100)
+        else:
+            tw.record_receive(requests * n, requests * n * 100)
+        tw.record_cpu(broker_cpu_s=cpu_s_per_interval)
+        tw.record_latencies(metric, np.full(requests, float(req_us)))
+        clock.t = 1000.0 + k + 1
+    return tw.close()
+
+
+def test_partition_cost_section(spark, tmp_path):   # noqa: F811
+    """µs per partition-batch: request p50 / N and broker CPU / partition-batches,
+    median over rounds, kbroker / peer ratio in the same session."""
+    for rnd in range(2):
+        for n, kb_us, peer_us in ((1, 200.0, 300.0), (1000, 30_000.0, 60_000.0)):
+            for api in ("produce", "fetch"):
+                # kbroker: 100 requests x N per interval, CPU 0.5 s -> 5000/N us per partition
+                make_cost_run(tmp_path / "r", api=api, n=n, broker="kbroker", round_=rnd,
+                              req_us=kb_us, cpu_s_per_interval=0.5)
+                make_cost_run(tmp_path / "r", api=api, n=n, broker="tansu", round_=rnd,
+                              req_us=peer_us, cpu_s_per_interval=1.0)
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(tmp_path / "r"), "--omb", "--out", str(out)], spark=spark) == 0
+    verdict, md, _ = read_outputs(out)
+    rows = {(r["broker"], r["api"], r["partitions"]): r for r in verdict["partition_cost"]}
+    kb = rows[("kbroker", "produce", 1000)]
+    assert kb["rounds"] == 2
+    assert kb["us_per_partition_rt"] == pytest.approx(30.0, rel=0.01)     # 30 ms / 1000
+    assert kb["broker_cpu_us_per_partition"] == pytest.approx(5.0, rel=0.01)
+    assert kb["us_per_partition_rt_ratio_vs_tansu"] == pytest.approx(0.5, rel=0.02)
+    assert kb["broker_cpu_us_per_partition_ratio_vs_tansu"] == pytest.approx(0.5, rel=0.01)
+    assert rows[("kbroker", "fetch", 1)]["us_per_partition_rt"] == pytest.approx(200.0, rel=0.01)
+    assert rows[("tansu", "fetch", 1)]["broker_cpu_us_per_partition"] == pytest.approx(10_000.0, rel=0.01)
+    assert "Per-partition cost" in md and "produce_request latency" in md
+
+
 # -- usage errors ----------------------------------------------------------------------
 def test_usage_errors_exit_2(tmp_path, capsys):
     assert cli.main([]) == cli.EXIT_USAGE

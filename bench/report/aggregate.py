@@ -33,7 +33,7 @@ def manifest_table(manifests) -> pd.DataFrame:
         *[F.col(f"workload.{c}").alias(f"wl_{c}") for c in
           ("name", "topics", "partitions", "message_size", "producer_rate", "producers",
            "consumers", "acks", "linger_ms", "batch_size", "compression", "key_distribution",
-           "records", "duration_s")],
+           "records", "duration_s", "records_per_batch")],
         *[F.col(f"machine.{c}").alias(f"m_{c}") for c in
           ("hostname", "cpu_model", "logical_cpus", "mem_total_gb", "os", "python")])
     return flat.toPandas()

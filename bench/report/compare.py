@@ -33,7 +33,10 @@ from bench.report import stats
 from bench.report.aggregate import QUANTILES, qcol
 from bench.report.sources import rate_from_workload_name, source_facts
 
-LATENCY_METRICS = ("publish", "e2e")
+LATENCY_METRICS = ("publish", "e2e", "produce_request", "fetch_request")
+#: bench.partition_cost: one request carrying N partitions, one batch each
+PARTITION_COST_TOOL = "bench.partition_cost"
+REQUEST_METRICS = {"produce_request": "produce", "fetch_request": "fetch"}
 CROSS_MACHINE = "cross-machine, not like-for-like"
 ALPHA = 0.05
 
@@ -291,6 +294,55 @@ def peer_comparisons(t: Tables, ours: str = "kbroker") -> list[dict[str, Any]]:
                             "ci_low": _num(lo), "ci_high": _num(hi), "ci_confidence": _num(conf),
                             "verdict": verdict, "machine": machine_label(first)})
     return out
+
+
+def partition_cost_rows(t: Tables, ours: str = "kbroker") -> list[dict[str, Any]]:
+    """bench.partition_cost runs: µs per partition-batch of one Produce / Fetch
+    carrying N partitions, per (session, broker, api, N), median over rounds: the
+    request's p50 round trip / N (as a client sees it) and the broker's CPU over the
+    kept intervals / partition-batches served; with a peer in the same session, the
+    kbroker / peer ratio of each (< 1: kbroker cheaper)."""
+    m = t.meta[(t.meta.role == "candidate") & (t.meta.tool == PARTITION_COST_TOOL)]
+    if m.empty:
+        return []
+    by_run_tp = t.throughput.set_index("run_id") if not t.throughput.empty else None
+    cells: dict[tuple, dict[str, list[float]]] = {}
+    for _, r in m.iterrows():
+        n = int(r.wl_partitions) if _num(r.wl_partitions) else None
+        if not n:
+            continue
+        rpb = int(r.wl_records_per_batch) if _num(r.get("wl_records_per_batch")) else 1
+        for metric, api in REQUEST_METRICS.items():
+            p = _pct(t, "run", r.run_id, metric)
+            if p is None:
+                continue
+            c = cells.setdefault((r.session_id, r.broker, api, n), {"rt": [], "cpu": []})
+            c["rt"].append(p[qcol(50)] / n)
+            if by_run_tp is not None and r.run_id in by_run_tp.index:
+                tp = by_run_tp.loc[r.run_id]
+                records = _num(tp.records_sent) or _num(tp.records_received)
+                cpu = _num(tp.broker_cpu_s)
+                if records and cpu is not None:
+                    c["cpu"].append(cpu * 1e6 / (records / rpb))
+    rows = []
+    med = lambda xs: float(np.median(xs)) if xs else None   # noqa: E731
+    for (session, broker, api, n), c in sorted(cells.items(), key=lambda kv: (str(kv[0][0]), kv[0][1:])):
+        rows.append({"session_id": session, "broker": broker, "api": api, "partitions": n,
+                     "rounds": len(c["rt"]), "us_per_partition_rt": med(c["rt"]),
+                     "broker_cpu_us_per_partition": med(c["cpu"])})
+    ours_rows = {(x["session_id"], x["api"], x["partitions"]): x for x in rows if x["broker"] == ours}
+    for x in rows:
+        o = ours_rows.get((x["session_id"], x["api"], x["partitions"]))
+        if x["broker"] == ours or o is None:
+            continue
+        for k in ("us_per_partition_rt", "broker_cpu_us_per_partition"):
+            if o[k] is not None and x[k]:
+                o[f"{k}_ratio_vs_{x['broker']}"] = o[k] / x[k]
+                o.setdefault("peers", []).append(x["broker"])
+    for x in rows:
+        if "peers" in x:
+            x["peers"] = sorted(set(x["peers"]))
+    return rows
 
 
 # -- OMB ------------------------------------------------------------------------------

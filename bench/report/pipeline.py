@@ -121,6 +121,7 @@ def run(*, runs: list[str], baseline: list[str], omb: list[str], out_dir: Path,
 
     comparisons = C.baseline_comparisons(tables, threshold, alpha)
     peers = C.peer_comparisons(tables)
+    partition_cost = C.partition_cost_rows(tables)
     omb_list = C.omb_rows(omb_t)
     matches = C.omb_matches(tables, omb_list)
 
@@ -153,6 +154,7 @@ def run(*, runs: list[str], baseline: list[str], omb: list[str], out_dir: Path,
         "threshold": threshold, "alpha": alpha,
         "runs": C.run_rows(tables),
         "comparisons": comparisons, "peers": peers, "omb": omb_list, "omb_matches": matches,
+        "partition_cost": partition_cost,
         "skipped": log.skipped,
         "plots": {k: f"plots/{v.name}" for k, v in plots.items() if v is not None},
         "baseline_requested": bool(baseline),

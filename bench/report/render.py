@@ -63,7 +63,7 @@ def build_document(model: dict[str, Any]) -> list[tuple]:
                     _f(r.get("send_mbps")), _f(r.get("recv_rps")), _f(r.get("recv_mbps")),
                     _f(r.get("errors")), _f(r.get("broker_cpu_s_per_mb")),
                     _f(r.get("client_cpu_s_per_mb"))] for r in runs]))
-        for metric in ("publish", "e2e"):
+        for metric in ("publish", "e2e", "produce_request", "fetch_request"):
             rows = [[r["run_id"], r["broker"], _f(r.get(f"{metric}_n"))] + _pcts(r, metric)
                     for r in runs if r.get(f"{metric}_n")]
             if rows:
@@ -126,6 +126,30 @@ def build_document(model: dict[str, Any]) -> list[tuple]:
                     _f(p["ci_confidence"]), p["verdict"], p["machine"]] for p in model["peers"]]))
     else:
         d.append(("p", "No session with kbroker and a peer broker in the same rounds."))
+
+    pc = model.get("partition_cost") or []
+    if pc:
+        d.append(("h2", "Per-partition cost (bench.partition_cost)"))
+        d.append(("p", "One Produce or Fetch carrying N partitions, one batch each. Round trip: "
+                       "the request's p50 / N (µs per partition-batch as a client sees it); broker "
+                       "CPU: the broker's utime+stime over the kept intervals / partition-batches. "
+                       "Medians over rounds; the ratio is kbroker / peer in the same session "
+                       "(< 1: kbroker cheaper). Flat columns as N grows mean per-request work is "
+                       "done once per request."))
+        peers = sorted({p for x in pc for p in x.get("peers", [])})
+        head = ["session", "broker", "api", "N", "rounds", "µs/partition (round trip)",
+                "broker CPU µs/partition"]
+        for p in peers:
+            head += [f"round trip vs {p}", f"CPU vs {p}"]
+        rows = []
+        for x in pc:
+            row = [x["session_id"], x["broker"], x["api"], _f(x["partitions"]), _f(x["rounds"]),
+                   _f(x["us_per_partition_rt"]), _f(x["broker_cpu_us_per_partition"])]
+            for p in peers:
+                row += [_f(x.get(f"us_per_partition_rt_ratio_vs_{p}")),
+                        _f(x.get(f"broker_cpu_us_per_partition_ratio_vs_{p}"))]
+            rows.append(row)
+        d.append(("table", head, rows))
 
     d.append(("h2", f"kbroker vs published Apache Kafka results ({CROSS_MACHINE})"))
     d.append(("p", f"**{CROSS_MACHINE.capitalize()}.** Published numbers come from other "
@@ -230,6 +254,7 @@ def verdict(model: dict[str, Any]) -> dict[str, Any]:
              "no_verdict": c.get("no_verdict")}
             for c in model["comparisons"]],
         "peers": model["peers"],
+        "partition_cost": model.get("partition_cost", []),
         "omb": [{"ours": m["ours"], "label": m["label"],
                  "matches": [{k: v for k, v in x.items()} for x in m["matches"]]}
                 for m in model["omb_matches"]],

@@ -45,6 +45,7 @@ _WORKLOAD = StructType([
     StructField("key_distribution", StringType()),
     StructField("records", LongType()),
     StructField("duration_s", DoubleType()),
+    StructField("records_per_batch", LongType()),     # bench.partition_cost
 ])
 
 _MACHINE = StructType([

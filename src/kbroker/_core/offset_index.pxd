@@ -14,6 +14,7 @@ cdef class MmapIndex:
     cdef readonly int64_t base_offset
     cdef readonly Py_ssize_t max_index_size
     cdef readonly bint writable
+    cdef public bint growable
     cdef unsigned char* _map
     cdef Py_ssize_t _length
     cdef Py_ssize_t _entries
@@ -32,7 +33,9 @@ cdef class MmapIndex:
     cdef int _check_capacity(self, bint skip_full_check) except -1
     cdef int _resize(self, Py_ssize_t new_size) except -1
     cdef void _close_handler(self) noexcept
-    cdef Py_ssize_t free_slots(self, Py_ssize_t reserve) except -1
+    cpdef Py_ssize_t free_slots(self, Py_ssize_t reserve) except -1
+    cdef int _reserve(self, Py_ssize_t n, bint exact) except -1
+    cdef Py_ssize_t _capacity(self) noexcept
 
 
 cdef class OffsetIndex(MmapIndex):

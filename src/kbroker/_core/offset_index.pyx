@@ -116,6 +116,7 @@ cdef class MmapIndex:
         self._max_entries = 0
         self._loaded = False
         self._closed = False
+        self.growable = False
         self._mutex = PyThread_allocate_lock()
         if self._mutex == NULL:
             raise MemoryError()
@@ -209,9 +210,34 @@ cdef class MmapIndex:
     cdef int _after_load(self) except -1:
         return 0
 
+    cdef Py_ssize_t _capacity(self) noexcept:
+        """Entries the index can hold: its mapping's, or max_index_size's if growable."""
+        cdef Py_ssize_t grown
+        if self.growable and self.writable:
+            grown = round_down(self.max_index_size, self._entry_size) // self._entry_size
+            if grown > self._max_entries:
+                return grown
+        return self._max_entries
+
+    cdef int _reserve(self, Py_ssize_t n, bint exact) except -1:
+        """Room for ``n`` more entries: a growable index whose mapping lacks it is
+        extended (to max_index_size, or with ``exact`` to just those entries, for the
+        final time-index entry of a segment about to be trimmed). Lock held, loaded."""
+        cdef Py_ssize_t want
+        if not self.growable or not self.writable or self._entries + n <= self._max_entries:
+            return 0
+        if exact:
+            want = (self._entries + n) * self._entry_size
+        else:
+            want = round_down(self.max_index_size, self._entry_size)
+        if want > self._length:
+            self._remap(want)
+        return 0
+
     cdef int _check_capacity(self, bint skip_full_check) except -1:
         if not self.writable:
             raise ValueError(f"index {self._path} is read-only")
+        self._reserve(1, False)
         if self._entries >= self._max_entries:
             raise IndexFullError(f"attempt to append to a full index (size = {self._entries}) {self._path}")
         return 0
@@ -229,11 +255,13 @@ cdef class MmapIndex:
         self._loaded = False
         self._closed = True
 
-    cdef Py_ssize_t free_slots(self, Py_ssize_t reserve) except -1:
+    cpdef Py_ssize_t free_slots(self, Py_ssize_t reserve) except -1:
         """Slots still free for appends, ``reserve`` of them kept back (the writer's check)."""
         self._lock()
         try:
             self._ensure()
+            if self._capacity() > self._max_entries:      # an entry is coming: grow now
+                self._reserve(self._capacity() - self._entries, False)
             return self._max_entries - reserve - self._entries
         finally:
             self._unlock()
@@ -294,7 +322,7 @@ cdef class MmapIndex:
         self._lock()
         try:
             self._ensure()
-            return self._entries >= self._max_entries
+            return self._entries >= self._capacity()
         finally:
             self._unlock()
 
@@ -534,6 +562,7 @@ cdef class OffsetIndex(MmapIndex):
                 return
             if not self.writable:
                 raise ValueError(f"index {self._path} is read-only")
+            self._reserve(n, False)
             if self._entries + n > self._max_entries:
                 raise IndexFullError(f"{n} entries do not fit in index {self._path}")
             p = <const unsigned char*>view.buf

@@ -67,7 +67,7 @@ cdef class TimeIndex(MmapIndex):
         self._lock()
         try:
             self._ensure()
-            return self._entries >= self._max_entries - 1
+            return self._entries >= self._capacity() - 1
         finally:
             self._unlock()
 
@@ -153,6 +153,7 @@ cdef class TimeIndex(MmapIndex):
         try:
             self._ensure()
             if not skip_full_check:
+                self._reserve(2, False)
                 if self._entries >= self._max_entries - 1:
                     raise IndexFullError(f"Attempt to append to a full time index (size = {self._entries}).")
             if self._entries != 0 and offset < self._last_offset:
@@ -171,6 +172,7 @@ cdef class TimeIndex(MmapIndex):
                                          f"with base offset {self.base_offset}")
             if not self.writable:
                 raise ValueError(f"time index {self._path} is read-only")
+            self._reserve(1, skip_full_check)
             if self._entries >= self._max_entries:
                 raise IndexFullError(f"time index {self._path} has no free slot")
             p = self._map + self._entries * ENTRY_SIZE
@@ -201,6 +203,7 @@ cdef class TimeIndex(MmapIndex):
                 return
             if not self.writable:
                 raise ValueError(f"time index {self._path} is read-only")
+            self._reserve(n + 1, False)
             if self._entries + n > self._max_entries - 1:
                 raise IndexFullError(f"{n} entries do not fit in time index {self._path}")
             p = <const unsigned char*>view.buf

@@ -271,6 +271,8 @@ class LogManager:
             self._loading = False
         self.load_stats = {"seconds": time.perf_counter() - t0, "logs": len(self._logs),
                            "clean_dirs": clean_dirs}
+        log.info("Loaded %d logs in %.0f ms (%d of %d log dirs shut down cleanly)", len(self._logs),
+                 1000 * self.load_stats["seconds"], clean_dirs, len(self.log_dirs))
 
     def _load_dir(self, d: str) -> bool:
         os.makedirs(d, exist_ok=True)

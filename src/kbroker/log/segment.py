@@ -100,6 +100,17 @@ def _write_file(path: str, data: bytes) -> None:
 _SCAN_WITHOUT_INDEX = 256 * 1024
 
 
+def _pread_exactly(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of ``fd`` (fewer only if the file is shorter)."""
+    data = os.pread(fd, size, 0)
+    while len(data) < size:
+        more = os.pread(fd, size - len(data), len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
 def _write_file_unless_equal(path: str, data: bytes) -> bool:
     """Make ``path`` hold exactly ``data``; a file that already does is left alone (a
     recovery after a crash finds most index files right, and rewriting one costs an
@@ -342,16 +353,19 @@ class LogSegment:
 
     # -- append ------------------------------------------------------------------
     def prepare_writable(self) -> None:
-        """Make this the active segment: indexes checked and re-extended to max size.
-        An index whose file does not exist yet (a new segment) stays unopened: its
-        first use creates it at max size (MmapIndex._ensure), and an append adds an
-        entry only every index.interval.bytes, so a partition that only ever got a
-        few small records creates its index files when it closes (``close``)."""
+        """Make this the active segment: indexes checked and made ``growable``: each
+        is extended to max size (Kafka's resize on becoming active) only when an entry
+        needs the room, under its own lock. An index whose file does not exist yet (a
+        new segment) stays unopened: its first use creates it at max size
+        (MmapIndex._ensure), and an append adds an entry only every
+        index.interval.bytes, so a partition that only ever got a few small records
+        creates its index files when it closes (``close``), and one restarted with
+        exact index files keeps them exact until an entry is due: a crash then finds
+        files that recovery need not rewrite."""
         if not self._writable_indexes:
             self._check_indexes()
-            for idx in (self.offset_index, self.time_index):
-                if idx.is_loaded or os.path.exists(idx.path):
-                    idx.resize(self.max_index_size)
+            self.offset_index.growable = True
+            self.time_index.growable = True
             self._writable_indexes = True
 
     @staticmethod
@@ -514,6 +528,9 @@ class LogSegment:
                 return
             pos = mapping[2]
         size = self.size
+        if size <= _SCAN_WITHOUT_INDEX:   # one pread instead of mmap, madvise, faults, munmap
+            yield from iter_batch_headers(_pread_exactly(self.fd, size), pos, size)
+            return
         with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as m:
             yield from iter_batch_headers(m, pos, size)
 
@@ -685,6 +702,9 @@ class LogSegment:
         if size == 0:
             return _scan.scan(b"", self.base_offset, self.index_interval_bytes, verify_crc,
                               expected_next_offset=expected_next_offset)
+        if size <= _SCAN_WITHOUT_INDEX:   # a small (active) segment: one pread, no mapping
+            return _scan.scan(_pread_exactly(self.fd, size), self.base_offset, self.index_interval_bytes,
+                              verify_crc, 0, size, max_batch_size, expected_next_offset)
         with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as m:
             try:
                 m.madvise(mmap.MADV_SEQUENTIAL)
@@ -817,14 +837,18 @@ class LogSegment:
             ts = self.max_timestamp_so_far
             if ts >= 0:
                 final = (ts, self._offset_of_max_ts)
+        # the final entry grows an index that was never extended by just that entry
+        # (maybe_append's skip_full_check), and trimming cuts any extension away
         if not (self._unopened(self.offset_index) and _create_exclusive(self.offset_index.path, b"")):
             self.offset_index.trim_to_valid_size()
+        self.offset_index.growable = False
         ti = self.time_index
         first = b"" if final is None else _TIME_ENTRY.pack(final[0], final[1] - self.base_offset)
         if not (self._unopened(ti) and _create_exclusive(ti.path, first)):
             if final is not None:
                 ti.maybe_append(final[0], final[1], True)
             ti.trim_to_valid_size()
+        ti.growable = False
         self.trim()
         self._writable_indexes = False
 

@@ -288,8 +288,8 @@ def append_batches(buf, fd: int, position: int, next_offset: int, leader_epoch: 
     if (max_ts > roll_after_timestamp or nxt - 1 - segment_base_offset > INT32_MAX
             or nxt - 1 < segment_base_offset):
         return None
-    if entries and (offset_index.max_entries - offset_index.entries < len(entries)
-                    or time_index.max_entries - 1 - time_index.entries < len(entries)):
+    if entries and (offset_index.free_slots(0) < len(entries)
+                    or time_index.free_slots(1) < len(entries)):
         return None
     view = memoryview(buf).cast("B")
     done = 0

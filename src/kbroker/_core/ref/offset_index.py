@@ -75,6 +75,8 @@ class MmapIndex:
         self._max_entries = 0
         self._loaded = False
         self._closed = False
+        #: an active segment's index: extended to max_index_size when an entry needs room
+        self.growable = False
         self._mutex = threading.RLock()
 
     # -- mapping -------------------------------------------------------------
@@ -128,9 +130,35 @@ class MmapIndex:
     def _after_load(self) -> None:
         pass
 
+    def _capacity(self) -> int:
+        """Entries the index can hold: its mapping's, or max_index_size's if growable."""
+        if self.growable and self.writable:
+            return max(self._max_entries, (self.max_index_size - self.max_index_size % self._entry_size)
+                       // self._entry_size)
+        return self._max_entries
+
+    def _reserve(self, n: int, exact: bool = False) -> None:
+        """Room for ``n`` more entries: a growable index whose mapping lacks it is
+        extended (to max_index_size, or with ``exact`` to just those entries)."""
+        if not self.growable or not self.writable or self._entries + n <= self._max_entries:
+            return
+        want = ((self._entries + n) * self._entry_size if exact
+                else self.max_index_size - self.max_index_size % self._entry_size)
+        if want > self._length:
+            self._remap(want)
+
+    @locked
+    def free_slots(self, reserve: int) -> int:
+        """Slots still free for appends, ``reserve`` of them kept back (the writer's check)."""
+        self._ensure()
+        if self._capacity() > self._max_entries:
+            self._reserve(self._capacity() - self._entries)
+        return self._max_entries - reserve - self._entries
+
     def _check_capacity(self) -> None:
         if not self.writable:
             raise ValueError(f"index {self._path} is read-only")
+        self._reserve(1)
         if self._entries >= self._max_entries:
             raise IndexFullError(f"attempt to append to a full index (size = {self._entries}) {self._path}")
 
@@ -175,7 +203,7 @@ class MmapIndex:
     @locked
     def is_full(self) -> bool:
         self._ensure()
-        return self._entries >= self._max_entries
+        return self._entries >= self._capacity()
 
     # -- maintenance -----------------------------------------------------------
     @locked
@@ -332,6 +360,7 @@ class OffsetIndex(MmapIndex):
             return
         if not self.writable:
             raise ValueError(f"index {self._path} is read-only")
+        self._reserve(n)
         if self._entries + n > self._max_entries:
             raise IndexFullError(f"{n} entries do not fit in index {self._path}")
         if self._entries == 0:

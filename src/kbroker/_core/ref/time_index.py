@@ -33,7 +33,7 @@ class TimeIndex(MmapIndex):
     @locked
     def is_full(self) -> bool:
         self._ensure()
-        return self._entries >= self._max_entries - 1
+        return self._entries >= self._capacity() - 1
 
     @property
     @locked
@@ -82,6 +82,8 @@ class TimeIndex(MmapIndex):
     @locked
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
         self._ensure()
+        if not skip_full_check:
+            self._reserve(2)
         if not skip_full_check and self._entries >= self._max_entries - 1:
             raise IndexFullError(f"Attempt to append to a full time index (size = {self._entries}).")
         if self._entries != 0 and offset < self._last_offset:
@@ -100,6 +102,7 @@ class TimeIndex(MmapIndex):
                                      f"with base offset {self.base_offset}")
         if not self.writable:
             raise ValueError(f"time index {self._path} is read-only")
+        self._reserve(1, skip_full_check)
         if self._entries >= self._max_entries:
             raise IndexFullError(f"time index {self._path} has no free slot")
         _ENTRY.pack_into(self._map, self._entries * 12, timestamp, rel)
@@ -118,6 +121,7 @@ class TimeIndex(MmapIndex):
             return
         if not self.writable:
             raise ValueError(f"time index {self._path} is read-only")
+        self._reserve(n + 1)
         if self._entries + n > self._max_entries - 1:
             raise IndexFullError(f"{n} entries do not fit in time index {self._path}")
         prev_ts = self._last_ts
