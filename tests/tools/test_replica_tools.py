@@ -30,14 +30,22 @@ def cluster(tmp_path_factory):
         q.stop()
 
 
+#: brokers a test has stopped: tools and admin clients bootstrap from the others
+DOWN: set = set()
+
+
+def _bootstrap(q) -> str:
+    return ",".join(f"127.0.0.1:{p}" for i, p in q.broker_ports.items() if i not in DOWN)
+
+
 def _run(mod, q, *argv):
     out = io.StringIO()
-    rc = mod.main(["--bootstrap-server", q.bootstrap.split(",")[0], *map(str, argv)], out=out)
+    rc = mod.main(["--bootstrap-server", _bootstrap(q).split(",")[0], *map(str, argv)], out=out)
     return rc, out.getvalue()
 
 
 def _replicas(q, topic):
-    with Admin({"bootstrap.servers": q.bootstrap}) as a:
+    with Admin({"bootstrap.servers": _bootstrap(q)}) as a:
         return {p.partition: (list(p.replicas), p.leader, list(p.isr)) for p in a.describe_topics([topic])[topic]}
 
 
@@ -71,13 +79,33 @@ def test_reassign_reorder_then_preferred_election_then_an_unfinished_move_cancel
     rc, out = _run(leader_election, q, "--election-type", "preferred", "--all-topic-partitions")
     assert rc == 0 and "Successfully completed" not in out            # nothing left to elect
 
-    # 3. moving partition 1 onto the third broker adds a replica that cannot catch up
-    # without replication: in progress, listed, then cancelled back to the old set
+    # 3. moving partition 1 onto the third broker while that broker is down (SIGKILL, still
+    # registered): the new replica cannot catch up, so the move is in progress, listed, then
+    # cancelled back to the old set; 4. once the broker runs again the same move completes:
+    # the new replica catches up and joins the ISR before the old one leaves
     (r1, _, _) = before[1]
     third = ({2, 3, 4} - set(r1)).pop()
     move = tmp_path / "move.json"
     move.write_text(json.dumps({"version": 1, "partitions": [
         {"topic": "moves", "partition": 1, "replicas": [r1[0], third]}]}))
+    q.procs[third].kill()
+    DOWN.add(third)
+    try:
+        _unfinished_move_cancelled(q, move, r1, third)
+    finally:
+        q.procs[third].start()
+        DOWN.discard(third)
+    _wait(lambda: all(_brokers(p) == [2, 3, 4] for p in q.broker_ports.values()), timeout_s=60,
+          what="the broker back and unfenced")
+    rc, out = _run(reassign_partitions, q, "--execute", "--reassignment-json-file", move)
+    assert rc == 0, out
+    _wait(lambda: sorted(_replicas(q, "moves")[1][0]) == sorted([r1[0], third]), timeout_s=60,
+          what="move completed")
+    rc, out = _run(reassign_partitions, q, "--list")
+    assert rc == 0 and out.strip() == "No partition reassignments found."
+
+
+def _unfinished_move_cancelled(q, move, r1, third):
     rc, out = _run(reassign_partitions, q, "--execute", "--reassignment-json-file", move)
     assert rc == 0, out
     rc, out = _run(reassign_partitions, q, "--list")
