@@ -36,7 +36,7 @@ def test_topic_acls_follow_their_topics(mirror):
                 _acl("orders", "User:carol", Op.ALL), _acl("orders", "User:eve", Op.READ, Perm.DENY),
                 _acl("ord", "User:dan", Op.READ, pattern=PatternType.PREFIXED),
                 _acl("private", "User:alice", Op.READ)]) == [None] * 6
-        mirror(mm2_props(a, b, topics="orders", **{"sync.topic.acls.interval.seconds": 1}))
+        m = mirror(mm2_props(a, b, topics="orders", **{"sync.topic.acls.interval.seconds": 1}))
         want = {("A.orders", "User:alice", Op.READ, Perm.ALLOW, PatternType.LITERAL),
                 ("A.orders", "User:carol", Op.READ, Perm.ALLOW, PatternType.LITERAL),
                 ("A.orders", "User:eve", Op.READ, Perm.DENY, PatternType.LITERAL)}
@@ -46,3 +46,4 @@ def test_topic_acls_follow_their_topics(mirror):
             adm.create_acls([_acl("orders", "User:frank", Op.DESCRIBE)])
         want.add(("A.orders", "User:frank", Op.DESCRIBE, Perm.ALLOW, PatternType.LITERAL))
         wait_until(lambda: _topic_acls(b.bootstrap) == want, 30, "the new ACL on B")
+        assert m.terminate() == 0, m.log()[-3000:]     # while both clusters are still up
