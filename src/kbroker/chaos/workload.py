@@ -119,9 +119,12 @@ def read_all(bootstrap, topic, partitions, timeout_s: float = 60.0) -> dict:
     """{partition: [(offset, value)]} from the log start to the high watermark."""
     import confluent_kafka as ck
 
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-reader-{random.random()}",
-                     "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                     "isolation.level": "read_uncommitted"})
+    def consumer():
+        return ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-reader-{random.random()}",
+                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                            "isolation.level": "read_uncommitted"})
+
+    c = consumer()
     try:
         deadline = time.monotonic() + timeout_s
         ends = {}
@@ -133,6 +136,11 @@ def read_all(bootstrap, topic, partitions, timeout_s: float = 60.0) -> dict:
                 except ck.KafkaException:
                     if time.monotonic() > deadline:
                         raise
+                    # librdkafka answers "Unknown partition" from its own metadata cache, which a
+                    # broker that had not yet applied a leadership record can leave stale for
+                    # minutes: ask again with a fresh client
+                    c.close()
+                    c = consumer()
                     time.sleep(0.2)
         c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
         out = {p: [] for p in range(partitions)}
