@@ -21,6 +21,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def raw_request(port: int, api_key: int, version: int, body, client_id: str = "kbroker-testing",
+                timeout_s: float = 3.0):
+    """One request on a fresh connection to 127.0.0.1:``port``; the decoded response body."""
+    from kbroker.protocol.frames import decode_response, encode_request
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(encode_request(api_key, version, 1, client_id, body))
+        buf = b""
+        while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            buf += chunk
+    return decode_response(buf[4:4 + int.from_bytes(buf[:4], "big")], api_key, version)[1]
+
+
 def wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -238,17 +254,7 @@ class KRaftControllerQuorum:
         return self
 
     def _call(self, i: int, api_key: int, version: int, req, timeout_s: float = 3.0):
-        from kbroker.protocol.frames import decode_response, encode_request
-
-        with socket.create_connection(("127.0.0.1", self.ports[i]), timeout=timeout_s) as s:
-            s.sendall(encode_request(api_key, version, 1, "kbroker-testing", req))
-            buf = b""
-            while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    raise ConnectionError("closed")
-                buf += chunk
-        return decode_response(buf[4:4 + int.from_bytes(buf[:4], "big")], api_key, version)[1]
+        return raw_request(self.ports[i], api_key, version, req, timeout_s=timeout_s)
 
     def describe(self, i: int):
         from kbroker.protocol import ApiKey

@@ -32,7 +32,7 @@ import threading
 import time
 
 from kbroker.chaos.proxy import FaultProxy
-from kbroker.testing import KBrokerProcess, free_port
+from kbroker.testing import KBrokerProcess, free_port, raw_request
 
 CONTROLLER_ID = 1
 
@@ -321,17 +321,7 @@ class ChaosCluster:
 
     # -- what the cluster says ------------------------------------------------------------------
     def _request(self, port: int, api_key: int, version: int, body, timeout_s: float = 5.0):
-        from kbroker.protocol.frames import decode_response, encode_request
-
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
-            s.sendall(encode_request(api_key, version, 1, "kbroker-chaos", body))
-            buf = b""
-            while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "big"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    raise ConnectionError("closed")
-                buf += chunk
-        return decode_response(buf[4:4 + int.from_bytes(buf[:4], "big")], api_key, version)[1]
+        return raw_request(port, api_key, version, body, client_id="kbroker-chaos", timeout_s=timeout_s)
 
     def metadata(self, topic: str, via: int | None = None) -> dict:
         """{partition: (leader, leader epoch, replicas, isr, error)} as broker ``via`` (else

@@ -205,6 +205,43 @@ def _not_controller(resp) -> bool:
     return False
 
 
+
+class BrokerSender:
+    """An InterNodeSendThread to other brokers, started on first use, whose node map is
+    re-read from ``endpoints()`` (node id -> (host, port)) on every use, so brokers that
+    moved or joined are reached. ``get()`` is None once ``close()`` ran. Thread-safe
+    (``_lock`` guards the sender and the closed flag)."""
+
+    def __init__(self, name: str, endpoints: Callable[[], dict], request_timeout_ms: int = 30000):
+        self._name = name
+        self._endpoints = endpoints
+        self._request_timeout_ms = int(request_timeout_ms)
+        self._lock = threading.Lock()
+        self._sender: InterNodeSendThread | None = None
+        self._nodes: StaticNodes | None = None
+        self._closed = False
+
+    def get(self) -> "InterNodeSendThread | None":
+        with self._lock:
+            if self._closed:
+                return None
+            eps = self._endpoints()
+            if self._sender is None:
+                self._nodes = StaticNodes(eps)
+                self._sender = InterNodeSendThread(self._name, self._nodes,
+                                                   {"request.timeout.ms": self._request_timeout_ms})
+            else:
+                self._nodes.set_nodes(eps)
+            return self._sender
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.close()
+
+
 class ControllerChannel:
     """A node's requests to the active controller (Kafka's NodeToControllerChannelManager).
 

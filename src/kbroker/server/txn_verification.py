@@ -37,6 +37,7 @@ from typing import Callable
 
 from kbroker.log.txn_verification import SENTINEL
 from kbroker.protocol import ApiKey, ErrorCode
+from kbroker.server.inter_node import BrokerSender
 
 log = logging.getLogger(__name__)
 
@@ -207,15 +208,11 @@ class AddPartitionsToTxnSender:
 
     def __init__(self, endpoints: Callable[[], dict], name: str = "AddPartitionsToTxnSender",
                  request_timeout_ms: int = 30000) -> None:
-        self._endpoints = endpoints
-        self._name = name
         self._timeout_s = request_timeout_ms / 1000.0
+        self._brokers = BrokerSender(name, endpoints, request_timeout_ms)
         self._lock = threading.Lock()
         self._queued: dict[int, dict[str, _Txn]] = {}
         self._inflight: set[int] = set()
-        self._sender = None
-        self._nodes = None
-        self._closed = False
 
     def verify(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list,
                callback: Callable[[dict], None]) -> None:
@@ -246,18 +243,8 @@ class AddPartitionsToTxnSender:
         return self._queued.pop(node)
 
     def _sender_for_send(self):
-        from kbroker.server.inter_node import InterNodeSendThread, StaticNodes
-        with self._lock:
-            if self._closed:
-                return None
-            eps = self._endpoints()
-            if self._sender is None:
-                self._nodes = StaticNodes(eps)
-                self._sender = InterNodeSendThread(self._name, self._nodes,
-                                                   {"request.timeout.ms": int(self._timeout_s * 1000)})
-            else:
-                self._nodes.set_nodes(eps)
-            return self._sender
+        """The sender to the brokers, None once closed (tests replace this seam)."""
+        return self._brokers.get()
 
     def _send(self, node: int, batch: dict) -> None:
         from kbroker.protocol.messages.add_partitions_to_txn import (
@@ -313,12 +300,9 @@ class AddPartitionsToTxnSender:
                 self._send(node, nxt)
 
     def close(self) -> None:
+        self._brokers.close()
         with self._lock:
-            self._closed = True
-            sender, self._sender = self._sender, None
             queued, self._queued = self._queued, {}
         for q in queued.values():
             for t in q.values():
                 t.fail(E.NETWORK_EXCEPTION)
-        if sender is not None:
-            sender.close()

@@ -13,7 +13,6 @@ callbacks run on it and only re-enter the coordinator, which never blocks there.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Callable
 
 from kbroker.protocol import ApiKey, ErrorCode
@@ -38,27 +37,13 @@ class WireMarkerChannel:
     def __init__(self, leader_for: Callable[[tuple], int | None], endpoints: Callable[[], dict],
                  name: str = "txn-marker-sender", request_timeout_ms: int = 30000) -> None:
         self._leader_for = leader_for
-        self._endpoints = endpoints
-        self._name = name
         self._request_timeout_s = request_timeout_ms / 1000.0
-        self._lock = threading.Lock()
-        self._sender = None
-        self._nodes = None
-        self._closed = False
+        from kbroker.server.inter_node import BrokerSender
+        self._brokers = BrokerSender(name, endpoints, request_timeout_ms)
 
     def _sender_for_send(self):
-        from kbroker.server.inter_node import InterNodeSendThread, StaticNodes
-        with self._lock:
-            if self._closed:
-                return None
-            eps = self._endpoints()
-            if self._sender is None:
-                self._nodes = StaticNodes(eps)
-                self._sender = InterNodeSendThread(self._name, self._nodes,
-                                                   {"request.timeout.ms": int(self._request_timeout_s * 1000)})
-            else:
-                self._nodes.set_nodes(eps)
-            return self._sender
+        """The sender to the brokers, None once closed (tests replace this seam)."""
+        return self._brokers.get()
 
     def write_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                       partitions: set, callback: Callable[[dict], None]) -> None:
@@ -111,8 +96,4 @@ class WireMarkerChannel:
         callback(errors)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            sender, self._sender = self._sender, None
-        if sender is not None:
-            sender.close()
+        self._brokers.close()
