@@ -411,3 +411,20 @@ def test_commit_inside_on_revoke_uses_the_current_generation(broker, topic_name)
         t.join(10)
         c1.close()
         c2.close()
+
+
+def test_admin_calls_go_to_another_broker_when_the_named_controller_is_gone(broker, topic_name):
+    """A KRaft broker names a random live broker as "controller"; one just killed is still
+    named until its session times out. The admin client leaves a node that refuses the
+    connection out and sends the call elsewhere (Kafka's AdminClient retries on disconnect),
+    instead of waiting for that node until the call's deadline."""
+    from kbroker.client.metadata import BrokerMetadata
+    from kbroker.testing import free_port
+
+    with Admin({"bootstrap.servers": broker.bootstrap, "reconnect.backoff.ms": 50}) as a:
+        a.describe_cluster(timeout=20)
+        dead = BrokerMetadata(4242, "127.0.0.1", free_port(), None)   # nothing listens there
+        a.metadata.cluster.brokers[dead.node_id] = dead
+        a.metadata.cluster.controller_id = dead.node_id
+        assert a.create_topics([NewTopic(topic_name, 1, 1)], timeout=20) == {topic_name: None}
+        assert a.client.connection_failed(dead.node_id)              # it was tried, and refused

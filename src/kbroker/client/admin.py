@@ -165,24 +165,42 @@ class Admin:
         if self.metadata.version == 0:
             self.client.await_metadata(self._left(deadline), force=False)
 
-    def _any_node(self, deadline) -> int:
+    def _any_node(self, deadline, exclude=()) -> int:
         self._ensure_metadata(deadline)
-        return self.client.least_loaded_node()
+        return self.client.least_loaded_node(exclude)
 
-    def _controller(self, deadline) -> int:
+    def _controller(self, deadline, exclude=()) -> int:
         self._ensure_metadata(deadline)
         cid = self.metadata.cluster.controller_id
-        return cid if cid is not None and cid >= 0 else self.client.least_loaded_node()
+        if cid is not None and cid >= 0 and cid not in exclude:
+            return cid
+        return self.client.least_loaded_node(exclude)
 
-    def _to_controller(self, api_key, build, deadline):
-        """Send to the controller; on NOT_CONTROLLER in any result, refresh and resend
-        the items that failed. ``build(names)`` -> request; returns responses list."""
+    def _request_any(self, api_key, build, deadline, *, controller: bool = False):
+        """Send ``build()`` to the controller (``controller``) or the least loaded broker,
+        as Kafka's AdminClient does: a node that refuses the connection or drops it is
+        left out and the call goes to another one (a KRaft broker names a random broker
+        as the "controller", which may have just died) until the deadline."""
+        failed: set = set()
         while True:
-            node = self._controller(deadline)
+            node = (self._controller if controller else self._any_node)(deadline, failed)
+            if node is None:
+                self.client.poll(min(self.retry_backoff_s, self._left(deadline)))
+                continue
             try:
+                self.client.await_ready(node, deadline, fail_fast=True)
                 return self.client.request(node, api_key, build(), self._left(deadline))
             except E.KafkaConnectionError:
-                self.client.await_metadata(self._left(deadline))
+                failed.add(node)
+                if len(failed) >= len(self.metadata.nodes()):
+                    failed.clear()          # every node failed once: back off, try them all again
+                    self.client.poll(min(self.retry_backoff_s, self._left(deadline)))
+                self.metadata.request_update()
+
+    def _to_controller(self, api_key, build, deadline):
+        """Send to the controller; returns the response (the callers resend items that
+        answered NOT_CONTROLLER after a metadata refresh)."""
+        return self._request_any(api_key, build, deadline, controller=True)
 
     # -- topics -------------------------------------------------------------------------
     def create_topics(self, new_topics, timeout: float | None = None, validate_only: bool = False,
@@ -319,11 +337,13 @@ class Admin:
 
     def describe_cluster(self, timeout: float | None = None) -> ClusterDescription:
         deadline = self._deadline(timeout)
-        node = self._any_node(deadline)
-        if self.client.api_version(node, ApiKey.DESCRIBE_CLUSTER) is None:
-            self.client.await_ready(node, deadline)
-        if self.client.api_version(node, ApiKey.DESCRIBE_CLUSTER) is not None:
-            r = self.client.request(node, ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest(), self._left(deadline))
+        try:
+            r = self._request_any(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest, deadline)
+        except E.KafkaError as e:
+            if e.code != ErrorCode.UNSUPPORTED_VERSION:
+                raise
+            r = None                                # a broker without DescribeCluster: use Metadata
+        if r is not None:
             if r.error_code:
                 raise E.for_code(r.error_code, r.error_message)
             return ClusterDescription(r.cluster_id, r.controller_id,
@@ -413,9 +433,8 @@ class Admin:
     # -- groups -------------------------------------------------------------------------
     def _coordinator(self, group_id: str, deadline) -> int:
         while True:
-            node = self._any_node(deadline)
-            r = self.client.request(node, ApiKey.FIND_COORDINATOR,
-                                    FindCoordinatorRequest(key=group_id, key_type=0), self._left(deadline))
+            r = self._request_any(ApiKey.FIND_COORDINATOR,
+                                  lambda: FindCoordinatorRequest(key=group_id, key_type=0), deadline)
             if r.error_code == 0:
                 cid = (1 << 31) - 1 - r.node_id
                 self.metadata.extra_nodes[cid] = BrokerMetadata(cid, r.host, r.port, None)
@@ -623,7 +642,7 @@ class Admin:
         deadline = self._deadline(timeout)
         req = dcq.DescribeClientQuotasRequest(strict=strict, components=[
             dcq.ComponentData(entity_type=t, match_type=m, match=x) for t, m, x in components])
-        r = self.client.request(self._any_node(deadline), ApiKey.DESCRIBE_CLIENT_QUOTAS, req, self._left(deadline))
+        r = self._request_any(ApiKey.DESCRIBE_CLIENT_QUOTAS, lambda: req, deadline)
         if r.error_code:
             raise E.for_code(r.error_code, r.error_message or None)
         return {tuple((e.entity_type, e.entity_name) for e in x.entity): {v.key: v.value for v in x.values}
@@ -638,7 +657,7 @@ class Admin:
             resource_type=a.resource_type, resource_name=a.resource_name, resource_pattern_type=a.pattern_type,
             principal=a.principal, host=a.host, operation=a.operation, permission_type=a.permission_type)
             for a in acls])
-        r = self.client.request(self._any_node(deadline), ApiKey.CREATE_ACLS, req, self._left(deadline))
+        r = self._request_any(ApiKey.CREATE_ACLS, lambda: req, deadline)
         return [E.for_code(x.error_code, x.error_message or None) if x.error_code else None for x in r.results]
 
     def describe_acls(self, acl_filter, timeout: float | None = None) -> list:
@@ -650,7 +669,7 @@ class Admin:
         req = da.DescribeAclsRequest(resource_type_filter=f.resource_type, resource_name_filter=f.resource_name,
                                      pattern_type_filter=f.pattern_type, principal_filter=f.principal,
                                      host_filter=f.host, operation=f.operation, permission_type=f.permission_type)
-        r = self.client.request(self._any_node(deadline), ApiKey.DESCRIBE_ACLS, req, self._left(deadline))
+        r = self._request_any(ApiKey.DESCRIBE_ACLS, lambda: req, deadline)
         if r.error_code:
             raise E.for_code(r.error_code, r.error_message or None)
         return [StandardAcl(res.resource_type, res.resource_name, res.pattern_type, a.principal, a.host,
@@ -665,7 +684,7 @@ class Admin:
             resource_type_filter=f.resource_type, resource_name_filter=f.resource_name,
             pattern_type_filter=f.pattern_type, principal_filter=f.principal, host_filter=f.host,
             operation=f.operation, permission_type=f.permission_type) for f in filters])
-        r = self.client.request(self._any_node(deadline), ApiKey.DELETE_ACLS, req, self._left(deadline))
+        r = self._request_any(ApiKey.DELETE_ACLS, lambda: req, deadline)
         return [E.for_code(x.error_code, x.error_message or None) if x.error_code else
                 [StandardAcl(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
                              m.permission_type) for m in x.matching_acls] for x in r.filter_results]
@@ -678,8 +697,7 @@ class Admin:
         deadline = self._deadline(timeout)
         req = duc.DescribeUserScramCredentialsRequest(
             users=None if users is None else [duc.UserName(name=u) for u in users])
-        r = self.client.request(self._any_node(deadline), ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, req,
-                                self._left(deadline))
+        r = self._request_any(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, lambda: req, deadline)
         if r.error_code:
             raise E.for_code(r.error_code, r.error_message or None)
         out = {}

@@ -135,11 +135,14 @@ class NetworkClient:
             self.selector.register(c.sock, selectors.EVENT_WRITE, c)
             return False
 
-    def least_loaded_node(self) -> int | None:
+    def least_loaded_node(self, exclude=()) -> int | None:
         """A node to send metadata-style requests to: ready with fewest in flight, else any
-        node not backing off (Kafka's leastLoadedNode)."""
+        node not backing off (Kafka's leastLoadedNode). ``exclude``: node ids not to pick
+        (an admin call's nodes that refused it), unless no other node is known."""
         best, best_n = None, 1 << 30
         nodes = self.metadata.nodes()
+        if exclude and any(b.node_id not in exclude for b in nodes):
+            nodes = [b for b in nodes if b.node_id not in exclude]
         now = time.monotonic()
         random.shuffle(nodes)
         for b in nodes:
@@ -415,10 +418,14 @@ class NetworkClient:
         return self.reconnect_backoff_s
 
     # -- blocking helpers (admin, consumer) ---------------------------------------------
-    def await_ready(self, node_id: int, deadline: float) -> None:
-        """Poll until node_id is ready or deadline passes (KafkaTimeoutError)."""
+    def await_ready(self, node_id: int, deadline: float, *, fail_fast: bool = False) -> None:
+        """Poll until node_id is ready or deadline passes (KafkaTimeoutError). With
+        ``fail_fast`` a refused or dropped connection raises KafkaConnectionError at once,
+        so that the caller can pick another node."""
         while not self.is_ready(node_id):
             self.maybe_connect(node_id)
+            if fail_fast and self.connection_failed(node_id):
+                raise E.KafkaConnectionError(f"connection to node {node_id} failed")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise E.KafkaTimeoutError(f"timed out waiting for a connection to node {node_id}")
