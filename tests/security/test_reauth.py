@@ -56,7 +56,7 @@ def test_librdkafka_reauthenticates_and_keeps_producing(secure_broker):
                      "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol",
                      "sasl.password": SCRAM_USERS["carol"], "error_cb": errors.append, "linger.ms": 0})
     topic = f"sec-reauth-{uuid.uuid4().hex[:8]}"
-    deadline = time.monotonic() + REAUTH_MS / 1000 * 3
+    deadline = time.monotonic() + REAUTH_MS / 1000 * 2.2     # two re-authentications
     n = 0
     while time.monotonic() < deadline:
         p.produce(topic, b"x%d" % n, on_delivery=lambda e, m: delivered.append(e))
