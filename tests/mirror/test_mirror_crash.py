@@ -12,9 +12,9 @@ import time
 import urllib.request
 
 from kbroker.client import Admin, Consumer, NewTopic, Producer, TopicPartition
-from kbroker.testing import TansuProcess
+from kbroker.testing import KBrokerProcess, TansuProcess
 
-from tests.mirror.conftest import count, mm2_props, read_partitions, wait_until
+from tests.mirror.conftest import BROKER, count, mm2_props, read_partitions, topics, wait_until
 
 
 def _end_offsets(bootstrap, topic, partitions):
@@ -161,3 +161,25 @@ def test_tansu_as_the_target_cluster(cluster_a, mirror):
                     [(r.key, r.value, r.headers, r.timestamp) for r in src[p]], (topic, p)
             assert m.terminate() == 0
         assert "A-mm2-MirrorSourceConnector-0" in m.log()
+
+
+def test_sigterm_after_both_clusters_died_stops_within_the_graceful_timeout(mirror):
+    """Connect's task.shutdown.graceful.timeout.ms: a stop waits that long for the flows,
+    then abandons the ones blocked in a call to a cluster that no longer answers (before,
+    the process waited 30 s per flow, and a test's teardown hit its own 30 s kill)."""
+    a = KBrokerProcess(overrides=BROKER).start()
+    b = KBrokerProcess(overrides=BROKER).start()
+    try:
+        with Producer({"bootstrap.servers": a.bootstrap}) as p:
+            for i in range(10):
+                p.send("orders", b"%d" % i)
+            p.flush(10)
+        m = mirror(mm2_props(a, b, ("A->B", "B->A"), topics="orders",
+                             **{"task.shutdown.graceful.timeout.ms": 1000}))
+        wait_until(lambda: "A.orders" in topics(b.bootstrap), 30, "the remote topic")
+    finally:
+        a.__exit__(None, None, None)
+        b.__exit__(None, None, None)
+    time.sleep(1.0)                                   # the flows are now retrying against nothing
+    m.proc.send_signal(15)
+    assert m.proc.wait(15) == 0                        # 1 s graceful timeout, not 30 s per flow

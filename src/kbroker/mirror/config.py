@@ -62,6 +62,7 @@ FLOW_DEFAULTS: dict[str, object] = {
     "admin.timeout.ms": 60000,
     "tasks.max": 1,                           # accepted; instances split the work instead
     "offset.flush.interval.ms": 60000,        # Connect's: how often source offsets are committed
+    "task.shutdown.graceful.timeout.ms": 5000,  # Connect's: how long a stop waits for a task
     # Connect settings MM2 files often carry; the mirror copies bytes, so converters are fixed
     "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
     "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",

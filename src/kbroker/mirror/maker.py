@@ -124,10 +124,12 @@ class FlowRunner:
                 except Exception:
                     pass
 
-    def join(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    def join(self, deadline: float) -> list[str]:
+        """Wait for this flow's threads until ``deadline`` (monotonic); the names of those
+        still running (daemon threads, blocked in a client call to a cluster that is gone)."""
         for t in self.threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        return [t.name for t in self.threads if t.is_alive()]
 
 
 class MirrorMaker:
@@ -145,7 +147,17 @@ class MirrorMaker:
             log.info("flow %s: %s", r.fc.flow, "replicating" if r.source_task else "heartbeats only")
             r.start()
 
-    def shutdown(self, timeout: float = 30.0) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop every flow and wait for them together, up to ``timeout`` seconds (default:
+        the largest ``task.shutdown.graceful.timeout.ms``). As Connect's worker does after
+        that timeout, tasks still running are abandoned with a log line: their threads are
+        daemons, blocked in a call to a cluster that does not answer."""
         self.stop.set()
+        if timeout is None:
+            timeout = max((r.fc["task.shutdown.graceful.timeout.ms"] for r in self.runners), default=5000) / 1000.0
+        deadline = time.monotonic() + timeout
         for r in self.runners:
-            r.join(timeout)
+            stuck = r.join(deadline)
+            if stuck:
+                log.warning("flow %s: graceful stop failed after %.1f s; abandoning %s",
+                            r.fc.flow, timeout, ", ".join(stuck))

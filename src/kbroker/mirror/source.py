@@ -248,9 +248,11 @@ class MirrorSourceTask:
         return out
 
     def _finish(self) -> None:
-        """Clean stop: deliver what is in flight, commit it."""
+        """Clean stop: deliver what is in flight, commit it (within Connect's
+        ``task.shutdown.graceful.timeout.ms``; what is not delivered by then is mirrored
+        again after a restart, as it was never committed)."""
         try:
-            self.producer.flush(30.0)
+            self.producer.flush(self.fc["task.shutdown.graceful.timeout.ms"] / 1000.0)
         except E.KafkaError:
             pass
         self._drain()
