@@ -131,11 +131,12 @@ def test_sasl_ssl_inter_broker_listener_replicates_and_carries_transaction_marke
         for f in admin.create_acls([deny]).values():
             f.result(15)
         _create(q, "repl")
+        created = time.monotonic()
         _full_isr(q, "repl")
+        # acks=all: every replica of the ISR (all three at creation) fetched the records
         values = [b"v%d" % i for i in range(200)]
         assert _produce(q, "repl", values) == []
         assert sorted(_consume(q, "repl", 1, 200)) == sorted(values)
-        assert sorted(_partitions(q, "repl")[0].isrs) == BROKERS
 
         # a transaction over partitions led by the three brokers: markers to the other
         # leaders and the leaders' verifications go over SASL_SSL
@@ -150,6 +151,9 @@ def test_sasl_ssl_inter_broker_listener_replicates_and_carries_transaction_marke
             p.produce("txn", b"c%d" % i, partition=i % 3)
         p.commit_transaction(30)
         assert sorted(_consume(q, "txn", 3, 30, "read_committed")) == sorted(b"c%d" % i for i in range(30))
+        # and they keep fetching: past replica.lag.time.max.ms (and a shrink check) the ISR is whole
+        time.sleep(max(0.0, created + 3 * FAST["replica.lag.time.max.ms"] / 2000 - time.monotonic()))
+        assert sorted(_partitions(q, "repl")[0].isrs) == BROKERS
         logs = "".join(q.procs[b].read_log() for b in BROKERS)
         assert "failed authentication" not in logs
     finally:
