@@ -876,10 +876,14 @@ def build_transaction_coordinator(broker) -> TransactionCoordinator:
                 return None
             return broker.node_id
 
-        client_config = None
+        # the single node's markers come to itself: over its listener named
+        # inter.broker.listener.name (default PLAINTEXT) when it has one, else its first
+        own = c.inter_broker_listener_name
+        own = own if any(l.name == own for l in c.advertised_listeners) else None
+        client_config = c.inter_broker_client_config() if own else None
 
         def endpoints() -> dict:
-            return {broker.node_id: broker.advertised_endpoint}
+            return {broker.node_id: broker.endpoint(own)}
 
     channel = WireMarkerChannel(leader_for, endpoints, name=f"txn-marker-sender-{broker.node_id}",
                                 request_timeout_ms=c["request.timeout.ms"], client_config=client_config)
