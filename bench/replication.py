@@ -3,6 +3,7 @@
     python -m bench.replication --json /tmp/repl.json                # everything, ~3-5 min
     python -m bench.replication --phases throughput --duration 5
     python -m bench.replication --phases failover,shutdown --kills 20 --shutdowns 5
+    python -m bench.replication --phases throughput --inter-broker-security SASL_SSL
 
 Starts a KRaft cluster of real processes (``kbroker.chaos.cluster.ChaosCluster`` with
 ``links=False``: 1 controller + 3 brokers on 127.0.0.1, no proxy on the replication path)
@@ -266,6 +267,29 @@ def shutdown(c, topic: str, shutdowns: int, rate: float, max_wait: float) -> dic
             "longest_gap_ms": _pct(gaps, (50, 99)), "samples_gap_ms": [round(x) for x in gaps]}
 
 
+def _inter_broker_security(protocol: str, base_dir: str) -> dict:
+    """Broker settings that put the REPLICATION (inter-broker) listener on ``protocol``: a CA
+    and a certificate for 127.0.0.1 made under ``base_dir`` (tests.security.certs), PLAIN with
+    the JAAS user ``broker`` for SASL_SSL."""
+    if protocol == "PLAINTEXT":
+        return {}
+    from tests.security.certs import TestPKI
+
+    os.makedirs(os.path.join(base_dir, "pki"))
+    pki = TestPKI(os.path.join(base_dir, "pki"))
+    out = {"listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,REPLICATION:{protocol},CONTROLLER:PLAINTEXT",
+           "listener.name.replication.ssl.keystore.type": "PEM",
+           "listener.name.replication.ssl.keystore.location": pki.server["keystore"],
+           "listener.name.replication.ssl.truststore.type": "PEM",
+           "listener.name.replication.ssl.truststore.location": pki.ca_file}
+    if protocol == "SASL_SSL":
+        out |= {"sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "listener.name.replication.plain.sasl.jaas.config":
+                    'org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+                    'password="broker-secret" user_broker="broker-secret";'}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--phases", default="throughput,latency,failover,shutdown")
@@ -282,6 +306,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-wait", type=float, default=60.0)
     ap.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker/controller setting for every node (repeatable)")
+    ap.add_argument("--inter-broker-security", default="PLAINTEXT", choices=("PLAINTEXT", "SSL", "SASL_SSL"),
+                    help="the brokers' REPLICATION listener (SSL: server-authenticated TLS; SASL_SSL: PLAIN as "
+                         "User:broker), with a throw-away test CA")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped in ``finally``
@@ -293,7 +320,8 @@ def main(argv=None) -> int:
     out["client"] = f"confluent-kafka / librdkafka {libversion()[0]}"
     with tempfile.TemporaryDirectory(prefix="bench-repl-") as d:
         extra = dict(kv.split("=", 1) for kv in args.broker_config)
-        c = ChaosCluster(d, links=False, overrides={"broker.session.timeout.ms": args.session_timeout_ms, **extra})
+        c = ChaosCluster(d, links=False, overrides={"broker.session.timeout.ms": args.session_timeout_ms, **extra},
+                         broker_overrides=_inter_broker_security(args.inter_broker_security, d))
         try:
             c.start()
             c.wait_ready(60)

@@ -118,9 +118,9 @@ def test_bootstrap_servers_instead_of_voters_and_metadata_log_dir():
     (_with(COMBINED, advertised_listeners="PLAINTEXT://0.0.0.0:19092"), "advertised.listeners", "0.0.0.0"),
     (_with(COMBINED, listeners="PLAINTEXT://127.0.0.1:19092,CONTROLLER://0.0.0.0:19093",
            advertised_listeners="PLAINTEXT://127.0.0.1:19092"), "advertised.listeners", "0.0.0.0"),
-    # the inter-broker listener is PLAINTEXT only (the replica fetchers speak no TLS/SASL yet)
+    # an SSL inter-broker listener needs its key store like any SSL listener
     (_with(COMBINED, listener_security_protocol_map="PLAINTEXT:SSL,CONTROLLER:PLAINTEXT"),
-     "listener.security.protocol.map", "PLAINTEXT only"),
+     "ssl.keystore.location", "key store"),
     # a SASL controller listener needs a mechanism kbroker serves (the default is GSSAPI)
     (_with(COMBINED, listener_security_protocol_map="PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"),
      "sasl.enabled.mechanisms", "not supported"),
@@ -195,3 +195,33 @@ def test_secure_controller_and_client_listeners_and_the_inter_node_client_settin
                   "sasl.jaas.config": JAAS}
     assert c.inter_node_client_config("PLAINTEXT", "sasl.mechanism.inter.broker.protocol") == {
         "security.protocol": "PLAINTEXT"}
+
+
+def test_inter_broker_client_settings_for_ssl_mutual_tls_and_sasl(tmp_path):
+    """The replica fetchers, the transaction markers and KIP-890 verifications connect to
+    inter.broker.listener.name with its protocol, TLS settings (the key store only when the
+    listener asks for client certificates) and sasl.mechanism.inter.broker.protocol."""
+    from tests.security.certs import TestPKI
+    pki = TestPKI(str(tmp_path))
+    tls = {"ssl.keystore.type": "PEM", "ssl.keystore.location": pki.server["keystore"],
+           "ssl.truststore.type": "PEM", "ssl.truststore.location": pki.ca_file}
+    base = _with(BROKER, listeners="PLAINTEXT://127.0.0.1:49092,REPL://127.0.0.1:49093",
+                 inter_broker_listener_name="REPL", **{"sasl_enabled_mechanisms": "PLAIN,SCRAM-SHA-512"}) | tls
+    c = KafkaConfig(base | {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,REPL:SSL"})
+    assert c.inter_broker_client_config() == {
+        "security.protocol": "SSL", "ssl.truststore.location": pki.ca_file,
+        "ssl.endpoint.identification.algorithm": "https"}
+    c = KafkaConfig(base | {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,REPL:SSL",
+                            "listener.name.repl.ssl.client.auth": "required"})
+    assert c.inter_broker_client_config()["ssl.keystore.location"] == pki.server["keystore"]
+    broker_jaas = JAAS.replace('username="admin"', 'username="broker"')
+    c = KafkaConfig(base | {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,REPL:SASL_SSL",
+                            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                            "listener.name.repl.plain.sasl.jaas.config": broker_jaas})
+    cc = c.inter_broker_client_config()
+    assert (cc["security.protocol"], cc["sasl.mechanism"], cc["sasl.jaas.config"]) == ("SASL_SSL", "PLAIN", broker_jaas)
+    assert "ssl.keystore.location" not in cc
+    c = KafkaConfig(base | {"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,REPL:SASL_PLAINTEXT",
+                            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512", "sasl.jaas.config": JAAS})
+    assert c.inter_broker_client_config() == {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                                              "sasl.jaas.config": JAAS}

@@ -55,14 +55,20 @@ class TestPKI:
             f.write(data)
         return path
 
-    def issue(self, cn: str, server: bool = False, ou: str | None = None, key_password: bytes | None = None) -> dict:
+    def issue(self, cn: str, server: bool = False, ou: str | None = None, key_password: bytes | None = None,
+              client_too: bool = False) -> dict:
+        """A certificate for ``cn``; ``server``: for 127.0.0.1/localhost (serverAuth), and with
+        ``client_too`` for client authentication as well (a broker's own certificate under
+        mutual TLS between brokers)."""
         key = ec.generate_private_key(ec.SECP256R1())
         b = (x509.CertificateBuilder().subject_name(_name(cn, ou)).issuer_name(self.ca_cert.subject)
              .public_key(key.public_key()).serial_number(x509.random_serial_number())
              .not_valid_before(self._not_before).not_valid_after(self._not_after)
              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH if server
-                                                   else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
+             .add_extension(x509.ExtendedKeyUsage(
+                 [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if server and client_too
+                 else [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
+                 critical=False))
         if server:
             b = b.add_extension(x509.SubjectAlternativeName([
                 x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)

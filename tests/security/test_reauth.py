@@ -117,3 +117,35 @@ def test_oauthbearer_bad_tokens_get_the_error_challenge_then_fail(secure_broker)
             r = c.call(ApiKey.SASL_AUTHENTICATE, 1, sa.SaslAuthenticateRequest(auth_bytes=b"\x01"))
             assert r.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
             assert closed_soon(c.sock)
+
+
+def test_inter_node_client_renews_its_session_before_it_ends(secure_broker):
+    """kbroker's own NetworkClient (what brokers' fetchers and senders use on a SASL
+    inter-broker listener): a connection whose session nears its lifetime takes no new
+    request and is replaced by a freshly authenticated one, so requests sent over several
+    lifetimes all succeed and the broker never closes a connection for an expired session."""
+    import threading
+
+    from kbroker.server.inter_node import InterNodeSendThread, StaticNodes
+
+    expired_before = secure_broker.proc.read_log().count("SASL session expired")
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="alice" '
+            'password="alice-secret";')
+    sender = InterNodeSendThread("reauth-test", StaticNodes({0: ("127.0.0.1", secure_broker.ports["REAUTH"])}), {
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.jaas.config": jaas})
+    failures, answered = [], []
+    try:
+        deadline = time.monotonic() + REAUTH_MS / 1000 * 3
+        while time.monotonic() < deadline:
+            done = threading.Event()
+
+            def cb(resp, exc, done=done):
+                (failures.append(exc) if exc is not None else answered.append(resp.brokers[0].node_id))
+                done.set()
+            sender.send(0, ApiKey.METADATA, md.MetadataRequest(topics=[]), cb, version=12)
+            assert done.wait(10)
+            time.sleep(0.05)
+    finally:
+        sender.close()
+    assert failures == [] and len(answered) > 10
+    assert secure_broker.proc.read_log().count("SASL session expired") == expired_before

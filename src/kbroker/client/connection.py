@@ -108,6 +108,8 @@ class BrokerConnection:
         self._setup_timeout_s = config["socket.connection.setup.timeout.ms"] / 1000.0
         self.ssl_context = None           # set by NetworkClient for SSL / SASL_SSL
         self.sasl = None                  # the SASL client of an AUTHENTICATING connection
+        #: monotonic time after which a new SASL session is due (KIP-368 session lifetime), or None
+        self.session_expiry: float | None = None
 
     def __repr__(self):
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port} {_STATE_NAMES[self.state]}>"

@@ -87,7 +87,21 @@ class NetworkClient:
 
     def is_ready(self, node_id: int) -> bool:
         c = self.conns.get(node_id)
-        return c is not None and c.state == READY and len(c.in_flight) < self.max_in_flight
+        if c is None or c.state != READY:
+            return False
+        if c.session_expiry is not None and time.monotonic() >= c.session_expiry:
+            self._renew_session(c)
+            return False
+        return len(c.in_flight) < self.max_in_flight
+
+    def _renew_session(self, c: BrokerConnection) -> None:
+        """A SASL session near the end of its lifetime (the broker's connections.max.reauth.ms,
+        KIP-368) takes no new requests; once its last answer is in, the connection is closed
+        and the next maybe_connect authenticates a new one at once (no backoff): the broker
+        would close a connection used after its session ended, failing the request."""
+        with self.lock:
+            if c.state == READY and not c.in_flight and not c.has_pending_send():
+                self._close(c, E.KafkaConnectionError(f"node {c.node_id}: SASL session renewed"))
 
     def available_requests(self, node_id: int) -> int:
         """How many more requests node_id takes now (0 unless READY):
@@ -362,6 +376,10 @@ class NetworkClient:
         if token is None:
             c.sasl = None
             c.state = READY
+            lifetime_ms = getattr(body, "session_lifetime_ms", 0) or 0
+            # a new session before the broker's lifetime ends (Kafka's clients re-authenticate
+            # at 85-95% of it; a new connection does the same here)
+            c.session_expiry = time.monotonic() + lifetime_ms * 0.85 / 1000.0 if lifetime_ms > 0 else None
             return
         v = min(c.versions.get(ApiKey.SASL_AUTHENTICATE, 1), 1)
         c.queue_request(ApiKey.SASL_AUTHENTICATE, v, SaslAuthenticateRequest(auth_bytes=token),

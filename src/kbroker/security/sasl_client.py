@@ -84,7 +84,8 @@ def new_sasl_client(mechanism: str, jaas: str | None):
 
 
 def client_ssl_context(config) -> ssl.SSLContext:
-    """A client SSLContext from Java client settings (PEM stores only)."""
+    """A client SSLContext from Java client settings (PEM stores only: a key store file, or
+    inline ssl.keystore.key + ssl.keystore.certificate.chain)."""
     ctx = ssl.create_default_context()
     ca = config.get("ssl.truststore.location")
     if ca:
@@ -95,6 +96,10 @@ def client_ssl_context(config) -> ssl.SSLContext:
     keystore = config.get("ssl.keystore.location")
     if keystore:
         ctx.load_cert_chain(keystore, password=config.get("ssl.key.password") or (lambda: b""))
+    elif config.get("ssl.keystore.key") and config.get("ssl.keystore.certificate.chain"):
+        from kbroker.security.tls import _load_inline_cert_chain
+        _load_inline_cert_chain(ctx, str(config["ssl.keystore.certificate.chain"]), str(config["ssl.keystore.key"]),
+                                config.get("ssl.key.password"))
     if not config.get("ssl.endpoint.identification.algorithm"):
         ctx.check_hostname = False
     return ctx

@@ -459,8 +459,6 @@ class KafkaConfig:
         self.advertised_listeners = [Listener(l.name, l.host or "127.0.0.1", l.port) for l in advertised
                                      if l.name not in controller_names]
         self._advertised = advertised
-        if self.cluster_mode:
-            self._refuse_other_protocols(advertised)
         #: listener name -> kbroker.security.config.ListenerSecurity (SSL contexts built, JAAS read)
         self.listener_security = self._listener_security()
         if self.cluster_mode:
@@ -546,21 +544,6 @@ class KafkaConfig:
                 raise ConfigError(f"listener.name.{name.lower()}", f"no listener named {name} in listeners")
         return out
 
-    def _refuse_other_protocols(self, advertised: list[Listener]) -> None:
-        """KRaft nodes: the controller listeners and the brokers' client listeners may be SSL,
-        SASL_PLAINTEXT or SASL_SSL (the controllers' own connections, and the brokers' to
-        them, use ``sasl.mechanism.controller.protocol`` and the listener's TLS settings);
-        the inter-broker listener is PLAINTEXT only yet (the replica fetchers do not speak
-        TLS/SASL): another protocol there stops start-up."""
-        if "broker" not in self.process_roles:
-            return
-        name = self.inter_broker_listener_name
-        proto = self.security_protocols.get(name)
-        if proto is not None and proto != "PLAINTEXT":
-            raise ConfigError("listener.security.protocol.map",
-                              f"listener {name} uses security protocol {proto}, which kbroker does not "
-                              "support yet for inter-broker traffic (PLAINTEXT only)")
-
     def inter_node_client_config(self, listener_name: str, mechanism_key: str) -> dict:
         """What this node's NetworkClient needs to connect to ``listener_name`` of another node
         (Kafka's ChannelBuilders for a client mode channel): its security protocol, the
@@ -579,13 +562,22 @@ class KafkaConfig:
                         "ssl.endpoint.identification.algorithm"):
                 if get(key) is not None:
                     out[key] = get(key)
-            if get("ssl.keystore.location") and get("ssl.client.auth") in ("required", "requested"):
-                out["ssl.keystore.location"] = get("ssl.keystore.location")
+            if get("ssl.client.auth") in ("required", "requested"):
+                # mutual TLS: this node's own certificate (a file, or inline PEM) is its principal
+                for key in ("ssl.keystore.location", "ssl.keystore.key", "ssl.keystore.certificate.chain"):
+                    if get(key):
+                        out[key] = get(key)
         if proto.startswith("SASL_"):
             mechanism = (self.values.get(mechanism_key) or "GSSAPI").upper()
             out["sasl.mechanism"] = mechanism
             out["sasl.jaas.config"] = overrides.get(f"{mechanism.lower()}.sasl.jaas.config") or get("sasl.jaas.config")
         return out
+
+    def inter_broker_client_config(self) -> dict:
+        """:meth:`inter_node_client_config` for ``inter.broker.listener.name`` with
+        ``sasl.mechanism.inter.broker.protocol``: what the replica fetchers, the transaction
+        marker sender and the KIP-890 verification sender connect to other brokers with."""
+        return self.inter_node_client_config(self.inter_broker_listener_name, "sasl.mechanism.inter.broker.protocol")
 
     def _validate_kraft(self, v: dict, advertised: list[Listener]) -> None:
         """Kafka 3.9's KafkaConfig.validateValues rules for process.roles set, in its order."""

@@ -208,14 +208,18 @@ def _not_controller(resp) -> bool:
 
 class BrokerSender:
     """An InterNodeSendThread to other brokers, started on first use, whose node map is
-    re-read from ``endpoints()`` (node id -> (host, port)) on every use, so brokers that
-    moved or joined are reached. ``get()`` is None once ``close()`` ran. Thread-safe
-    (``_lock`` guards the sender and the closed flag)."""
+    re-read from ``endpoints()`` (node id -> (host, port) of the inter-broker listener) on
+    every use, so brokers that moved or joined are reached. ``client_config``: that
+    listener's security (KafkaConfig.inter_broker_client_config; empty: PLAINTEXT).
+    ``get()`` is None once ``close()`` ran. Thread-safe (``_lock`` guards the sender and
+    the closed flag)."""
 
-    def __init__(self, name: str, endpoints: Callable[[], dict], request_timeout_ms: int = 30000):
+    def __init__(self, name: str, endpoints: Callable[[], dict], request_timeout_ms: int = 30000,
+                 client_config: dict | None = None):
         self._name = name
         self._endpoints = endpoints
         self._request_timeout_ms = int(request_timeout_ms)
+        self._client_config = dict(client_config or {})
         self._lock = threading.Lock()
         self._sender: InterNodeSendThread | None = None
         self._nodes: StaticNodes | None = None
@@ -229,7 +233,8 @@ class BrokerSender:
             if self._sender is None:
                 self._nodes = StaticNodes(eps)
                 self._sender = InterNodeSendThread(self._name, self._nodes,
-                                                   {"request.timeout.ms": self._request_timeout_ms})
+                                                   {**self._client_config,
+                                                    "request.timeout.ms": self._request_timeout_ms})
             else:
                 self._nodes.set_nodes(eps)
             return self._sender

@@ -33,6 +33,8 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
   controller channel), a scheduler task shrinks ISRs every replica.lag.time.max.ms / 2,
   and the ReplicaFetcherManager's threads feed the logs this broker follows. On
   shutdown the fetchers stop once the controller granted the controlled shutdown.
+  Every broker-to-broker connection (fetchers, markers, verifications) goes to the other
+  broker's ``inter.broker.listener.name`` endpoint with ``config.inter_broker_client_config()``.
 
 - Transactions: the transaction coordinator is the zero-config broker's, over the
   ``__transaction_state`` partitions this broker leads (created through the controller

@@ -11,8 +11,10 @@ NetworkClient, like Kafka's per-thread BlockingSend), waiting for each answer: o
 Fetch in flight per thread.
 
 The leader's address: the endpoint of ``inter.broker.listener.name`` in the leader's
-registration, else its first listener, from the latest metadata image (refreshed each
-time the manager is told about partitions, and before each request when unknown).
+registration (none there: not fetched until it has one), from the latest metadata image
+(refreshed each time the manager is told about partitions, and before each request when
+unknown); the fetchers connect with that listener's security
+(``KafkaConfig.inter_broker_client_config``: SSL, SASL_PLAINTEXT, SASL_SSL).
 
 Threads and locks: the metadata publisher (raft thread) calls :meth:`follow` and
 :meth:`remove_partitions`; each fetcher thread holds its ``lock`` while it applies an
@@ -54,7 +56,7 @@ class ReplicaFetcherThread:
     """One thread fetching, from ``source_broker_id``, the partitions given to it."""
 
     def __init__(self, name: str, node_id: int, source_broker_id: int, endpoint, broker_epoch,
-                 config: FetcherConfig, request_timeout_ms: int, resolve=None):
+                 config: FetcherConfig, request_timeout_ms: int, resolve=None, client_config: dict | None = None):
         self.name = name
         #: () -> the leader's endpoint in the latest metadata (or None)
         self.resolve = resolve
@@ -62,7 +64,9 @@ class ReplicaFetcherThread:
         self.fetcher = ReplicaFetcher(node_id, source_broker_id, broker_epoch, config)
         self.request_timeout_s = request_timeout_ms / 1000.0
         self.nodes = StaticNodes({source_broker_id: endpoint} if endpoint is not None else {})
+        # client_config: the inter-broker listener's security (TLS, SASL)
         self.sender = InterNodeSendThread(name + "-net", self.nodes, {
+            **(client_config or {}),
             "client.id": f"broker-{node_id}-fetcher", "request.timeout.ms": request_timeout_ms,
             "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 1000})
         #: held while the fetcher state or a follower log is changed (module docstring)
@@ -192,6 +196,9 @@ class ReplicaFetcherManager:
         self.request_timeout_ms = config["replica.socket.timeout.ms"]
         self.listener_name = config.inter_broker_listener_name if hasattr(config, "inter_broker_listener_name") \
             else None
+        #: the inter-broker listener's security (TLS, SASL) for every fetcher's NetworkClient
+        self.client_config = config.inter_broker_client_config() if hasattr(config, "inter_broker_client_config") \
+            else {}
         self._lock = threading.Lock()
         self._threads: dict[tuple[int, int], ReplicaFetcherThread] = {}
         self._where: dict[tuple, tuple[int, int]] = {}     # tp -> thread key
@@ -201,9 +208,11 @@ class ReplicaFetcherManager:
         reg = self._image().cluster.brokers.get(broker_id)
         if reg is None or not reg.listeners:
             return None
-        ep = reg.listener(self.listener_name) if self.listener_name else None
-        if ep is None:
-            ep = reg.listeners[0]
+        if self.listener_name:
+            # only that listener speaks the inter-broker security: none yet, no fetching
+            ep = reg.listener(self.listener_name)
+            return None if ep is None else (ep.host, ep.port)
+        ep = reg.listeners[0]
         return (ep.host, ep.port)
 
     def _fetcher_id(self, tp) -> int:
@@ -231,7 +240,8 @@ class ReplicaFetcherManager:
                 if t is None:
                     t = ReplicaFetcherThread(f"ReplicaFetcherThread-{key[1]}-{leader}", self.node_id, leader, ep,
                                              self.broker_epoch, self.fetcher_config, self.request_timeout_ms,
-                                             resolve=lambda b=leader: self.endpoint(b))
+                                             resolve=lambda b=leader: self.endpoint(b),
+                                             client_config=self.client_config)
                     self._threads[key] = t
                 else:
                     t.set_endpoint(ep)

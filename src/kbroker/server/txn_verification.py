@@ -204,12 +204,13 @@ class AddPartitionsToTxnSender:
     queued: the older epoch is answered INVALID_PRODUCER_EPOCH, the same epoch
     NETWORK_EXCEPTION (the client is retrying), as Kafka does.
 
-    ``endpoints()``: node id -> (host, port) of the brokers' inter-broker listener."""
+    ``endpoints()``: node id -> (host, port) of the brokers' inter-broker listener;
+    ``client_config``: its security (TLS, SASL), as BrokerSender takes it."""
 
     def __init__(self, endpoints: Callable[[], dict], name: str = "AddPartitionsToTxnSender",
-                 request_timeout_ms: int = 30000) -> None:
+                 request_timeout_ms: int = 30000, client_config: dict | None = None) -> None:
         self._timeout_s = request_timeout_ms / 1000.0
-        self._brokers = BrokerSender(name, endpoints, request_timeout_ms)
+        self._brokers = BrokerSender(name, endpoints, request_timeout_ms, client_config)
         self._lock = threading.Lock()
         self._queued: dict[int, dict[str, _Txn]] = {}
         self._inflight: set[int] = set()

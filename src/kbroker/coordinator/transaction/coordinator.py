@@ -863,8 +863,12 @@ def build_transaction_coordinator(broker) -> TransactionCoordinator:
             leader = cache.leader_of(tp[0], tp[1])
             return None if leader is None else (leader[0] if leader[0] >= 0 else -1)
 
+        listener = c.inter_broker_listener_name
+        client_config = c.inter_broker_client_config()
+
         def endpoints() -> dict:
-            return {i: (h, p) for i, h, p, _r in cache.alive_brokers()}
+            # each broker's inter.broker.listener.name endpoint (a broker without one is skipped)
+            return {i: (h, p) for i, h, p, _r in cache.alive_brokers(listener)}
     else:
         def leader_for(tp) -> int | None:
             t = broker.metadata.image.topics.get(tp[0])
@@ -872,11 +876,17 @@ def build_transaction_coordinator(broker) -> TransactionCoordinator:
                 return None
             return broker.node_id
 
+        # the single node's markers come to itself: over its listener named
+        # inter.broker.listener.name (default PLAINTEXT) when it has one, else its first
+        own = c.inter_broker_listener_name
+        own = own if any(l.name == own for l in c.advertised_listeners) else None
+        client_config = c.inter_broker_client_config() if own else None
+
         def endpoints() -> dict:
-            return {broker.node_id: broker.advertised_endpoint}
+            return {broker.node_id: broker.endpoint(own)}
 
     channel = WireMarkerChannel(leader_for, endpoints, name=f"txn-marker-sender-{broker.node_id}",
-                                request_timeout_ms=c["request.timeout.ms"])
+                                request_timeout_ms=c["request.timeout.ms"], client_config=client_config)
 
     def coordinator_epoch_for(partition: int) -> int | None:
         part = broker.replica_manager.get_partition((txnlog.TRANSACTION_STATE_TOPIC, partition))
@@ -895,7 +905,7 @@ def build_transaction_coordinator(broker) -> TransactionCoordinator:
             return None if leader is None else leader[0]
 
         sender = AddPartitionsToTxnSender(endpoints, name=f"AddPartitionsToTxnSender-{broker.node_id}",
-                                          request_timeout_ms=c["request.timeout.ms"])
+                                          request_timeout_ms=c["request.timeout.ms"], client_config=client_config)
     else:
         def coordinator_node(_tid: str) -> int | None:
             return broker.node_id

@@ -31,15 +31,17 @@ class WireMarkerChannel:
     ``leader_for((topic, partition))``: the leader's node id, -1 if there is none right
     now (retried), None if the partition does not exist (nothing to mark: reported
     NONE, as Kafka drops markers of deleted topics). ``endpoints()``: node id ->
-    (host, port) of the brokers' inter-broker listener.
+    (host, port) of the brokers' inter-broker listener; ``client_config``: its security
+    (TLS, SASL), as :class:`~kbroker.server.inter_node.BrokerSender` takes it.
     """
 
     def __init__(self, leader_for: Callable[[tuple], int | None], endpoints: Callable[[], dict],
-                 name: str = "txn-marker-sender", request_timeout_ms: int = 30000) -> None:
+                 name: str = "txn-marker-sender", request_timeout_ms: int = 30000,
+                 client_config: dict | None = None) -> None:
         self._leader_for = leader_for
         self._request_timeout_s = request_timeout_ms / 1000.0
         from kbroker.server.inter_node import BrokerSender
-        self._brokers = BrokerSender(name, endpoints, request_timeout_ms)
+        self._brokers = BrokerSender(name, endpoints, request_timeout_ms, client_config)
 
     def _sender_for_send(self):
         """The sender to the brokers, None once closed (tests replace this seam)."""

@@ -8,7 +8,9 @@ AppendOrigin.COORDINATOR and acks=all (``ReplicaManager.append_txn_markers``,
 and the coordinator epoch (older than the producer's last marker:
 TRANSACTION_COORDINATOR_FENCED), ends the producer's ongoing transaction, writes the
 ``.txnindex`` entry of an abort and moves the last stable offset. A partition this broker
-does not host answers UNKNOWN_TOPIC_OR_PARTITION. Errors are per partition; the response
+does not host answers UNKNOWN_TOPIC_OR_PARTITION. With an authorizer (KRaft brokers) the sender
+needs ALTER or CLUSTER_ACTION on the cluster (brokers: super.users or a CLUSTER_ACTION ACL),
+else every partition answers CLUSTER_AUTHORIZATION_FAILED. Errors are per partition; the response
 is sent when every marker of the request is answered.
 
 Once a marker is written to a ``__consumer_offsets`` partition, the group coordinator's
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import NamedTuple
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.protocol.messages.write_txn_markers import (
@@ -27,6 +30,7 @@ from kbroker.protocol.messages.write_txn_markers import (
     WriteTxnMarkersResponse,
 )
 from kbroker.server.apis import ApiHandler
+from kbroker.server.authz import ALTER, CLUSTER_ACTION, authz
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,17 @@ def handle_write_txn_markers(broker, ctx, req) -> None:
             out.append(WritableTxnMarkerResult(producer_id=m.producer_id, topics=topics))
         ctx.respond(WriteTxnMarkersResponse(markers=out))
 
+    auth = authz(broker, ctx) if getattr(broker.config, "cluster_mode", False) else None
+    if auth is not None and not auth.cluster(ALTER) and not auth.cluster(CLUSTER_ACTION):
+        # KafkaApis: ALTER on the cluster, else CLUSTER_ACTION (what brokers hold); a denied
+        # request is answered CLUSTER_AUTHORIZATION_FAILED for every partition. (Zero-config
+        # mode has no inter-broker listener: its markers come to itself over its first
+        # listener, unauthenticated, so it does not check.)
+        denied = _Denied(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        answers[:] = [{(t.name, p): denied for t in m.topics for p in t.partition_indexes} for m in markers]
+        respond()
+        return
+
     if not markers:
         respond()
         return
@@ -71,6 +86,11 @@ def handle_write_txn_markers(broker, ctx, req) -> None:
         rm.append_txn_markers(timeout_ms, m.producer_id, m.producer_epoch, m.coordinator_epoch,
                               bool(m.transaction_result), tps,
                               lambda results, i=i, m=m: answered(i, m, results))
+
+
+class _Denied(NamedTuple):
+    """A partition's result that was never appended (what ``respond`` reads: ``.error``)."""
+    error: int
 
 
 def _on_markers_written(broker, m, results: dict) -> None:
