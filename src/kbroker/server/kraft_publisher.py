@@ -6,7 +6,8 @@ Runs on the raft thread (BrokerMetadataListener), once per committed batch, in l
 1. the handler view (KRaftMetadataCache) is refreshed to the new image;
 2. topic config changes go to the LogManager (before any log of the topic is created, so
    a new topic's logs start with its overrides); BROKER config changes reload the dynamic
-   broker configs; client quota changes go to the broker's QuotaManagers;
+   broker configs; client quota changes go to the broker's QuotaManagers; SCRAM credential
+   changes replace the image the SASL servers read (``broker.scram_credentials``);
 3. the delta's local changes (``MetadataDelta.local_changes(node.id)``) go to the
    ReplicaManager: stop and delete replicas of removed partitions, become leader (log
    opened or created, leader epoch / replicas / ISR from the registration), become
@@ -59,6 +60,8 @@ class BrokerMetadataPublisher:
             b.dynamic_config.reload(b.log_manager)
         if delta.client_quotas_changed() and getattr(b, "quotas", None) is not None:
             b.quotas.update_quotas(image.client_quotas.entities)
+        if (first or delta.scram_changed()) and getattr(b, "scram_credentials", None) is not None:
+            b.scram_credentials.update(image.scram)
         changes = delta.local_changes(self.node_id)
         if first:
             if getattr(getattr(b, "metadata_listener", None), "incomplete", False):
