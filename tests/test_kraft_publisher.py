@@ -238,6 +238,7 @@ def test_scram_credentials_published_to_what_the_sasl_servers_read(node):
                                       server_key=c.server_key, iterations=4096)
     node.image = replay_all(BASE + [rec], first_offset=0)
     node.scram_credentials = src = PublishedScramCredentials()
+    node.publisher = BrokerMetadataPublisher(node)
     node.publisher.publish(None, node.image)
     assert src.scram_credential("alice", "SCRAM-SHA-512") == c
     assert src.scram_credential("alice", "SCRAM-SHA-256") is None

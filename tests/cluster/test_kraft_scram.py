@@ -200,3 +200,27 @@ def test_credentials_are_kept_in_snapshots_and_survive_a_whole_cluster_restart(c
         _wait(lambda: _authenticates(q, node, "carol", "carol-secret"), timeout_s=30,
               what=f"carol authenticates on broker {node} after the restart")
         assert _authenticates(q, node, "alice", "alice-secret")
+
+
+def test_brokers_reach_a_scram_controller_listener_with_a_format_time_user(tmp_path):
+    """The controller's SASL listener authenticates SCRAM users from its committed metadata
+    (Kafka's ControllerServer runs a ScramPublisher too): a broker with
+    sasl.mechanism.controller.protocol=SCRAM-SHA-512 and the user given to --add-scram
+    registers and is unfenced; one with a wrong password never is."""
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" '
+            'password="admin-secret";')
+    q = KRaftControllerQuorum(str(tmp_path), n=1, brokers=2, overrides={
+        **FAST, "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512", "sasl.mechanism.controller.protocol": "SCRAM-SHA-512",
+        "sasl.jaas.config": jaas, "connection.failed.authentication.delay.ms": 10},
+        format_args=["--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret]"])
+    q.procs[3].overrides["sasl.jaas.config"] = jaas.replace("admin-secret", "wrong")
+    try:
+        q.start(1)
+        q.start(2)
+        _wait(lambda: _brokers(q.broker_ports[2]) == [2], timeout_s=30, what="broker 2 registered and unfenced")
+        q.start(3)
+        _wait(lambda: "failed authentication" in q.procs[1].read_log(), what="broker 3's wrong password refused")
+        assert _brokers(q.broker_ports[2]) == [2]
+    finally:
+        q.stop()
