@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -49,7 +50,7 @@ def cluster(tmp_path_factory):
         q.procs[i].overrides["listeners"] += f",SASL://127.0.0.1:{port}"
         q.procs[i].overrides["advertised.listeners"] += f",SASL://127.0.0.1:{port}"
     try:
-        q.start()
+        _each(q.start, q.procs)
         _wait(lambda: all(_brokers(q.broker_ports[i]) == list(BROKERS) for i in BROKERS), timeout_s=30,
               what="3 brokers unfenced")
         yield q
@@ -156,6 +157,13 @@ def test_kbroker_configs_alters_and_deletes_credentials_on_the_cluster(cluster):
     assert _authenticates(q, 2, "dave", "dave-256", "SCRAM-SHA-256")
 
 
+def _each(fn, items):
+    """``fn(item)`` for every item at once (process starts and stops), re-raising the first error."""
+    with ThreadPoolExecutor(len(items)) as pool:
+        for f in [pool.submit(fn, i) for i in items]:
+            f.result()
+
+
 def _snapshots(base, node):
     out = []
     for path in glob.glob(os.path.join(base, f"c{node}", "**", "__cluster_metadata-0", "*.checkpoint"),
@@ -192,10 +200,9 @@ def test_credentials_are_kept_in_snapshots_and_survive_a_whole_cluster_restart(c
                                           b"carol-256")
         for f in a4.alter_user_scram_credentials([up]).values():
             f.result(timeout=15)
-    for i in (2, 3, 4, 1):
-        q.procs[i].terminate()
-    for i in (1, 2, 3, 4):
-        q.procs[i].start()
+    _each(lambda i: q.procs[i].terminate(), BROKERS)      # controlled shutdowns, the controller still up
+    q.procs[1].terminate()
+    _each(lambda i: q.procs[i].start(), q.procs)
     for node in BROKERS:
         _wait(lambda: _authenticates(q, node, "carol", "carol-secret"), timeout_s=30,
               what=f"carol authenticates on broker {node} after the restart")
@@ -216,10 +223,8 @@ def test_brokers_reach_a_scram_controller_listener_with_a_format_time_user(tmp_p
         format_args=["--add-scram", "SCRAM-SHA-512=[name=admin,password=admin-secret]"])
     q.procs[3].overrides["sasl.jaas.config"] = jaas.replace("admin-secret", "wrong")
     try:
-        q.start(1)
-        q.start(2)
+        _each(q.start, (1, 2, 3))
         _wait(lambda: _brokers(q.broker_ports[2]) == [2], timeout_s=30, what="broker 2 registered and unfenced")
-        q.start(3)
         _wait(lambda: "failed authentication" in q.procs[1].read_log(), what="broker 3's wrong password refused")
         assert _brokers(q.broker_ports[2]) == [2]
     finally:
