@@ -13,7 +13,8 @@ an unknown mechanism UNSUPPORTED_SASL_MECHANISM, a (user, mechanism) named twice
 or describing what does not exist RESOURCE_NOT_FOUND. The client sends the salted password
 (never the password); the broker keeps only the stored and server keys derived from it.
 With an authorizer: DESCRIBE (describe) or ALTER (alter) on the cluster, else every result is
-CLUSTER_AUTHORIZATION_FAILED (Kafka's ControllerApis / KafkaApis checks).
+CLUSTER_AUTHORIZATION_FAILED (Kafka's ControllerApis / KafkaApis checks); a refused describe of
+named users has no top-level error, unlike Kafka's, which makes librdkafka abort (see below).
 """
 from __future__ import annotations
 
@@ -36,8 +37,19 @@ def _store(broker):
 
 def handle_describe(broker, ctx, req) -> None:
     if not allowed(broker, ctx, DESCRIBE, CLUSTER):
+        # Kafka answers with a top-level error (DescribeUserScramCredentialsRequest.getErrorResponse),
+        # which makes librdkafka (2.x: rd_kafka_DescribeUserScramCredentialsResponse_parse frees
+        # a string it does not own) abort the client process. For named users the error goes in
+        # each user's result instead (what Kafka's AdminClient and librdkafka report per user
+        # anyway); only a describe-all keeps Kafka's top-level error.
+        message = "Cluster authorization failed."
+        users = list(dict.fromkeys(u.name for u in req.users or ()))
         ctx.respond(DescribeUserScramCredentialsResponse(
-            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, results=[]))
+            throttle_time_ms=0, error_code=ErrorCode.NONE if users else ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            error_message=None if users else message,
+            results=[DescribeUserScramCredentialsResult(
+                user=u, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=message,
+                credential_infos=[]) for u in users]))
         return
     creds = _store(broker).scram_credentials()
     results = []
