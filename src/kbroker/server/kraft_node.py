@@ -97,7 +97,8 @@ class KRaftNode:
             creds = PublishedScramCredentials()
             for s in sasl:
                 s.scram_credentials = creds
-            controller_metadata = self.broker_metadata or BrokerMetadataListener()
+            controller_metadata = (self.broker_metadata if self.broker_metadata is not None
+                                   else BrokerMetadataListener())
             controller_metadata.install(ScramPublisher(creds))
         self.snapshots = SnapshotGenerator(
             self.node_id, c["metadata.log.max.record.bytes.between.snapshots"],
