@@ -225,3 +225,26 @@ def test_no_stray_deletion_when_the_image_skipped_a_snapshot(node):
     node.metadata_listener = types.SimpleNamespace(incomplete=True)
     node.publisher.publish(None, node.image)
     assert lm.logs[("older", 0)] is kept
+
+
+def test_scram_credentials_published_to_what_the_sasl_servers_read(node):
+    """Kafka's ScramPublisher: the first publish and each delta that changes SCRAM credentials
+    replace the image the broker's SASL servers read."""
+    from kbroker.security import scram
+    from kbroker.security.credentials import PublishedScramCredentials
+
+    c = scram.make_credential("SCRAM-SHA-512", "alice-secret", 4096, b"salt")
+    rec = R.UserScramCredentialRecord(name="alice", mechanism=2, salt=c.salt, stored_key=c.stored_key,
+                                      server_key=c.server_key, iterations=4096)
+    node.image = replay_all(BASE + [rec], first_offset=0)
+    node.scram_credentials = src = PublishedScramCredentials()
+    node.publisher = BrokerMetadataPublisher(node)
+    node.publisher.publish(None, node.image)
+    assert src.scram_credential("alice", "SCRAM-SHA-512") == c
+    assert src.scram_credential("alice", "SCRAM-SHA-256") is None
+    node.publish(R.UserScramCredentialRecord(name="bob", mechanism=1, salt=c.salt, stored_key=c.stored_key,
+                                             server_key=c.server_key, iterations=8192))
+    assert src.scram_credential("bob", "SCRAM-SHA-256").iterations == 8192
+    node.publish(R.RemoveUserScramCredentialRecord(name="alice", mechanism=2))
+    assert src.scram_credential("alice", "SCRAM-SHA-512") is None
+    assert set(src.scram_credentials()) == {"bob"}

@@ -200,3 +200,43 @@ def test_snapshots_replace_the_committed_records_kept_and_rebuild_the_same_contr
     assert other.controller.image().same_state(before) and other.next_commit_offset == snap_at
     _commit(other, raft, raft.end)
     assert other.controller.image().same_state(after)
+
+
+def test_scram_credentials_from_bootstrap_and_alter_user_scram_credentials():
+    """Format-time credentials (--add-scram) are written with the bootstrap records; the host
+    serves AlterUserScramCredentials (answered once committed), and a node that is not the
+    active controller answers NOT_CONTROLLER per user, which the broker's controller channel
+    retries elsewhere."""
+    from kbroker.metadata import scram_parser
+    from kbroker.metadata.records import FeatureLevelRecord, UserScramCredentialRecord
+    from kbroker.metadata.serde import ApiMessageAndVersion, deserialize
+    from kbroker.protocol.messages import alter_user_scram_credentials as A
+
+    boot = [ApiMessageAndVersion(FeatureLevelRecord(name="metadata.version", feature_level=21), 0),
+            *scram_parser.parse(["SCRAM-SHA-512=[name=alice,password=alice-secret]"])]
+    raft = FakeRaft()
+    host = QuorumControllerHost(ControllerConfig(cluster_id=CID, node_id=1), bootstrap=boot, seed=1)
+    host.attach(raft)
+    req = A.AlterUserScramCredentialsRequest(
+        deletions=[A.ScramCredentialDeletion(name="alice", mechanism=2)],
+        upsertions=[A.ScramCredentialUpsertion(name="bob", mechanism=1, iterations=4096, salt=b"s",
+                                               salted_password=b"p"),
+                    A.ScramCredentialUpsertion(name="bob", mechanism=2, iterations=4096, salt=b"s",
+                                               salted_password=b"p")])
+    ctx = Ctx(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
+    host._on_request(ctx, req)
+    assert [(x.user, x.error_code) for x in ctx.answers[0].results] == [
+        ("alice", ErrorCode.NOT_CONTROLLER), ("bob", ErrorCode.NOT_CONTROLLER)]
+    raft.become_leader(1)
+    host.handle_leader_change(1, 1)
+    _commit(host, raft, 1)
+    written = [deserialize(v).message for _, v in raft.log if v is not None]
+    assert [type(r) for r in written] == [FeatureLevelRecord, UserScramCredentialRecord]
+    assert set(host.controller.scram.credentials) == {("alice", 2)}
+    ctx = Ctx(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0)
+    host._on_request(ctx, req)
+    assert ctx.answers == []                                            # appended, not committed
+    _commit(host, raft, raft.end)
+    assert [(x.user, x.error_code) for x in ctx.answers[0].results] == [
+        ("alice", ErrorCode.NONE), ("bob", ErrorCode.DUPLICATE_RESOURCE)]
+    assert host.controller.scram.credentials == {}

@@ -358,3 +358,62 @@ def test_sample_config_formats(tmp_path, name):
     mp = load_meta_properties(str(tmp_path / "data" / "meta.properties"))
     assert mp.cluster_id == CLUSTER and mp.node_id == int(name.split("-")[1])
     assert (tmp_path / "data" / "bootstrap.checkpoint").exists()
+
+
+def test_format_add_scram_writes_credentials_into_the_bootstrap_metadata(tmp_path):
+    """kafka-storage.sh's --add-scram: one UserScramCredentialRecord per argument after the
+    feature levels (keys derived from the password, or from a given salt and salted password)."""
+    import base64
+
+    from kbroker.metadata.records.user_scram_credential_record import UserScramCredentialRecord
+    from kbroker.security import scram
+
+    conf = write_config(tmp_path)
+    salt, salted = b"1lv4pdnw4fwq7notcxm0yy1k7q", bytes(range(32))
+    r = kbroker("storage", "format", "-c", conf, "-t", CLUSTER,
+                "--add-scram", "SCRAM-SHA-256=[name=alice,password=alice-secret]",
+                "-S", f'SCRAM-SHA-512=[name=bob,iterations=8192,salt="{base64.b64encode(salt).decode()}",'
+                      f'saltedpassword="{base64.b64encode(salted).decode()}"]')
+    assert r.returncode == 0, r.stderr
+    for d in ("data-a", "meta"):
+        records = read_bootstrap_file(str(tmp_path / d / "bootstrap.checkpoint"))
+        assert [type(x.message) for x in records] == [FeatureLevelRecord, UserScramCredentialRecord,
+                                                     UserScramCredentialRecord]
+        alice, bob = records[1].message, records[2].message
+        assert (alice.name, alice.mechanism, alice.iterations, len(alice.salt)) == ("alice", 1, 4096, 32)
+        want = scram.make_credential("SCRAM-SHA-256", "alice-secret", 4096, bytes(alice.salt))
+        assert (bytes(alice.stored_key), bytes(alice.server_key)) == (want.stored_key, want.server_key)
+        want = scram.credential_from_salted("SCRAM-SHA-512", salted, salt, 8192)
+        assert (bob.name, bob.mechanism, bob.iterations, bytes(bob.salt), bytes(bob.stored_key),
+                bytes(bob.server_key)) == ("bob", 2, 8192, salt, want.stored_key, want.server_key)
+
+
+def test_format_add_scram_refusals(tmp_path):
+    """Kafka's ScramParser / Formatter messages, one line, exit code 1, nothing written."""
+    conf = write_config(tmp_path)
+    ok = "SCRAM-SHA-256=[name=alice,password=alice-secret]"
+    for args, message in (
+            (["-S", ok, "--release-version", "3.5-IV1"], "SCRAM is only supported in metadata.version 3.5-IV2 or later."),
+            (["-S", "SCRAM-SHA-512"], "Failed to find equals sign in SCRAM argument 'SCRAM-SHA-512'"),
+            (["-S", "SCRAM-SHA-UNSUPPORTED=[name=alice]"], "The add-scram mechanism SCRAM-SHA-UNSUPPORTED is not supported."),
+            (["-S", "SCRAM-SHA-256=name=alice]"], "Expected configuration string to start with ["),
+            (["-S", "SCRAM-SHA-256=[name=alice"], "Expected configuration string to end with ]"),
+            (["-S", "SCRAM-SHA-256=[password=x]"], "You must supply 'name' to add-scram"),
+            (["-S", "SCRAM-SHA-256=[name=alice]"], "You must supply one of 'password' or 'saltedpassword' to add-scram"),
+            (["-S", "SCRAM-SHA-256=[name=alice,saltedpassword=YCE=]"], "You must supply 'salt' with 'saltedpassword' "
+                                                                       "to add-scram"),
+            (["-S", "SCRAM-SHA-256=[name=alice,password=x,unknown=1,unknown2=2]"],
+             "Unknown SCRAM configurations: unknown, unknown2"),
+            (["-S", "SCRAM-SHA-256=[name]"], "No equals sign found in SCRAM component: name"),
+            (["-S", "SCRAM-SHA-256=[name=a,password=x,iterations=4095]"],
+             "The 'iterations' value must be >= 4096 for add-scram using SCRAM_SHA_256"),
+            (["-S", "SCRAM-SHA-512=[name=a,password=x,iterations=16385]"],
+             "The 'iterations' value must be <= 16384 for add-scram using SCRAM_SHA_512"),
+            (["-S", "SCRAM-SHA-256=[name=a,password=x,iterations=lots]"], "Failed to parse iterations count: lots"),
+            (["-S", "SCRAM-SHA-256=[name=a,password=x,salt=@@]"], "Failed to decode given salt: @@"),
+            (["-S", "SCRAM-SHA-256=[name=a,salt=N3E=,saltedpassword=%%]"], "Failed to decode given saltedPassword: %%"),
+    ):
+        r = storage_in_process("format", "-c", conf, "-t", CLUSTER, *args)
+        assert r.returncode == 1, (args, r.stdout)
+        assert r.stderr.strip() == message, (args, r.stderr)
+    assert not (tmp_path / "meta").exists()

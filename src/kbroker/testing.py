@@ -195,7 +195,8 @@ class KRaftControllerQuorum:
 
     ``overrides`` apply to every node (e.g. shorter ``controller.quorum.*`` timeouts);
     ``brokers_bootstrap_only`` gives broker-only nodes ``controller.quorum.bootstrap.servers``
-    instead of the voters (KIP-853 discovery).
+    instead of the voters (KIP-853 discovery); ``format_args`` are added to every node's
+    ``kbroker storage format`` (e.g. ``["--add-scram", "SCRAM-SHA-512=[name=a,password=b]"]``).
     ``ports[i]`` is node i's controller listener, ``broker_ports[i]`` its broker listener.
     ``to_controller`` sends one request to whichever node is the active controller (the
     others answer NOT_CONTROLLER); ``leader`` asks DescribeQuorum until a node says it
@@ -203,7 +204,7 @@ class KRaftControllerQuorum:
 
     def __init__(self, base_dir: str, n: int = 3, cluster_id: str = "MkU3OEVBNTcwNTJENDM2Qg",
                  overrides: dict | None = None, brokers: int = 0, combined: bool = False,
-                 brokers_bootstrap_only: bool = False):
+                 brokers_bootstrap_only: bool = False, format_args: list | None = None):
         from kbroker.tools import storage
 
         self.cluster_id = cluster_id
@@ -238,7 +239,7 @@ class KRaftControllerQuorum:
             import contextlib
             import io
             with contextlib.redirect_stdout(io.StringIO()):
-                if storage.main(["format", "-c", conf, "-t", cluster_id]) != 0:
+                if storage.main(["format", "-c", conf, "-t", cluster_id, *(format_args or [])]) != 0:
                     raise RuntimeError(f"kbroker storage format failed for node {i}")
             self.procs[i] = KBrokerProcess(data_dir=d, overrides=props,
                                            port=self.ports.get(i) or self.broker_ports[i])

@@ -155,3 +155,35 @@ def test_follower_fetch_needs_cluster_action(cluster):
             flt = AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, ANON, "*",
                                    binding.operation, binding.permission_type)
             a.delete_acls([flt])[flt].result(timeout=20)
+
+
+def test_scram_credential_apis_are_authorized_on_the_broker(cluster):
+    """AlterUserScramCredentials needs ALTER on the cluster (then it is forwarded to the
+    controller), DescribeUserScramCredentials DESCRIBE (answered from the broker's image)."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    from kbroker.protocol import ErrorCode
+
+    a2, a3 = _admin(cluster, 2), _admin(cluster, 3)
+    acls = [_bind(ResourceType.BROKER, "kafka-cluster", AclOperation.ALTER, AclPermissionType.ALLOW),
+            _bind(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)]
+    for f in a2.create_acls(acls).values():
+        f.result(15)
+    def describe_refused():
+        try:
+            a3.describe_user_scram_credentials(["ursula"])["ursula"].result(10)
+        except KafkaException as e:
+            return e.args[0].code() == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return False
+    try:
+        _wait(describe_refused, what="DescribeUserScramCredentials refused by broker 3")
+        up = UserScramCredentialUpsertion("ursula", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"pw")
+        for f in a2.alter_user_scram_credentials([up]).values():
+            f.result(15)
+    finally:
+        for b in reversed(acls):          # the DENY first: ALTER on the cluster deletes ACLs
+            flt = AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, ANON, "*",
+                                   b.operation, b.permission_type)
+            a2.delete_acls([flt])[flt].result(timeout=20)
+    _wait(lambda: [i.mechanism for i in a3.describe_user_scram_credentials(["ursula"])["ursula"].result(10)
+                   .scram_credential_infos] == [ScramMechanism.SCRAM_SHA_256], what="ursula described by broker 3")

@@ -25,6 +25,7 @@ from kbroker.metadata.delta import MetadataDelta, MetadataReplayError
 from kbroker.metadata.image import BROKER_RESOURCE, NO_LEADER, TOPIC_RESOURCE, MetadataImage
 from kbroker.metadata.serde import ApiMessageAndVersion, deserialize, serialize
 from kbroker.protocol.messages import alter_client_quotas as ACQ
+from kbroker.protocol.messages import alter_user_scram_credentials as AUSC
 from kbroker.protocol.messages import create_partitions as CP
 from kbroker.protocol.messages import delete_topics as DT
 from kbroker.protocol.messages import elect_leaders as EL
@@ -109,8 +110,8 @@ def run_workload(seed: int, ops: int, checks: int = 4, metadata_version: int = L
 
     for i in range(ops):
         op = rnd.choices(["tick", "register", "heartbeat", "create", "delete", "grow", "alter", "elect",
-                          "config", "pids", "unregister", "reassign", "quota"],
-                         [10, 4, 30, 8, 3, 3, 15, 3, 5, 2, 0.5, 3, 2])[0]
+                          "config", "pids", "unregister", "reassign", "quota", "scram"],
+                         [10, 4, 30, 8, 3, 3, 15, 3, 5, 2, 0.5, 3, 2, 2])[0]
         stats[op] = stats.get(op, 0) + 1
         b = rnd.choice(BROKERS)
         if op == "tick":
@@ -194,6 +195,16 @@ def run_workload(seed: int, ops: int, checks: int = 4, metadata_version: int = L
                 ACQ.AlterClientQuotasRequestEntryData(
                     entity=[ACQ.AlterClientQuotasRequestEntityData(entity_type=t, entity_name=n) for t, n in ent],
                     ops=[ACQ.OpData(key=key, value=float(rnd.randint(1, 3)), remove=remove)])])))
+        elif op == "scram":
+            user, mech = rnd.choice(["alice", "bob", ""]), rnd.choice([1, 2, 2, 3])
+            if rnd.random() < 0.3:
+                req = AUSC.AlterUserScramCredentialsRequest(deletions=[AUSC.ScramCredentialDeletion(
+                    name=user, mechanism=mech)], upsertions=[])
+            else:
+                req = AUSC.AlterUserScramCredentialsRequest(deletions=[], upsertions=[AUSC.ScramCredentialUpsertion(
+                    name=user, mechanism=mech, iterations=rnd.choice([4096, 8192, 100]), salt=b"s%d" % i,
+                    salted_password=b"p%d" % i)])
+            h.write(h.c.alter_user_scram_credentials(req))
         elif op == "unregister":
             r = h.write(h.c.unregister_broker(UnregisterBrokerRequest(broker_id=b)))
             if r.response.error_code == 0:

@@ -361,3 +361,21 @@ def test_describe_groups_reports_the_principals_own_operations(broker):
     with pytest.raises(ck.KafkaException) as e:
         dave.describe_consumer_groups([group])[group].result(timeout=15)
     assert e.value.args[0].code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+def test_describe_user_scram_credentials_refused_per_user(broker):
+    """DESCRIBE on the cluster is needed; a refusal of named users is in each user's result
+    (Kafka's top-level error makes librdkafka 2.x abort the client process: it frees the error
+    string it parsed into a stack buffer), so confluent-kafka reports it per user."""
+    from kbroker.protocol import ApiKey, ErrorCode
+    from kbroker.protocol.messages import describe_user_scram_credentials as D
+
+    anonymous = broker.admin(None)
+    fs = anonymous.describe_user_scram_credentials(["carol", "dave"])
+    for user in ("carol", "dave"):
+        with pytest.raises(ck.KafkaException) as e:
+            fs[user].result(timeout=15)
+        assert e.value.args[0].code() == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    with RawClient(broker.proc.port) as c:
+        r = c.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, D.DescribeUserScramCredentialsRequest(users=None))
+        assert (r.error_code, r.results) == (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])   # describe-all: Kafka's

@@ -17,6 +17,7 @@ IBP_3_3_IV0 = 4        # MINIMUM_BOOTSTRAP_VERSION
 IBP_3_3_IV2 = 6        # BrokerRegistrationChangeRecord for fencing
 IBP_3_3_IV3 = 7        # in-controlled-shutdown broker state
 IBP_3_4_IV0 = 8        # RegisterBrokerRecord v2
+IBP_3_5_IV2 = 11       # SCRAM credentials in the metadata log (UserScramCredentialRecord)
 IBP_3_7_IV2 = 17       # directory assignment (log dirs in registrations and partitions)
 IBP_3_9_IV0 = 21
 LATEST = IBP_3_9_IV0
@@ -58,3 +59,7 @@ class FeatureControlManager:
 
     def controlled_shutdown_state(self) -> bool:
         return self.metadata_version >= IBP_3_3_IV3
+
+    def scram_supported(self) -> bool:
+        """Kafka's MetadataVersion.isScramSupported."""
+        return self.metadata_version >= IBP_3_5_IV2

@@ -34,11 +34,11 @@ from kbroker.controller.features import FeatureControlManager
 from kbroker.controller.producer_id_control import ProducerIdControlManager
 from kbroker.controller.replication_control import ReplicationControlManager
 from kbroker.controller.result import ControllerConfig, ControllerResult
+from kbroker.controller.scram_control import ScramControlManager
 from kbroker.metadata import records as R
 from kbroker.metadata.image import (
     AclsImage, ClientQuotasImage, ClusterImage, ConfigurationsImage, FeaturesImage, MetadataImage, ProducerIdsImage,
-    TopicImage,
-    TopicsImage, frozen_map,
+    ScramImage, TopicImage, TopicsImage, frozen_map,
 )
 
 
@@ -54,6 +54,7 @@ class QuorumController:
         self.producer_ids = ProducerIdControlManager(self.config, self.cluster)
         self.client_quotas = ClientQuotaControlManager()
         self.acls = AclControlManager(self.random)
+        self.scram = ScramControlManager(self.features)
         self.cluster.replication = self.replication
         self.configs.replication = self.replication
         self.last_applied_offset = -1
@@ -73,6 +74,8 @@ class QuorumController:
             R.ClientQuotaRecord: self.client_quotas.replay,
             R.AccessControlEntryRecord: self.acls.replay,
             R.RemoveAccessControlEntryRecord: self.acls.replay,
+            R.UserScramCredentialRecord: self.scram.replay,
+            R.RemoveUserScramCredentialRecord: self.scram.replay,
         }
 
     # --- the log ----------------------------------------------------------------------------
@@ -197,6 +200,9 @@ class QuorumController:
     def delete_acls(self, req) -> ControllerResult:
         return self._write(self.acls.delete_acls(req))
 
+    def alter_user_scram_credentials(self, req) -> ControllerResult:
+        return self._write(self.scram.alter_user_scram_credentials(req))
+
     def allocate_producer_ids(self, req) -> ControllerResult:
         return self._write(self.producer_ids.allocate_producer_ids(req))
 
@@ -230,7 +236,8 @@ class QuorumController:
                              ProducerIdsImage(self.producer_ids.next_producer_id),
                              ClientQuotasImage(frozen_map({k: frozen_map(sorted(v.items()))
                                                            for k, v in self.client_quotas.data.items() if v})),
-                             AclsImage(frozen_map(self.acls.acls)))
+                             AclsImage(frozen_map(self.acls.acls)),
+                             ScramImage(frozen_map(sorted(self.scram.credentials.items()))))
 
     def state(self) -> tuple:
         """Everything replicated, comparable by value (image + registration offsets + indexes)."""

@@ -71,6 +71,7 @@ METADATA_VERSIONS = tuple(MetadataVersion(level, *name.split("-")) for level, na
 _BY_LEVEL = {mv.feature_level: mv for mv in METADATA_VERSIONS}
 LATEST_PRODUCTION = _BY_LEVEL[21]            # 3.9-IV0
 MINIMUM_BOOTSTRAP_VERSION = _BY_LEVEL[4]     # 3.3-IV0: the first that stores metadata.version in the log
+SCRAM_MINIMUM_VERSION = _BY_LEVEL[11]        # 3.5-IV2: the first with SCRAM credentials in the log
 
 #: Features other than metadata.version that format knows (Kafka 3.9's Features.PRODUCTION_FEATURES):
 #: name -> ((level, the metadata.version from which it is the default), ...) and the highest

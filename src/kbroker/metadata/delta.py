@@ -9,8 +9,10 @@ unfence or registration change names the broker epoch it applies to and a mismat
 an error (MetadataReplayError), as is a change to an unknown topic or partition.
 RemoveTopicRecord also drops the topic's config overrides. AccessControlEntryRecord /
 RemoveAccessControlEntryRecord add and remove ACLs by id (removing an unknown id is an error).
-Records the image does not model (quotas, SCRAM, delegation tokens, transactions markers)
-are accepted and ignored.
+UserScramCredentialRecord / RemoveUserScramCredentialRecord set and drop one (user, mechanism)
+credential (Kafka's ScramDelta: removing one that is absent changes nothing).
+Records the image does not model (delegation tokens, transactions markers) are accepted and
+ignored.
 
 ``changes()`` says what the delta changed (topics created, deleted, partitions changed)
 and ``local_changes(broker_id)`` turns that into what one broker's ReplicaManager must
@@ -24,10 +26,11 @@ from dataclasses import dataclass, field, replace
 from kbroker.metadata import records as R
 from kbroker.metadata.image import (
     TOPIC_RESOURCE, AclsImage, BrokerRegistration, ClientQuotasImage, ClusterImage, ConfigurationsImage,
-    FeaturesImage, MetadataImage, PartitionRegistration, ProducerIdsImage, TopicImage, TopicsImage,
+    FeaturesImage, MetadataImage, PartitionRegistration, ProducerIdsImage, ScramImage, TopicImage, TopicsImage,
     frozen_map,
 )
 from kbroker.security.authorizer import StandardAcl
+from kbroker.security.scram import ScramCredential
 
 
 class MetadataReplayError(ValueError):
@@ -76,6 +79,7 @@ class MetadataDelta:
         self._next_producer_id: int | None = None
         self._quotas: dict = {}              # entity key -> {quota key: value | None (removed)}
         self._acls: dict | None = None       # id -> StandardAcl, once an ACL record is replayed
+        self._scram: dict = {}               # (user, mechanism type) -> ScramCredential | None (removed)
 
     # --- reading through the delta --------------------------------------------------
     def broker(self, broker_id: int) -> BrokerRegistration | None:
@@ -202,6 +206,13 @@ class MetadataDelta:
         if self._acl_map().pop(r.id, None) is None:
             raise MetadataReplayError("RemoveAccessControlEntryRecord for unknown acl id %s" % r.id)
 
+    def _scram_credential(self, r):
+        self._scram[(r.name, r.mechanism)] = ScramCredential(bytes(r.salt), bytes(r.stored_key),
+                                                             bytes(r.server_key), r.iterations)
+
+    def _remove_scram_credential(self, r):
+        self._scram[(r.name, r.mechanism)] = None
+
     def _producer_ids(self, r):
         cur = self._next_producer_id if self._next_producer_id is not None else \
             self.image.producer_ids.next_producer_id
@@ -272,8 +283,17 @@ class MetadataDelta:
                     del ents[key]
             quotas = ClientQuotasImage(frozen_map({k: frozen_map(sorted(v.items())) for k, v in ents.items()}))
         acls = img.acls if self._acls is None else AclsImage(frozen_map(self._acls))
+        scram = img.scram
+        if self._scram:
+            creds = dict(scram.credentials)
+            for key, cred in self._scram.items():
+                if cred is None:
+                    creds.pop(key, None)
+                else:
+                    creds[key] = cred
+            scram = ScramImage(frozen_map(sorted(creds.items())))
         return MetadataImage(self.offset, self.epoch, features, cluster, topics, configs, pids,
-                             client_quotas=quotas, acls=acls)
+                             client_quotas=quotas, acls=acls, scram=scram)
 
     def changes(self):
         """(created topic ids, {removed topic id: TopicImage}, {topic id: TopicChange})."""
@@ -288,6 +308,9 @@ class MetadataDelta:
 
     def client_quotas_changed(self) -> bool:
         return bool(self._quotas)
+
+    def scram_changed(self) -> bool:
+        return bool(self._scram)
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
         out = LocalReplicaChanges()
@@ -334,6 +357,8 @@ _REPLAY = {
     R.ConfigRecord: MetadataDelta._config,
     R.ProducerIdsRecord: MetadataDelta._producer_ids,
     R.ClientQuotaRecord: MetadataDelta._client_quota,
+    R.UserScramCredentialRecord: MetadataDelta._scram_credential,
+    R.RemoveUserScramCredentialRecord: MetadataDelta._remove_scram_credential,
 }
 
 
@@ -376,6 +401,10 @@ def image_delta(old: MetadataImage, new: MetadataImage) -> MetadataDelta:
             d._quotas[key] = {**{k: None for k in have}, **dict(want)}
     if new.acls != old.acls:
         d._acls = dict(new.acls.by_id)
+    os_, ns = old.scram.credentials, new.scram.credentials
+    for key in set(os_) | set(ns):
+        if os_.get(key) != ns.get(key):
+            d._scram[key] = ns.get(key)
     d.offset, d.epoch = new.offset, new.epoch
     return d
 

@@ -1,7 +1,7 @@
 """MetadataImage: an immutable, by-value view of the cluster metadata at one log offset.
 
 Kafka: ``metadata/.../image/`` (MetadataImage, FeaturesImage, ClusterImage, TopicsImage,
-TopicImage, ConfigurationsImage, ProducerIdsImage) and ``metadata/PartitionRegistration``.
+TopicImage, ConfigurationsImage, ProducerIdsImage, ClientQuotasImage, AclsImage, ScramImage) and ``metadata/PartitionRegistration``.
 An image is what a broker (or the controller) knows after replaying the
 ``__cluster_metadata`` log up to and including ``offset``. Images never change: a
 :class:`kbroker.metadata.delta.MetadataDelta` replays records on top of one and produces
@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional
 
 from kbroker.protocol.primitives import ZERO_UUID
+from kbroker.security import scram as _scram
 from kbroker.security.authorizer import EMPTY_ACLS, AclIndex
 
 NO_LEADER = -1
@@ -236,6 +237,28 @@ class ClientQuotasImage:
 
 
 @dataclass(frozen=True)
+class ScramImage:
+    """The users' SCRAM credentials (Kafka's ScramImage): (user, mechanism type) -> credential,
+    the mechanism type being the int8 of UserScramCredentialRecord (1 SCRAM-SHA-256, 2
+    SCRAM-SHA-512). Immutable, so it is itself a
+    :class:`kbroker.security.credentials.ScramCredentialSource` the SASL servers can read."""
+    credentials: Mapping[tuple, _scram.ScramCredential] = field(default_factory=lambda: EMPTY_MAP)
+
+    def scram_credential(self, user: str, mechanism: str) -> Optional[_scram.ScramCredential]:
+        m = _scram.MECHANISMS.get(mechanism)
+        return None if m is None else self.credentials.get((user, m[1]))
+
+    def scram_credentials(self) -> Mapping[str, Mapping[str, _scram.ScramCredential]]:
+        """{user: {mechanism name: credential}} (what DescribeUserScramCredentials reads)."""
+        out: dict = {}
+        for (user, mtype), cred in self.credentials.items():
+            name = _scram.MECHANISM_BY_TYPE.get(mtype)
+            if name is not None:
+                out.setdefault(user, {})[name] = cred
+        return out
+
+
+@dataclass(frozen=True)
 class MetadataImage:
     """The cluster metadata after the record at ``offset`` (-1: nothing replayed) of
     leader ``epoch``."""
@@ -248,6 +271,7 @@ class MetadataImage:
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
     client_quotas: ClientQuotasImage = field(default_factory=ClientQuotasImage)
     acls: AclsImage = field(default_factory=AclsImage)
+    scram: ScramImage = field(default_factory=ScramImage)
 
     def topic_configs(self, name: str) -> Mapping[str, str]:
         return self.configs.get(TOPIC_RESOURCE, name)
@@ -298,6 +322,9 @@ class MetadataImage:
                 id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
                 pattern_type=a.pattern_type, principal=a.principal, host=a.host, operation=a.operation,
                 permission_type=a.permission_type), 0))
+        for (user, mtype), c in sorted(self.scram.credentials.items()):
+            out.append(AMV(R.UserScramCredentialRecord(name=user, mechanism=mtype, salt=c.salt, stored_key=c.stored_key,
+                                                       server_key=c.server_key, iterations=c.iterations), 0))
         if self.producer_ids.next_producer_id:
             out.append(AMV(R.ProducerIdsRecord(broker_id=-1, broker_epoch=-1,
                                                next_producer_id=self.producer_ids.next_producer_id), 0))

@@ -1,8 +1,10 @@
 """Where SCRAM credentials come from: a small interface the SASL servers read.
 
 The zero-config broker's :class:`kbroker.server.metadata.MetadataStore` implements it (durable in
-its metadata file); a KRaft broker will implement it over the metadata image's
-UserScramCredentialRecords. Readers call :meth:`ScramCredentialSource.scram_credential` on a
+its metadata file). On a KRaft broker the credentials are the metadata image's
+UserScramCredentialRecords (:class:`kbroker.metadata.image.ScramImage`, immutable): the broker's
+metadata publisher hands each new one to a :class:`PublishedScramCredentials` (Kafka's
+ScramPublisher feeding the CredentialProvider), which is what its SASL servers read. Readers call :meth:`ScramCredentialSource.scram_credential` on a
 request handler thread for each authentication; implementations answer from an immutable
 snapshot (no lock held by the caller).
 """
@@ -46,3 +48,23 @@ class InMemoryScramCredentials:
         for (user, mech), cred in upsertions.items():
             creds.setdefault(user, {})[mech] = cred
         self._creds = {u: m for u, m in creds.items() if m}
+
+
+class PublishedScramCredentials:
+    """A read-only ScramCredentialSource over an immutable snapshot (a ScramImage) that one
+    publisher replaces with ``update``; readers take the current reference, never a lock.
+    Empty (no user) until the first update."""
+
+    def __init__(self, snapshot: ScramCredentialSource | None = None):
+        self._snapshot = snapshot
+
+    def update(self, snapshot: ScramCredentialSource) -> None:
+        self._snapshot = snapshot
+
+    def scram_credential(self, user: str, mechanism: str) -> Optional[ScramCredential]:
+        snap = self._snapshot
+        return None if snap is None else snap.scram_credential(user, mechanism)
+
+    def scram_credentials(self) -> Mapping[str, Mapping[str, ScramCredential]]:
+        snap = self._snapshot
+        return {} if snap is None else snap.scram_credentials()

@@ -24,9 +24,10 @@ MAX_ITERATIONS = 16384
 
 @dataclasses.dataclass(frozen=True)
 class ScramCredential:
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
+    """(repr hides the salt and keys, as Kafka's ScramCredentialValue.toString does)"""
+    salt: bytes = dataclasses.field(repr=False)
+    stored_key: bytes = dataclasses.field(repr=False)
+    server_key: bytes = dataclasses.field(repr=False)
     iterations: int
 
     def to_json(self) -> dict:

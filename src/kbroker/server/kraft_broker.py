@@ -36,6 +36,11 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
   Every broker-to-broker connection (fetchers, markers, verifications) goes to the other
   broker's ``inter.broker.listener.name`` endpoint with ``config.inter_broker_client_config()``.
 
+- SCRAM: the SASL servers of the broker listeners read the credentials of the published
+  image (``scram_credentials``, updated by the publisher: Kafka's ScramPublisher);
+  AlterUserScramCredentials is forwarded to the controller, DescribeUserScramCredentials is
+  answered from the image.
+
 - Transactions: the transaction coordinator is the zero-config broker's, over the
   ``__transaction_state`` partitions this broker leads (created through the controller
   on the first FindCoordinator(TRANSACTION)); markers and KIP-890 verifications go over
@@ -62,6 +67,7 @@ from kbroker.quota.manager import QuotaManagers
 from kbroker.protocol.messages.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kbroker.server import schema_validation
 from kbroker.security.authorizer import StandardAuthorizer
+from kbroker.security.credentials import PublishedScramCredentials
 from kbroker.server.apis import ApiHandler
 from kbroker.server.authz import authz
 from kbroker.server.forward_authz import authorize_forwarded
@@ -299,6 +305,13 @@ class KRaftBroker:
         self._stopped = False
         #: authorizer.class.name: None, or the StandardAuthorizer over the published image's ACLs
         self.authorizer = StandardAuthorizer.from_config(config, lambda: listener.image.acls.index)
+        #: the SCRAM credentials of the published image (the publisher updates it); what the
+        #: broker listeners' SASL servers and DescribeUserScramCredentials read
+        self.scram_credentials = PublishedScramCredentials()
+        for l in self.listeners:
+            security = config.listener_security.get(l.name)
+            if security is not None and security.sasl is not None:
+                security.sasl.scram_credentials = self.scram_credentials
 
     # -- what handlers use ------------------------------------------------------------------
     @property

@@ -4,7 +4,10 @@ One RaftManager (the pure KafkaRaftClient on the metadata log in ``metadata.log.
 a voter on a controller, an observer on a broker-only node) feeds the roles:
 
 - ``controller``: the quorum controller on top of it (QuorumControllerHost), served on
-  the listeners named by ``controller.listener.names`` (ControllerServer);
+  the listeners named by ``controller.listener.names`` (ControllerServer); SASL controller
+  listeners authenticate SCRAM users from the committed metadata image (a ScramPublisher on
+  the node's metadata listener, as Kafka's ControllerServer), e.g. brokers with
+  ``sasl.mechanism.controller.protocol=SCRAM-SHA-512`` and a user from ``storage format --add-scram``;
 - ``broker``: the broker role (KRaftBroker: the metadata image and its publisher, which
   makes the ReplicaManager lead or follow each partition the controller placed here;
   the zero-config broker's data plane and handlers on the broker listeners; registration
@@ -27,7 +30,9 @@ from kbroker.controller.result import ControllerConfig
 from kbroker.server.config import parse_host_port, parse_voters
 from kbroker.server.controller_server import ControllerServer
 from kbroker.metadata.bootstrap import uuid_from_str
+from kbroker.security.credentials import PublishedScramCredentials
 from kbroker.server.kraft_broker import BrokerMetadataListener, FanOutListener, KRaftBroker
+from kbroker.server.kraft_publisher import ScramPublisher
 from kbroker.server.kraft_storage import EnsembleError, read_bootstrap_file, verify_kraft_storage
 from kbroker.server.quorum_controller_host import QuorumControllerHost
 from kbroker.server.raft_manager import RaftManager, raft_config
@@ -83,13 +88,27 @@ class KRaftNode:
                 bootstrap=self._bootstrap_records())
         if "broker" in self.roles:
             self.broker_metadata = BrokerMetadataListener()
+        # the controller listeners' SCRAM credentials: the committed image's (a controller-only
+        # node follows the image only when one of them takes SASL)
+        controller_metadata = None
+        sasl = [sec.sasl for n in c.controller_listener_names if "controller" in self.roles
+                if (sec := c.listener_security.get(n)) is not None and sec.sasl is not None]
+        if sasl:
+            creds = PublishedScramCredentials()
+            for s in sasl:
+                s.scram_credentials = creds
+            controller_metadata = (self.broker_metadata if self.broker_metadata is not None
+                                   else BrokerMetadataListener())
+            controller_metadata.install(ScramPublisher(creds))
         self.snapshots = SnapshotGenerator(
             self.node_id, c["metadata.log.max.record.bytes.between.snapshots"],
             c["metadata.log.max.snapshot.interval.ms"],
             on_written=[self.controller.snapshot_written] if self.controller is not None else [])
         self.raft = RaftManager(node_id=self.node_id, voters=voters, cluster_id=self.cluster_id,
                                 metadata_log_dir=c.metadata_log_dir,
-                                listener=FanOutListener(self.controller, self.broker_metadata, self.snapshots),
+                                listener=FanOutListener(self.controller, self.broker_metadata,
+                                                        None if controller_metadata is self.broker_metadata
+                                                        else controller_metadata, self.snapshots),
                                 config=raft_config(c), bootstrap_servers=[] if voters else bootstrap,
                                 on_endpoint=self._learned_endpoint, directory_id=directory_id,
                                 listener_name=c.controller_listener_names[0] if c.controller_listener_names else "",

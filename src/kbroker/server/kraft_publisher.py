@@ -6,7 +6,9 @@ Runs on the raft thread (BrokerMetadataListener), once per committed batch, in l
 1. the handler view (KRaftMetadataCache) is refreshed to the new image;
 2. topic config changes go to the LogManager (before any log of the topic is created, so
    a new topic's logs start with its overrides); BROKER config changes reload the dynamic
-   broker configs; client quota changes go to the broker's QuotaManagers;
+   broker configs; client quota changes go to the broker's QuotaManagers; SCRAM credential
+   changes replace the image the SASL servers read (``broker.scram_credentials``, through a
+   :class:`ScramPublisher`);
 3. the delta's local changes (``MetadataDelta.local_changes(node.id)``) go to the
    ReplicaManager: stop and delete replicas of removed partitions, become leader (log
    opened or created, leader epoch / replicas / ISR from the registration), become
@@ -40,10 +42,26 @@ def full_delta(image) -> MetadataDelta:
     return delta
 
 
+class ScramPublisher:
+    """Kafka's ScramPublisher: the first publish (``delta`` None) and each delta that changes
+    SCRAM credentials hand the image's ScramImage to ``credentials`` (a
+    PublishedScramCredentials the listeners' SASL servers read). A broker's
+    BrokerMetadataPublisher runs one; a controller installs one on its own metadata listener."""
+
+    def __init__(self, credentials):
+        self.credentials = credentials
+
+    def publish(self, delta, image) -> None:
+        if delta is None or delta.scram_changed():
+            self.credentials.update(image.scram)
+
+
 class BrokerMetadataPublisher:
     def __init__(self, broker):
         self.broker = broker
         self.node_id = broker.node_id
+        creds = getattr(broker, "scram_credentials", None)
+        self.scram = ScramPublisher(creds) if creds is not None else None
 
     def publish(self, delta, image) -> None:
         b = self.broker
@@ -59,6 +77,8 @@ class BrokerMetadataPublisher:
             b.dynamic_config.reload(b.log_manager)
         if delta.client_quotas_changed() and getattr(b, "quotas", None) is not None:
             b.quotas.update_quotas(image.client_quotas.entities)
+        if self.scram is not None:
+            self.scram.publish(None if first else delta, image)
         changes = delta.local_changes(self.node_id)
         if first:
             if getattr(getattr(b, "metadata_listener", None), "incomplete", False):

@@ -63,6 +63,7 @@ WRITES = {
     ApiKey.ALTER_CLIENT_QUOTAS: "alter_client_quotas",
     ApiKey.CREATE_ACLS: "create_acls",
     ApiKey.DELETE_ACLS: "delete_acls",
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "alter_user_scram_credentials",
 }
 READS = {
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",

@@ -179,11 +179,11 @@ def error_response(api_key: int, version: int, code: int):
 def error_response_for(api_key: int, version: int, code: int, body):
     """Kafka's AbstractRequest.getErrorResponse: like :func:`error_response`, but for the admin
     APIs whose response has no top-level error code (CreateTopics, DeleteTopics,
-    CreatePartitions, (Incremental)AlterConfigs, DescribeConfigs) the error goes in every
-    per-item result of the request ``body``."""
+    CreatePartitions, (Incremental)AlterConfigs, DescribeConfigs, AlterUserScramCredentials)
+    the error goes in every per-item result of the request ``body``."""
     from kbroker.protocol.messages import (
-        alter_configs as AC, create_partitions as CP, create_topics as CT, delete_topics as DT,
-        describe_configs as DC, incremental_alter_configs as IAC,
+        alter_configs as AC, alter_user_scram_credentials as AUSC, create_partitions as CP, create_topics as CT,
+        delete_topics as DT, describe_configs as DC, incremental_alter_configs as IAC,
     )
     if body is not None:
         if api_key == ApiKey.CREATE_TOPICS:
@@ -207,4 +207,9 @@ def error_response_for(api_key: int, version: int, code: int, body):
             return DC.DescribeConfigsResponse(results=[DC.DescribeConfigsResult(
                 error_code=code, resource_type=r.resource_type, resource_name=r.resource_name)
                 for r in body.resources])
+        if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+            # Kafka's AlterUserScramCredentialsRequest.getErrorResponse: each user once, sorted
+            users = sorted({x.name for x in list(body.deletions or ()) + list(body.upsertions or ())})
+            return AUSC.AlterUserScramCredentialsResponse(results=[
+                AUSC.AlterUserScramCredentialsResult(user=u, error_code=code, error_message=None) for u in users])
     return error_response(api_key, version, code)

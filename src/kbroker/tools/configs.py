@@ -22,6 +22,9 @@ password are made here, the password never goes over the wire)::
     kbroker configs --bootstrap-server HOST:PORT --describe --entity-type users [--entity-name alice]
 
 printing Kafka's ``SCRAM credential configs for user-principal 'alice' are SCRAM-SHA-256=iterations=8192``.
+Each mechanism's change is its own AlterUserScramCredentials request (deletions first): a KRaft
+controller refuses a user named twice in one request (DUPLICATE_RESOURCE), which Kafka's
+ConfigCommand runs into when one command names two mechanisms.
 
 Client quotas of ``users`` and ``clients`` (together, for a user's client) and ``ips``
 (Describe/AlterClientQuotas; ``--entity-default`` is the type's default entity, names pair
@@ -316,8 +319,10 @@ def alter_users(adm, name: str, add: dict, delete: list, out, quota_done: bool =
         if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
             raise ToolError(f"{mech} iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
         upsertions.append((name, mech, iterations, fields["password"]))
-    if upsertions or delete:
-        adm.alter_user_scram_credentials(upsertions, [(name, m) for m in delete])
+    for m in delete:
+        adm.alter_user_scram_credentials([], [(name, m)])
+    for u in upsertions:
+        adm.alter_user_scram_credentials([u], [])
     print(f"Completed updating config for user {name}.", file=out)
 
 

@@ -3,6 +3,7 @@
     kbroker storage random-uuid
     kbroker storage format --config server.properties --cluster-id ID [--override k=v]
                            [--ignore-formatted] [--release-version 3.9] [--feature name=level]
+                           [--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]' ...]
                            [--standalone | --initial-controllers ID@HOST:PORT:DIR,... |
                             --no-initial-controllers]
     kbroker storage info --config server.properties
@@ -11,7 +12,10 @@ Kafka: ``core/.../tools/StorageTool.scala`` and ``metadata/.../storage/Formatter
 ``format`` writes into every directory of ``log.dirs`` plus ``metadata.log.dir`` that has no
 ``meta.properties`` yet: ``bootstrap.checkpoint`` (the initial feature levels, see
 :mod:`kbroker.metadata.bootstrap`), then ``meta.properties`` version 1 (cluster.id, node.id, a
-fresh directory.id per directory). A directory that is already formatted is refused unless
+fresh directory.id per directory). ``--add-scram`` (repeatable; kafka-storage.sh's syntax, see
+:mod:`kbroker.metadata.scram_parser`) adds a UserScramCredentialRecord to the bootstrap metadata,
+so the user can authenticate before any AlterUserScramCredentials (metadata.version 3.5-IV2 or
+later). A directory that is already formatted is refused unless
 ``--ignore-formatted``; one formatted for another cluster or node is refused even then.
 Errors are one line on stderr, exit code 1. Only for nodes with ``process.roles`` set:
 zero-config mode formats its directory itself on first start.
@@ -47,7 +51,9 @@ from kbroker.server.kraft_storage import (
     write_bootstrap_file,
     write_voters_snapshot,
 )
+from kbroker.metadata import scram_parser
 from kbroker.metadata.bootstrap import (
+    SCRAM_MINIMUM_VERSION,
     FormatterError,
     bootstrap_records,
     effective_feature_levels,
@@ -106,6 +112,11 @@ def format_storage(args, out) -> int:
         mv, levels = effective_feature_levels(release, _parse_features(args.feature),
                                               dynamic_quorum=initial is not None)
         records = bootstrap_records(mv, levels)
+        if args.add_scram:
+            # Kafka's Formatter.calculateBootstrapMetadata
+            if mv < SCRAM_MINIMUM_VERSION:
+                raise FormatterError(f"SCRAM is only supported in metadata.version {SCRAM_MINIMUM_VERSION} or later.")
+            records += scram_parser.parse(args.add_scram)
     except FormatterError as e:
         raise StorageError(str(e)) from None
     directories = config_directories(config)
@@ -234,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                         help="set one property (repeatable; wins over --config)")
     fmt.add_argument("--cluster-id", "-t", required=True, help="The cluster ID to use.")
+    fmt.add_argument("--add-scram", "-S", action="append", default=[],
+                     help="A SCRAM_CREDENTIAL to add to the __cluster_metadata log e.g. "
+                          "'SCRAM-SHA-256=[name=alice,password=alice-secret]' "
+                          "'SCRAM-SHA-512=[name=alice,iterations=8192,salt=\"N3E=\",saltedpassword=\"YCE=\"]'")
     fmt.add_argument("--ignore-formatted", "-g", action="store_true",
                      help="Skip directories that are already formatted and format the others.")
     fmt.add_argument("--release-version", "-r",

@@ -1,14 +1,20 @@
 """DescribeUserScramCredentials (50) and AlterUserScramCredentials (51), KIP-554.
 
-Kafka: ``ControllerApis`` / ``ScramControlManager``. Credentials live in the broker's
-:class:`kbroker.security.credentials.ScramCredentialStore` (``broker.metadata`` on the
-zero-config node: durable before the answer). One result per user, with Kafka's checks and
-texts: an empty user name or an iteration count outside [4096, 16384] is UNACCEPTABLE_CREDENTIAL,
+Kafka: ``ControllerApis`` / ``ScramControlManager``. On the zero-config node the credentials live
+in the broker's :class:`kbroker.security.credentials.ScramCredentialStore` (``broker.metadata``:
+durable before the answer). On a KRaft broker (``broker.forward_to_controller``),
+AlterUserScramCredentials is authorized here, then forwarded to the active controller, whose
+:mod:`kbroker.controller.scram_control` validates it (its rules differ in one way: a user named
+twice in a request is DUPLICATE_RESOURCE whatever the mechanisms) and writes
+UserScramCredentialRecords; DescribeUserScramCredentials is answered from the broker's published
+image (``broker.scram_credentials``), so a change shows once the broker replayed it.
+Zero-config node: one result per user, with Kafka's checks and texts: an empty user name or an iteration count outside [4096, 16384] is UNACCEPTABLE_CREDENTIAL,
 an unknown mechanism UNSUPPORTED_SASL_MECHANISM, a (user, mechanism) named twice DUPLICATE_RESOURCE, deleting
 or describing what does not exist RESOURCE_NOT_FOUND. The client sends the salted password
 (never the password); the broker keeps only the stored and server keys derived from it.
 With an authorizer: DESCRIBE (describe) or ALTER (alter) on the cluster, else every result is
-CLUSTER_AUTHORIZATION_FAILED (Kafka's ControllerApis / KafkaApis checks).
+CLUSTER_AUTHORIZATION_FAILED (Kafka's ControllerApis / KafkaApis checks); a refused describe of
+named users has no top-level error, unlike Kafka's, which makes librdkafka abort (see below).
 """
 from __future__ import annotations
 
@@ -25,13 +31,25 @@ from kbroker.server.authz import ALTER, CLUSTER, DESCRIBE, allowed
 
 
 def _store(broker):
-    return broker.metadata
+    src = getattr(broker, "scram_credentials", None)       # a KRaft broker's published image
+    return src if src is not None else broker.metadata
 
 
 def handle_describe(broker, ctx, req) -> None:
     if not allowed(broker, ctx, DESCRIBE, CLUSTER):
+        # Kafka answers with a top-level error (DescribeUserScramCredentialsRequest.getErrorResponse),
+        # which makes librdkafka (2.x: rd_kafka_DescribeUserScramCredentialsResponse_parse frees
+        # a string it does not own) abort the client process. For named users the error goes in
+        # each user's result instead (what Kafka's AdminClient and librdkafka report per user
+        # anyway); only a describe-all keeps Kafka's top-level error.
+        message = "Cluster authorization failed."
+        users = list(dict.fromkeys(u.name for u in req.users or ()))
         ctx.respond(DescribeUserScramCredentialsResponse(
-            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, results=[]))
+            throttle_time_ms=0, error_code=ErrorCode.NONE if users else ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            error_message=None if users else message,
+            results=[DescribeUserScramCredentialsResult(
+                user=u, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=message,
+                credential_infos=[]) for u in users]))
         return
     creds = _store(broker).scram_credentials()
     results = []
@@ -76,6 +94,10 @@ def handle_alter(broker, ctx, req) -> None:
         ctx.respond(AlterUserScramCredentialsResponse(throttle_time_ms=0, results=[
             AlterUserScramCredentialsResult(user=n, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                                             error_message=None) for n in names]))
+        return
+    forward = getattr(broker, "forward_to_controller", None)
+    if forward is not None:
+        forward(ctx, req)
         return
     store = _store(broker)
     existing = store.scram_credentials()
