@@ -366,6 +366,7 @@ class KRaftBroker:
                                                         broker_epoch=self._broker_epoch)
         # PLAINTEXT only on a KRaft node for now (KafkaConfig refuses other protocols there)
         self.socket_server = SocketServer(c.socket_server_config([f"{l.name}://{l.host}:{l.port}" for l in self.listeners]))
+        self.quotas.bind_connection_quotas(self.socket_server.quotas)   # per-IP connection_creation_rate
         self.apis = KafkaApis(self, self.socket_server.channel, self._handlers())
         self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,
                                                     c["num.io.threads"], self.socket_server.metrics)
