@@ -49,7 +49,7 @@ def test_a_producer_over_its_producer_byte_rate_is_held_within_10_percent_and_to
                       "linger.ms": 5, "batch.size": 16384,
                       # a bounded queue: the producer waits on the quota instead of buffering the run
                       "queue.buffering.max.messages": 1000,
-                      "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+                      "throttle_cb": lambda ev: throttles.append(ev.throttle_time * 1000)})   # (s -> ms)
         p.list_topics(topic, timeout=10)
         payload = b"x" * RECORD
 
@@ -100,7 +100,7 @@ def test_a_consumer_over_its_consumer_byte_rate_is_held_to_it_and_told_its_throt
                       "client.id": "limited", "enable.auto.commit": False,
                       # fetches small against the quota (see the module docstring)
                       "max.partition.fetch.bytes": 16384,
-                      "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+                      "throttle_cb": lambda ev: throttles.append(ev.throttle_time * 1000)})   # (s -> ms)
         c.assign([TopicPartition(topic, 0, 0)])
         t0 = time.monotonic()
         end = t0 + WARMUP + MEASURE

@@ -188,6 +188,8 @@ class QuotaManagers:
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples, window_s, clock_ms=clock_ms)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, samples, window_s,
                                           max_throttle_ms=window_s * 1000, clock_ms=clock_ms)
+        from kbroker.quota.controller_mutation import ControllerMutationQuotaManager
+        self.controller_mutation = ControllerMutationQuotaManager(samples, window_s, clock_ms=clock_ms)
         #: any quota set (read per request by KafkaApis: a plain attribute, not a property)
         self.any_enabled = False
         #: the socket server's ConnectionQuotas: takes the ip entities' connection_creation_rate
@@ -200,9 +202,10 @@ class QuotaManagers:
 
     def update_quotas(self, quotas: Mapping) -> None:
         self._last = quotas
-        for m in (self.produce, self.fetch, self.request):
+        for m in (self.produce, self.fetch, self.request, self.controller_mutation):
             m.update_quotas(quotas)
-        self.any_enabled = self.produce.enabled or self.fetch.enabled or self.request.enabled
+        self.any_enabled = (self.produce.enabled or self.fetch.enabled or self.request.enabled
+                            or self.controller_mutation.enabled)
         if self._connection_quotas is not None:
             self._connection_quotas.update_ip_quotas(quotas)
 
