@@ -53,47 +53,54 @@ def _strict_cycle(adm: Admin, bootstrap: str, prefix: str) -> None:
             prefix + f"f{i}": None for i in range(3)}
 
 
-def test_strict_versions_refuse_a_topic_while_over_the_quota():
+@pytest.fixture(scope="module")
+def broker():
+    """One broker; each test limits its own client id."""
     with KBrokerProcess(overrides=WINDOWS).start() as b:
-        _alter(b.port, [("client-id", "mutator")], {"controller_mutation_rate": 2})
-        with Admin({"bootstrap.servers": b.bootstrap, "client.id": "mutator"}) as adm:
-            _strict_cycle(adm, b.bootstrap, "s-")
+        yield b
 
 
-def test_the_response_carries_the_throttle_time_of_a_refused_topic():
-    with KBrokerProcess(overrides=WINDOWS).start() as b:
-        _alter(b.port, [("client-id", "raw")], {"controller_mutation_rate": 2})
-        with RawClient(b.port, client_id="raw") as c:
-            def create(name, n):
-                return c.call(K.CREATE_TOPICS, 7, ct.CreateTopicsRequest(topics=[ct.CreatableTopic(
-                    name=name, num_partitions=n, replication_factor=1, assignments=[], configs=[])],
-                    timeout_ms=5000, validate_only=False))
-            r = create("r1", 10)            # the bucket (4) was not negative: created, now -6
-            assert r.topics[0].error_code == E.NONE and r.throttle_time_ms == 0, r
-            r = create("r2", 1)
-            assert r.topics[0].error_code == E.THROTTLING_QUOTA_EXCEEDED, r
-            # -6 tokens at 2/s: 3 s (less the few ms since)
-            assert 2500 <= r.throttle_time_ms <= 3000, r.throttle_time_ms
+def test_strict_versions_refuse_a_topic_while_over_the_quota(broker):
+    b = broker
+    _alter(b.port, [("client-id", "mutator")], {"controller_mutation_rate": 2})
+    with Admin({"bootstrap.servers": b.bootstrap, "client.id": "mutator"}) as adm:
+        _strict_cycle(adm, b.bootstrap, "s-")
 
 
-def test_librdkafka_admin_versions_are_permissive_and_throttled():
-    with KBrokerProcess(overrides=WINDOWS).start() as b:
-        _alter(b.port, [("client-id", "ck")], {"controller_mutation_rate": 2})
-        throttles = []
-        adm = AdminClient({"bootstrap.servers": b.bootstrap, "client.id": "ck",
-                           "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
-        names = [f"p-{i}" for i in range(3)]
-        futs = adm.create_topics([CkNewTopic(n, 4, 1) for n in names], operation_timeout=10)
-        for n in names:
-            futs[n].result(timeout=15)        # all created: v4 is permissive (12 partitions, burst 4)
-        adm.poll(1.0)
-        deadline = time.monotonic() + 10
-        while not throttles and time.monotonic() < deadline:
-            adm.poll(0.2)
-        # -8 tokens at 2/s: ~4 s (confluent-kafka's ThrottleEvent.throttle_time is in seconds)
-        assert throttles and 3.0 <= max(throttles) <= 4.1, throttles
-        adm.create_partitions([NewPartitions("p-0", 6)], operation_timeout=10)["p-0"].result(timeout=15)
-        del adm
+def test_the_response_carries_the_throttle_time_of_a_refused_topic(broker):
+    b = broker
+    _alter(b.port, [("client-id", "raw")], {"controller_mutation_rate": 2})
+    with RawClient(b.port, client_id="raw") as c:
+        def create(name, n):
+            return c.call(K.CREATE_TOPICS, 7, ct.CreateTopicsRequest(topics=[ct.CreatableTopic(
+                name=name, num_partitions=n, replication_factor=1, assignments=[], configs=[])],
+                timeout_ms=5000, validate_only=False))
+        r = create("r1", 10)            # the bucket (4) was not negative: created, now -6
+        assert r.topics[0].error_code == E.NONE and r.throttle_time_ms == 0, r
+        r = create("r2", 1)
+        assert r.topics[0].error_code == E.THROTTLING_QUOTA_EXCEEDED, r
+        # -6 tokens at 2/s: 3 s (less the few ms since)
+        assert 2500 <= r.throttle_time_ms <= 3000, r.throttle_time_ms
+
+
+def test_librdkafka_admin_versions_are_permissive_and_throttled(broker):
+    b = broker
+    _alter(b.port, [("client-id", "ck")], {"controller_mutation_rate": 2})
+    throttles = []
+    adm = AdminClient({"bootstrap.servers": b.bootstrap, "client.id": "ck",
+                       "throttle_cb": lambda ev: throttles.append(ev.throttle_time)})
+    names = [f"p-{i}" for i in range(3)]
+    futs = adm.create_topics([CkNewTopic(n, 4, 1) for n in names], operation_timeout=10)
+    for n in names:
+        futs[n].result(timeout=15)        # all created: v4 is permissive (12 partitions, burst 4)
+    adm.poll(1.0)
+    deadline = time.monotonic() + 10
+    while not throttles and time.monotonic() < deadline:
+        adm.poll(0.2)
+    # -8 tokens at 2/s: ~4 s (confluent-kafka's ThrottleEvent.throttle_time is in seconds)
+    assert throttles and 3.0 <= max(throttles) <= 4.1, throttles
+    adm.create_partitions([NewPartitions("p-0", 6)], operation_timeout=10)["p-0"].result(timeout=15)
+    del adm
 
 
 def test_token_bucket_strict_and_permissive():
