@@ -178,9 +178,11 @@ def quota_forwarded(ctx, body, partitions_of, default_partitions: int):
     controller refused and sets the throttle time."""
     from kbroker.server.request_context import error_response_for
     import copy
-    mq = mutation_quota(ctx)
     key, v = ctx.api_key, ctx.api_version
-    if mq is None or key not in (ApiKey.CREATE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_TOPICS):
+    if key not in (ApiKey.CREATE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_TOPICS):
+        return body, None, None
+    mq = mutation_quota(ctx)
+    if mq is None:
         return body, None, None
     if key == ApiKey.DELETE_TOPICS:
         attr = "topics" if v >= 6 else "topic_names"
