@@ -67,6 +67,7 @@ def test_a_producer_over_its_producer_byte_rate_is_held_within_10_percent_and_to
             p.poll(0)
         p.purge()
         p.flush(30)
+        del p                           # (closed while the broker is up)
         rate = _rate(acked, t0 + WARMUP, end)
         # the quota is faster than nothing: the client kept sending through the whole window
         print(f"producer: {rate / QUOTA:.3f} of the quota, throttles {len(throttles)} max {max(throttles or [0])} ms")
@@ -93,6 +94,7 @@ def test_a_consumer_over_its_consumer_byte_rate_is_held_to_it_and_told_its_throt
                 except BufferError:
                     loader.poll(0.05)
         assert loader.flush(60) == 0
+        del loader
         _alter(b.port, [("client-id", "limited")], {"consumer_byte_rate": QUOTA})
         throttles = []
         got = []
