@@ -209,9 +209,10 @@ class ConnectionQuotas:
         default, rates = None, {}
         for key, values in quotas.items():
             v = values.get("connection_creation_rate")
-            if v is None or len(key) != 1 or key[0][0] != "ip":
+            d = dict(key)
+            if v is None or set(d) != {"ip"}:
                 continue
-            name = key[0][1]
+            name = d["ip"]
             if name is None:
                 default = int(v)
             else:

@@ -16,7 +16,9 @@ Bounded memory: the SocketServer owns the broker's one
 :class:`~kbroker.network.memory_pool.MemoryPool` (``queued.max.request.bytes`` > 0;
 none otherwise, Kafka's default), shared by all processors, and the
 :class:`~kbroker.network.acceptor.ConnectionQuotas` (``max.connections``,
-``max.connections.per.ip`` and its overrides) shared by all acceptors and processors.
+``max.connections.per.ip`` and its overrides, the connection creation rates; the broker's
+QuotaManagers feed it the per-IP ``connection_creation_rate`` quotas) shared by all
+acceptors and processors.
 """
 from __future__ import annotations
 
