@@ -133,3 +133,17 @@ def test_describe_filters_as_kafkas_image():
         with pytest.raises(Q.QuotaError) as ei:
             Q.describe(quotas, comps, False)
         assert ei.value.code == code
+
+
+def test_a_quota_change_keeps_the_recorded_rates():
+    """Kafka updates the bound of a client's existing quota metric: altering any quota (here
+    another client's, then this one's) neither resets a throttled client's rate nor its window."""
+    m = ClientQuotaManager("producer_byte_rate", samples=11, window_s=1, clock_ms=lambda: 0)
+    quotas = {(("client-id", "c"),): {"producer_byte_rate": 10.0}}
+    m.update_quotas(quotas)
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "c", 250, now_ms=0) == 15_000
+    m.update_quotas({**quotas, (("client-id", "other"),): {"producer_byte_rate": 1.0}})
+    assert m.rate("ANONYMOUS", "c", now_ms=0) == pytest.approx(25.0)
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "c", 0, now_ms=0) == 15_000
+    m.update_quotas({(("client-id", "c"),): {"producer_byte_rate": 5.0}})      # the new bound applies at once
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "c", 0, now_ms=0) == 40_000

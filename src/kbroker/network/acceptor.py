@@ -1,15 +1,31 @@
 """Acceptor: one thread per listener that accepts connections and deals them to processors.
 
 Modelled on Kafka's ``Acceptor`` and ``ConnectionQuotas`` in ``core/.../network/SocketServer.scala``.
+An accepted socket passes, in Kafka's order:
+
+1. the connection creation rate, broker-wide (``max.connection.creation.rate``; not on the
+   inter-broker listener while there are others) and per listener
+   (``listener.name.<l>.max.connection.creation.rate``): over it, the acceptor stops accepting
+   for the throttle time (the rate's (O - T) / T * W, at most one quota window);
+2. the per-IP ``connection_creation_rate`` client quota (entity ``ip``, or the ``ip`` default):
+   over it the connection is not counted (nor in the rates of 1.) and is closed once the
+   throttle time is over (Kafka's delayed close of a throttled socket);
+3. ``max.connections.per.ip`` (and its overrides): over it the connection is closed at once.
+
+``max.connections`` is waited for before accepting (connections wait in the kernel backlog).
 """
 from __future__ import annotations
 
+import heapq
 import ipaddress
 import logging
 import selectors
 import socket
 import threading
+import time
 from typing import Mapping, Sequence
+
+from kbroker.quota.rate import SampledRate
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +44,53 @@ def normalise_ip(ip: str) -> str:
     return str(addr)
 
 
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class _RateQuota:
+    """A connection creation rate and its bound (Kafka: a Rate sensor with a quota)."""
+    __slots__ = ("rate", "bound")
+
+    def __init__(self, bound: float, samples: int, window_ms: int):
+        self.rate = SampledRate(samples, window_ms)
+        self.bound = float(bound)
+
+    def record(self, now_ms: int, max_throttle_ms: int) -> int:
+        """Count one connection; the throttle time if that puts the rate over its bound
+        (Kafka's QuotaUtils.boundedThrottleTime), else 0."""
+        self.rate.record(1.0, now_ms)
+        rate = self.rate.measure(now_ms)
+        if rate <= self.bound:
+            return 0
+        window = self.rate.window_size_ms(now_ms)
+        return min(round((rate - self.bound) / self.bound * window), max_throttle_ms)
+
+    def unrecord(self, now_ms: int) -> None:
+        self.rate.record(-1.0, now_ms)
+
+
 class ConnectionQuotas:
     """Broker-wide connection count (``max.connections``) and per-IP count
     (``max.connections.per.ip``, with ``max.connections.per.ip.overrides``: normalised
     IP -> limit, Kafka's ``ConnectionQuotas``; a limit of 0 refuses every connection from
-    that IP).
+    that IP), and the connection creation rates (broker-wide, per listener, per IP; see the
+    module docstring).
 
-    Thread-safety: all methods are safe from any thread; ``_cond`` guards the counts.
-    Acceptors ``inc`` before handing a socket to a processor; the processor that owns
+    Thread-safety: all methods are safe from any thread; ``_cond`` guards the counts and
+    the rates. Acceptors ``inc`` before handing a socket to a processor; the processor that owns
     the socket calls ``dec`` exactly once when it closes it (or the acceptor does, if no
     processor took it). Invariant: ``total == sum(per_ip.values())``.
     """
 
     def __init__(self, max_connections: int = INT32_MAX,
                  max_connections_per_ip: int = INT32_MAX,
-                 max_connections_per_ip_overrides: Mapping[str, int] | None = None) -> None:
+                 max_connections_per_ip_overrides: Mapping[str, int] | None = None, *,
+                 max_connection_creation_rate: int = INT32_MAX,
+                 listener_connection_creation_rates: Mapping[str, int] | None = None,
+                 inter_broker_listener: str | None = None, listener_count: int = 1,
+                 quota_window_num: int = 11, quota_window_size_s: int = 1,
+                 clock_ms=_monotonic_ms) -> None:
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.overrides = {normalise_ip(ip): n
@@ -50,6 +98,21 @@ class ConnectionQuotas:
         self._cond = threading.Condition(threading.Lock())
         self.total = 0
         self._per_ip: dict[str, int] = {}
+        self._samples = quota_window_num
+        self._window_ms = quota_window_size_s * 1000
+        #: Kafka's maxThrottleTimeMs: a connection is never held longer than one quota window
+        self.max_throttle_ms = self._window_ms
+        self._clock_ms = clock_ms
+        self._broker_rate = _RateQuota(max_connection_creation_rate, self._samples, self._window_ms)
+        self._listener_rates = {name.upper(): _RateQuota(r, self._samples, self._window_ms)
+                                for name, r in (listener_connection_creation_rates or {}).items()}
+        # Kafka's protectedListener: the inter-broker listener, when it is not the only one
+        self._protected = (inter_broker_listener.upper()
+                           if inter_broker_listener and listener_count > 1 else None)
+        #: connection_creation_rate client quotas: IP -> rate, and the <default> IP's (None: none)
+        self._ip_rate_default: int | None = None
+        self._ip_rates: dict[str, int] = {}
+        self._ip_sensors: dict[str, _RateQuota] = {}
 
     def wait_for_slot(self, timeout_s: float) -> bool:
         """Block until ``total < max_connections`` (Kafka's ``waitForConnectionSlot``)."""
@@ -92,6 +155,75 @@ class ConnectionQuotas:
         with self._cond:
             return self._per_ip.get(ip, 0)
 
+    # -- creation rates ---------------------------------------------------------------------------
+    def record_connection_and_get_throttle_ms(self, listener: str, now_ms: int | None = None) -> int:
+        """Count a new connection on ``listener`` in the broker-wide (unless the listener is
+        protected) and the listener's creation rate; the longer throttle time, or 0 (Kafka's
+        recordConnectionAndGetThrottleTimeMs: the acceptor waits that long)."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        listener = listener.upper()
+        with self._cond:
+            throttle = 0
+            if listener != self._protected:
+                throttle = self._broker_rate.record(now, self.max_throttle_ms)
+            lq = self._listener_rates.get(listener)
+            if lq is not None:
+                throttle = max(throttle, lq.record(now, self.max_throttle_ms))
+            return throttle
+
+    def connection_rate_for_ip(self, ip: str) -> int | None:
+        """The ``connection_creation_rate`` quota of ``ip`` (its own, else the default), or None."""
+        r = self._ip_rates.get(normalise_ip(ip))
+        return self._ip_rate_default if r is None else r
+
+    def record_ip_connection_and_get_throttle_ms(self, listener: str, ip: str, now_ms: int | None = None) -> int:
+        """Count a new connection from ``ip`` against its ``connection_creation_rate``; over it,
+        take the connection back out of every rate it was counted in and return the throttle
+        time (the acceptor closes the socket when it is over), else 0 (Kafka's
+        recordIpConnectionMaybeThrottle)."""
+        bound = self.connection_rate_for_ip(ip)
+        if bound is None:
+            return 0
+        now = self._clock_ms() if now_ms is None else now_ms
+        ip = normalise_ip(ip)
+        listener = listener.upper()
+        with self._cond:
+            q = self._ip_sensors.get(ip)
+            if q is None:
+                q = self._ip_sensors[ip] = _RateQuota(bound, self._samples, self._window_ms)
+            q.bound = float(bound)
+            throttle = q.record(now, self.max_throttle_ms)
+            if throttle:
+                q.unrecord(now)
+                if listener != self._protected:
+                    self._broker_rate.unrecord(now)
+                lq = self._listener_rates.get(listener)
+                if lq is not None:
+                    lq.unrecord(now)
+            return throttle
+
+    def update_ip_quotas(self, quotas: Mapping) -> None:
+        """Take the ``connection_creation_rate`` quotas of ``ip`` entities from a client quota
+        map (entity key ((type, name | None), ...) -> {key: value}); a sensor of an IP that
+        has none any more is dropped (its rate restarts if one is set again)."""
+        default, rates = None, {}
+        for key, values in quotas.items():
+            v = values.get("connection_creation_rate")
+            d = dict(key)
+            if v is None or set(d) != {"ip"}:
+                continue
+            name = d["ip"]
+            if name is None:
+                default = int(v)
+            else:
+                rates[normalise_ip(name)] = int(v)
+        with self._cond:
+            self._ip_rate_default = default
+            self._ip_rates = rates
+            if default is None:
+                for ip in [ip for ip in self._ip_sensors if ip not in rates]:
+                    del self._ip_sensors[ip]
+
 
 class Acceptor(threading.Thread):
     """Accepts connections on one listener's server socket.
@@ -99,7 +231,9 @@ class Acceptor(threading.Thread):
     Each accepted socket gets ``TCP_NODELAY`` and the configured buffer sizes, is counted
     in :class:`ConnectionQuotas`, and is handed to the next processor round-robin. When
     ``max.connections`` is reached the acceptor stops accepting (connections wait in the
-    kernel backlog) until a processor closes one.
+    kernel backlog) until a processor closes one; over a creation rate it waits the throttle
+    time; a socket refused by its IP's creation rate is kept (unread) in ``_delayed_close``
+    until its throttle time is over, then closed.
 
     Thread-safety: the server socket is owned by this thread once started;
     :meth:`shutdown` may be called from any thread.
@@ -120,6 +254,10 @@ class Acceptor(threading.Thread):
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        self._stopping = threading.Event()
+        #: heap of (close at, monotonic ns; seq; socket): IP-throttled sockets (this thread's)
+        self._delayed_close: list = []
+        self._seq = 0
 
     def run(self) -> None:
         sel = selectors.DefaultSelector()
@@ -128,9 +266,13 @@ class Acceptor(threading.Thread):
             sel.register(self._server_socket, selectors.EVENT_READ, "accept")
             sel.register(self._wake_r, selectors.EVENT_READ, "wake")
             while self._running:
+                self._close_throttled()
                 if not self._quotas.wait_for_slot(0.3):
                     continue
-                for key, _ in sel.select(0.5):
+                timeout = 0.5
+                if self._delayed_close:
+                    timeout = min(timeout, max(0.0, (self._delayed_close[0][0] - time.monotonic_ns()) / 1e9))
+                for key, _ in sel.select(timeout):
                     if key.data == "wake":
                         _drain(self._wake_r)
                     elif self._running:
@@ -139,6 +281,9 @@ class Acceptor(threading.Thread):
             log.exception("acceptor %s died", self.listener_name)
         finally:
             sel.close()
+            for _, _, sock in self._delayed_close:
+                sock.close()
+            self._delayed_close.clear()
             self._server_socket.close()
             self._wake_r.close()
             self._wake_w.close()
@@ -155,6 +300,22 @@ class Acceptor(threading.Thread):
                 log.warning("acceptor %s: accept failed: %s", self.listener_name, e)
                 return
             ip = addr[0]
+            throttle_ms = self._quotas.record_connection_and_get_throttle_ms(self.listener_name)
+            if throttle_ms > 0:
+                # Kafka's waitForConnectionSlot: the acceptor takes no connection for that long
+                log.debug("acceptor %s: connection creation rate over quota, waiting %d ms",
+                          self.listener_name, throttle_ms)
+                if self._stopping.wait(throttle_ms / 1000):
+                    sock.close()
+                    return
+            ip_throttle_ms = self._quotas.record_ip_connection_and_get_throttle_ms(self.listener_name, ip)
+            if ip_throttle_ms > 0:
+                log.debug("acceptor %s: %s over its connection_creation_rate; closing its connection in %d ms",
+                          self.listener_name, ip, ip_throttle_ms)
+                self._seq += 1
+                heapq.heappush(self._delayed_close,
+                               (time.monotonic_ns() + ip_throttle_ms * 1_000_000, self._seq, sock))
+                continue
             if not self._quotas.inc(ip):
                 log.info("rejecting connection from %s: its limit of %d connections "
                          "(max.connections.per.ip / max.connections.per.ip.overrides) is reached",
@@ -169,6 +330,11 @@ class Acceptor(threading.Thread):
                 self._quotas.dec(ip)
                 continue
             self._assign(sock, addr)
+
+    def _close_throttled(self) -> None:
+        now = time.monotonic_ns()
+        while self._delayed_close and self._delayed_close[0][0] <= now:
+            heapq.heappop(self._delayed_close)[2].close()
 
     def _configure(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -198,6 +364,7 @@ class Acceptor(threading.Thread):
     def shutdown(self) -> None:
         """Stop accepting and close the server socket (the thread does it); then join."""
         self._running = False
+        self._stopping.set()
         try:
             self._wake_w.send(b"\0")
         except OSError:

@@ -966,8 +966,11 @@ class Processor(threading.Thread):
 
     def _throttle(self, conn: _Connection, request: Request, throttle_ms: int) -> None:
         """Keep ``conn`` muted (``inflight`` stays ``request``) for ``throttle_ms``: Kafka's
-        MUTED_AND_THROTTLED channel state after a quota violation."""
-        heapq.heappush(self._throttled, (_monotonic_ns() + throttle_ms * 1_000_000, id(conn), conn, request))
+        MUTED_AND_THROTTLED channel state after a quota violation. As Kafka's ThrottledChannel,
+        the throttle time counts from when the response was handed over (``response_queued_ns``),
+        not from when its last byte was written: a slow write does not lengthen it."""
+        start = request.response_queued_ns or _monotonic_ns()
+        heapq.heappush(self._throttled, (start + throttle_ms * 1_000_000, id(conn), conn, request))
         with self._stats.lock:
             self._stats.throttled_responses += 1
 

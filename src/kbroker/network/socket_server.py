@@ -16,7 +16,9 @@ Bounded memory: the SocketServer owns the broker's one
 :class:`~kbroker.network.memory_pool.MemoryPool` (``queued.max.request.bytes`` > 0;
 none otherwise, Kafka's default), shared by all processors, and the
 :class:`~kbroker.network.acceptor.ConnectionQuotas` (``max.connections``,
-``max.connections.per.ip`` and its overrides) shared by all acceptors and processors.
+``max.connections.per.ip`` and its overrides, the connection creation rates; the broker's
+QuotaManagers feed it the per-IP ``connection_creation_rate`` quotas) shared by all
+acceptors and processors.
 """
 from __future__ import annotations
 
@@ -86,6 +88,14 @@ class SocketServerConfig:
     max_connections_per_ip: int = INT32_MAX
     #: IP address (normalised: ``ipaddress`` text, IPv4 for v4-mapped IPv6) -> its limit
     max_connections_per_ip_overrides: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: new connections per second (Kafka's max.connection.creation.rate; per listener: name -> rate)
+    max_connection_creation_rate: int = INT32_MAX
+    listener_connection_creation_rates: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: exempt from the broker-wide creation rate when there are other listeners (Kafka's protectedListener)
+    inter_broker_listener: Optional[str] = None
+    #: the rates' windows (quota.window.num x quota.window.size.seconds)
+    quota_window_num: int = 11
+    quota_window_size_s: int = 1
     #: broker-wide bytes of requests in flight; <= 0: unbounded (Kafka's default, -1)
     queued_max_request_bytes: int = -1
     #: listener name -> kbroker.security.config.ListenerSecurity; a listener not here is PLAINTEXT
@@ -108,8 +118,12 @@ class SocketServer:
         self.channel = channel or RequestChannel(config.queued_max_requests)
         self.metrics = metrics or NetworkMetrics()
         self.metrics.bind_channel(self.channel)
-        self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip,
-                                       config.max_connections_per_ip_overrides)
+        self.quotas = ConnectionQuotas(
+            config.max_connections, config.max_connections_per_ip, config.max_connections_per_ip_overrides,
+            max_connection_creation_rate=config.max_connection_creation_rate,
+            listener_connection_creation_rates=config.listener_connection_creation_rates,
+            inter_broker_listener=config.inter_broker_listener, listener_count=len(self.listeners),
+            quota_window_num=config.quota_window_num, quota_window_size_s=config.quota_window_size_s)
         # Kafka: new SimpleMemoryPool(queued.max.request.bytes, socket.request.max.bytes,
         # strict = false) when > 0, else MemoryPool.NONE. ValueError if smaller than
         # socket.request.max.bytes (KafkaConfig refuses that at start-up).

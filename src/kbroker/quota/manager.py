@@ -83,10 +83,12 @@ class ClientQuotaManager:
                 continue
             mine[(d.get(USER, _ABSENT), d.get(CLIENT_ID, _ABSENT))] = float(v)
         with self._lock:
+            # Sensors are kept (Kafka's updateQuotaMetricConfigs updates the bound of the existing
+            # metric): a client's recorded rate survives any quota change. A sensor is keyed by the
+            # level that matched, so a client whose quota now comes from another level starts a new
+            # one; sensors no longer matched expire with the idle ones.
             self._quotas = mine
             self.enabled = bool(mine)
-            # sensors are keyed by the level that matched; a changed map may match another level
-            self._sensors.clear()
 
     def quota(self, user: str, client_id: str) -> tuple[tuple[str, str], float] | None:
         """(sensor key, bound) of the quota that applies, or None (unlimited)."""
@@ -186,14 +188,29 @@ class QuotaManagers:
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples, window_s, clock_ms=clock_ms)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, samples, window_s,
                                           max_throttle_ms=window_s * 1000, clock_ms=clock_ms)
+        from kbroker.quota.controller_mutation import ControllerMutationQuotaManager
+        self.controller_mutation = ControllerMutationQuotaManager(samples, window_s, clock_ms=clock_ms)
         #: any quota set (read per request by KafkaApis: a plain attribute, not a property)
         self.any_enabled = False
+        #: the socket server's ConnectionQuotas: takes the ip entities' connection_creation_rate
+        self._connection_quotas = None
+        self._last: Mapping = {}
 
     @classmethod
     def from_config(cls, config) -> "QuotaManagers":
         return cls(config["quota.window.num"], config["quota.window.size.seconds"])
 
     def update_quotas(self, quotas: Mapping) -> None:
-        for m in (self.produce, self.fetch, self.request):
+        self._last = quotas
+        for m in (self.produce, self.fetch, self.request, self.controller_mutation):
             m.update_quotas(quotas)
-        self.any_enabled = self.produce.enabled or self.fetch.enabled or self.request.enabled
+        self.any_enabled = (self.produce.enabled or self.fetch.enabled or self.request.enabled
+                            or self.controller_mutation.enabled)
+        if self._connection_quotas is not None:
+            self._connection_quotas.update_ip_quotas(quotas)
+
+    def bind_connection_quotas(self, connection_quotas) -> None:
+        """Send the per-IP ``connection_creation_rate`` quotas (now and on every update) to
+        ``connection_quotas`` (kbroker.network.acceptor.ConnectionQuotas)."""
+        self._connection_quotas = connection_quotas
+        connection_quotas.update_ip_quotas(self._last)

@@ -10,6 +10,14 @@ samples divided by the elapsed time since the oldest sample, counted as at least
 ``samples - 1`` full windows (so a burst right after start-up is not measured over a few
 milliseconds) and at least 1 ms.
 
+Consequence (Kafka's too, checked against its Rate/SampledStat line by line): a client that
+always has more to send gets (samples - 1) windows' worth of its quota at once whenever the
+oldest sample expires (the remaining samples are young, so the window is counted as
+samples - 1 windows), and is throttled until that sample expires in turn: a sawtooth of period
+about samples x window. Over L seconds a greedy client's average is off by up to
+(samples - 1) x window / L (11 x 1 s over 30 s: +-33%); it is accurate to a few % only over
+many periods or with few samples (tests/broker/test_quota_accuracy.py, bench/quotas.py).
+
 Not thread-safe: the owner (a quota sensor) serialises calls.
 """
 from __future__ import annotations

@@ -51,6 +51,8 @@ SECURITY_KEYS = (
 )
 _KEY_NAMES = frozenset(k for k, *_ in SECURITY_KEYS)
 _LISTENER_PREFIX = "listener.name."
+#: non-security keys a listener may override too (Kafka's ListenerConnectionQuota)
+LISTENER_NETWORK_KEYS = frozenset({"max.connection.creation.rate"})
 
 
 #: a bad security setting: Kafka's one-line "key: message" ConfigError
@@ -71,14 +73,15 @@ def split_listener_overrides(props: Mapping[str, Any], parse_key: Callable[[str,
         if not sep or not listener:
             raise SecurityConfigError(k, "unknown configuration key")
         mech, sep2, tail = key.partition(".")
-        if key in _KEY_NAMES:
+        if key in _KEY_NAMES or key in LISTENER_NETWORK_KEYS:
             value = parse_key(key, v)
         elif sep2 and tail == "sasl.jaas.config":
             value = None if v is None else str(v).strip()
             key = f"{mech.lower()}.sasl.jaas.config"
         else:
             raise SecurityConfigError(k, "unknown configuration key (per-listener overrides are for ssl.* and "
-                                      "sasl.* keys, and <mechanism>.sasl.jaas.config)")
+                                      "sasl.* keys, <mechanism>.sasl.jaas.config and "
+                                      "max.connection.creation.rate)")
         overrides.setdefault(listener.upper(), {})[key] = value
     return rest, overrides
 

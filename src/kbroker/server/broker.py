@@ -160,6 +160,7 @@ class KafkaBroker:
         self.topic_metadata_cache = TopicMetadataCache()
         self._start_coordinators()
         self.socket_server = SocketServer(c.socket_server_config(c.listeners))
+        self.quotas.bind_connection_quotas(self.socket_server.quotas)   # per-IP connection_creation_rate
         self.apis = _required("request handlers (kbroker.server.apis)",
                               lambda: KafkaApis(self, self.socket_server.channel))
         self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,

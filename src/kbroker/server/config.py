@@ -153,6 +153,9 @@ BROKER_CONFIG = (
     .define("max.connections", "int", INT_MAX, at_least(0))
     .define("max.connections.per.ip", "int", INT_MAX, at_least(0),
             "Connections allowed from each IP address; 0 only with max.connections.per.ip.overrides.")
+    .define("max.connection.creation.rate", "int", INT_MAX, at_least(0),
+            "New connections accepted per second broker-wide (not counting the inter-broker listener "
+            "when there are others); listener.name.<l>.max.connection.creation.rate bounds one listener.")
     .define("max.connections.per.ip.overrides", "string", "", None,
             "Per-IP or per-hostname limits overriding max.connections.per.ip, e.g. 'hostName:100,127.0.0.1:200'.")
     .define("message.max.bytes", "int", 1048588, at_least(0))
@@ -722,7 +725,14 @@ class KafkaConfig:
         if client_limits:
             extra.update(max_connections_per_ip=self["max.connections.per.ip"],
                          max_connections_per_ip_overrides=self.max_connections_per_ip_overrides,
-                         queued_max_request_bytes=self["queued.max.request.bytes"])
+                         queued_max_request_bytes=self["queued.max.request.bytes"],
+                         max_connection_creation_rate=self["max.connection.creation.rate"],
+                         listener_connection_creation_rates={
+                             name: o["max.connection.creation.rate"] for name, o in self.listener_overrides.items()
+                             if o.get("max.connection.creation.rate") is not None},
+                         inter_broker_listener=self.inter_broker_listener_name,
+                         quota_window_num=self["quota.window.num"],
+                         quota_window_size_s=self["quota.window.size.seconds"])
         return SocketServerConfig(
             listeners=listeners,
             num_network_threads=self["num.network.threads"],

@@ -71,6 +71,7 @@ from kbroker.security.credentials import PublishedScramCredentials
 from kbroker.server.apis import ApiHandler
 from kbroker.server.authz import authz
 from kbroker.server.forward_authz import authorize_forwarded
+from kbroker.server.apis.topics import quota_forwarded
 from kbroker.server.broker_lifecycle import BrokerLifecycle, BrokerLifecycleManager
 from kbroker.server.dynamic_config import DynamicBrokerConfig, log_props
 from kbroker.server.fetch_session import FetchSessionCache
@@ -381,6 +382,7 @@ class KRaftBroker:
                                                         broker_epoch=self._broker_epoch)
         # PLAINTEXT only on a KRaft node for now (KafkaConfig refuses other protocols there)
         self.socket_server = SocketServer(c.socket_server_config([f"{l.name}://{l.host}:{l.port}" for l in self.listeners]))
+        self.quotas.bind_connection_quotas(self.socket_server.quotas)   # per-IP connection_creation_rate
         self.apis = KafkaApis(self, self.socket_server.channel, self._handlers())
         self.handler_pool = KafkaRequestHandlerPool(self.socket_server.channel, self.apis.handle,
                                                     c["num.io.threads"], self.socket_server.metrics)
@@ -487,11 +489,29 @@ class KRaftBroker:
                 if answer is not None:
                     ctx.respond(answer)
                     return
-            self._forward(ctx, body, merge)
+            body, merge = self._quota_forwarded(ctx, body, merge)
+            if body is not None:
+                self._forward(ctx, body, merge)
         h = collect_handlers()
         for k in FORWARDED:
             h[int(k)] = ApiHandler(API_INFO[k].min_version, API_INFO[k].max_version, forward)
         return h
+
+    def _quota_forwarded(self, ctx, body, merge):
+        """The client's controller_mutation_rate around the forward (apis/topics.py):
+        (body to forward or None when answered here, merge)."""
+        fwd, qmerge, answer = quota_forwarded(ctx, body, self._partition_count, self.config["num.partitions"])
+        if answer is not None:
+            ctx.respond(answer if merge is None else merge(answer))
+            return None, None
+        if qmerge is None:
+            return fwd, merge
+        return fwd, (qmerge if merge is None else (lambda r: merge(qmerge(r))))
+
+    def _partition_count(self, name_or_id):
+        topics = self.metadata_listener.image.topics
+        t = topics.by_id.get(name_or_id) if not isinstance(name_or_id, str) else topics.by_name.get(name_or_id)
+        return None if t is None else len(t.partitions)
 
     def _topic_name(self, topic_id):
         t = self.metadata_listener.image.topics.by_id.get(topic_id)
