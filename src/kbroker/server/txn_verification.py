@@ -122,6 +122,10 @@ class TransactionVerifier:
         self._local_coordinator = local_coordinator
         self.sender = sender
 
+    def enabled(self) -> bool:
+        """transaction.partition.verification.enable, now."""
+        return bool(self._enabled())
+
     def handle_produce_append(self, rm, timeout_ms: int, required_acks: int, entries: dict, respond,
                               transactional_id: str, internal_topics_allowed: bool, produce_version: int) -> bool:
         """Verify, then append through ``rm.append_records`` with the guards. False when

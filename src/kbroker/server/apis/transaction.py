@@ -250,7 +250,10 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
             verification_guard=guard)
 
     coordinator = _coordinator(broker)
-    if coordinator is None or req.group_id is None:
+    verifier = getattr(getattr(broker, "replica_manager", None), "txn_verifier", None)
+    if coordinator is None or req.group_id is None or (verifier is not None and not verifier.enabled()):
+        # transaction.partition.verification.enable=false: no verification (Kafka's
+        # ReplicaManager.maybeStartTransactionVerificationForPartition answers the sentinel)
         return commit()
     offsets_partition = (OFFSETS_TOPIC, group.partition_for(req.group_id))
     guard = txn_verification.start_coordinator_verification(broker, offsets_partition, req.producer_id,
@@ -266,7 +269,6 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
             err = E.COORDINATOR_LOAD_IN_PROGRESS
         respond({tp: err for tp in offsets})
 
-    verifier = getattr(getattr(broker, "replica_manager", None), "txn_verifier", None)
     if verifier is not None:  # the transactional id's coordinator may be another broker (KRaft)
         return verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [offsets_partition],
                                verified, v >= 4)
