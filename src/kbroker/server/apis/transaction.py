@@ -53,6 +53,7 @@ from kbroker.server.authz import CLUSTER_ACTION, DESCRIBE, GROUP, READ, TOPIC, T
 
 E = ErrorCode
 OFFSETS_TOPIC = "__consumer_offsets"
+TV2 = 2     # transaction.version 2 (KIP-890 part 2)
 
 
 def _coordinator(broker):
@@ -180,11 +181,14 @@ def handle_add_offsets_to_txn(broker, ctx, req) -> None:
 
 
 def handle_end_txn(broker, ctx, req) -> None:
+    """EndTxn v5 is a transaction version 2 client's (KIP-890 part 2): the coordinator
+    bumps the epoch and the response carries the producer id and epoch to go on with."""
     v = ctx.api_version
     coordinator = _coordinator(broker)
 
-    def respond(err: ErrorCode) -> None:
-        ctx.respond(EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err)))
+    def respond(err: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> None:
+        ctx.respond(EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err), producer_id=producer_id,
+                                   producer_epoch=producer_epoch))
 
     auth = authz(broker, ctx)
     if auth is not None and not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id):
@@ -192,7 +196,7 @@ def handle_end_txn(broker, ctx, req) -> None:
     if coordinator is None:
         return respond(E.COORDINATOR_NOT_AVAILABLE)
     coordinator.handle_end_transaction(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
-                                       respond)
+                                       respond, TV2 if v >= 5 else 0, with_producer=True)
 
 
 # -- TxnOffsetCommit ---------------------------------------------------------------------------------
