@@ -40,8 +40,12 @@ _MAX_IOV = 256
 
 #: Highest version this client speaks per API where it is below the spec's max: Fetch 13+
 #: and DeleteTopics 6+ address topics by id, OffsetFetch 8+ and FindCoordinator 4+ batch by
-#: group; we use the name-based forms.
+#: group; we use the name-based forms. Produce 12 and TxnOffsetCommit 5 mean transaction
+#: version 2 (the leader adds the partition to the transaction), which the producer's
+#: transaction manager does not speak: it adds partitions itself (AddPartitionsToTxn v3).
 CLIENT_MAX_VERSIONS = {
+    int(ApiKey.PRODUCE): 11,
+    int(ApiKey.TXN_OFFSET_COMMIT): 4,
     int(ApiKey.FETCH): 12,
     int(ApiKey.DELETE_TOPICS): 5,
     int(ApiKey.OFFSET_FETCH): 7,

@@ -97,9 +97,10 @@ def _add_partitions_one(broker, version: int, transactional_id: str, producer_id
     if verify_only:
         done(coordinator.handle_verify_partitions(transactional_id, producer_id, producer_epoch, partitions))
         return
+    # v5's adds come from partition leaders for transaction version 2 producers (KIP-890 part 2)
     coordinator.handle_add_partitions(
         transactional_id, producer_id, producer_epoch, partitions,
-        lambda err: done({tp: _fenced_for(version, err) for tp in partitions}))
+        lambda err: done({tp: _fenced_for(version, err) for tp in partitions}), TV2 if version >= 5 else 0)
 
 
 def _txn_denied(auth, transactional_id: str, topics) -> dict | None:
@@ -255,7 +256,8 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
 
     coordinator = _coordinator(broker)
     verifier = getattr(getattr(broker, "replica_manager", None), "txn_verifier", None)
-    if coordinator is None or req.group_id is None or (verifier is not None and not verifier.enabled()):
+    add = v >= 5     # transaction version 2: the offsets partition is added here (no AddOffsetsToTxn)
+    if coordinator is None or req.group_id is None or (verifier is not None and not verifier.enabled() and not add):
         # transaction.partition.verification.enable=false: no verification (Kafka's
         # ReplicaManager.maybeStartTransactionVerificationForPartition answers the sentinel)
         return commit()
@@ -275,7 +277,11 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
 
     if verifier is not None:  # the transactional id's coordinator may be another broker (KRaft)
         return verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [offsets_partition],
-                               verified, v >= 4)
+                               verified, v >= 4, add=add)
+    if add:
+        return coordinator.handle_add_partitions(
+            req.transactional_id, req.producer_id, req.producer_epoch, [offsets_partition],
+            lambda err: verified({offsets_partition: txn_verification.map_coordinator_error(err, True)}), TV2)
     codes = coordinator.handle_verify_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
                                                  [offsets_partition])
     verified({tp: txn_verification.map_coordinator_error(c, v >= 4) for tp, c in codes.items()})
@@ -328,9 +334,9 @@ def handle_list_transactions(broker, ctx, req) -> None:
 HANDLERS = {
     ApiKey.ADD_PARTITIONS_TO_TXN: ApiHandler(0, 5, handle_add_partitions_to_txn),
     ApiKey.ADD_OFFSETS_TO_TXN: ApiHandler(0, 4, handle_add_offsets_to_txn),
-    ApiKey.END_TXN: ApiHandler(0, 4, handle_end_txn),
+    ApiKey.END_TXN: ApiHandler(0, 5, handle_end_txn),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiHandler(0, 0, handle_describe_transactions),
     ApiKey.LIST_TRANSACTIONS: ApiHandler(0, 1, handle_list_transactions),
     #: a transactional batch to __consumer_offsets, visible once the COMMIT marker lands
-    ApiKey.TXN_OFFSET_COMMIT: ApiHandler(0, 4, handle_txn_offset_commit),
+    ApiKey.TXN_OFFSET_COMMIT: ApiHandler(0, 5, handle_txn_offset_commit),
 }
