@@ -92,3 +92,18 @@ def test_a_reload_keeps_the_transaction_version_2_state():
         assert e2.end(pid, epoch) == (E.NONE, pid, epoch + 1)
     finally:
         e2.c.shutdown()
+
+
+def test_an_empty_abort_bumps_the_epoch_so_its_late_produce_is_fenced(env):
+    """Nothing of the transaction reached the coordinator (its produce is late): the abort
+    still bumps the epoch, and the late produce's add is refused."""
+    _, pid, epoch = env.init()
+    assert env.end(pid, epoch, commit=False) == (E.NONE, pid, epoch + 1)
+    assert env.md().state is S.COMPLETE_ABORT and not env.markers.sent
+    assert env.add(pid, epoch) == E.PRODUCER_FENCED                     # the late produce of that transaction
+    # right after a commit (its markers still out) the empty abort waits (KAFKA-18464)
+    assert env.add(pid, epoch + 1) == E.NONE
+    assert env.end(pid, epoch + 1) == (E.NONE, pid, epoch + 2)
+    assert env.end(pid, epoch + 2, commit=False) == (E.CONCURRENT_TRANSACTIONS, -1, -1)
+    env.markers.ack_all()
+    assert env.end(pid, epoch + 2, commit=False) == (E.NONE, pid, epoch + 3)

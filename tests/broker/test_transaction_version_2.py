@@ -64,3 +64,23 @@ def test_epoch_bump_per_transaction_fences_the_previous_ones_requests(broker):
         assert _end(c, tid, pid, e + 1, False) == (E.NONE, pid, e + 2)
         _wait_state(c, tid, "CompleteAbort")
         assert list_latest(c, topic, 0, 1) == list_latest(c, topic, 0, 0) == 4   # t1, COMMIT, t2, ABORT
+
+
+def test_transaction_version_2_versions_are_advertised_only_when_finalized():
+    """A KRaft cluster formatted with transaction.version 0 (or 1) hides EndTxn v5,
+    Produce v12 and TxnOffsetCommit v5, so Kafka 4 producers stay on version 1."""
+    from types import SimpleNamespace
+
+    from kbroker.metadata.image import FeaturesImage, MetadataImage
+    from kbroker.server import features
+
+    def kraft_broker(levels):
+        image = MetadataImage(features=FeaturesImage(levels))
+        return SimpleNamespace(offsets_topic_on_demand=True, metadata_cache=SimpleNamespace(kraft_image=image))
+
+    versions = {K.END_TXN: (0, 5), K.PRODUCE: (3, 12), K.TXN_OFFSET_COMMIT: (0, 5), K.FETCH: (4, 17)}
+    old = features.advertised_versions(kraft_broker({"metadata.version": 21}), versions)
+    assert old == {K.END_TXN: (0, 4), K.PRODUCE: (3, 11), K.TXN_OFFSET_COMMIT: (0, 4), K.FETCH: (4, 17)}
+    new = kraft_broker({"metadata.version": 21, "transaction.version": 2})
+    assert features.advertised_versions(new, versions) == versions
+    assert features.finalized(new) == {"metadata.version": 21, "transaction.version": 2}

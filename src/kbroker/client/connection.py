@@ -96,6 +96,10 @@ class BrokerConnection:
         self.sock: socket.socket | None = None
         self.in_flight: deque[InFlightRequest] = deque()
         self.versions: dict[int, int] = {}
+        #: the broker's own highest version per api key, and (ApiVersions v3+) its
+        #: finalized feature levels
+        self.broker_max_versions: dict[int, int] = {}
+        self.finalized_features: dict[str, int] = {}
         #: frames not yet written, as the parts encode_request_parts made (the records of
         #: a ProduceRequest stay their own part: no copy until the kernel's)
         self._out: deque = deque()
@@ -151,7 +155,9 @@ class BrokerConnection:
             self.sock.setblocking(False)
         self.state = CHECKING_API_VERSIONS
 
-    def set_versions(self, broker_ranges: dict[int, tuple[int, int]]) -> None:
+    def set_versions(self, broker_ranges: dict[int, tuple[int, int]], finalized_features=None) -> None:
+        self.broker_max_versions = {k: hi for k, (_lo, hi) in broker_ranges.items()}
+        self.finalized_features = dict(finalized_features or {})
         versions = {}
         for key, (bmin, bmax) in broker_ranges.items():
             if key not in API_INFO:

@@ -602,13 +602,24 @@ class TransactionCoordinator:
             else:
                 valid_epoch = (not from_client or producer_epoch == md.producer_epoch) \
                     and producer_epoch >= md.producer_epoch
+            # transaction version 2's empty abort: none of the transaction's requests reached
+            # the coordinator (a produce lost or still on its way); bump the epoch all the same,
+            # so that such a request arriving later is fenced
+            empty_abort = (from_client and supports_epoch_bump(client_transaction_version) and not commit
+                           and state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+                           and producer_epoch == md.producer_epoch)
             if md.producer_id != producer_id and not retry_on_overflow:
                 return callback(E.INVALID_PRODUCER_ID_MAPPING)
-            if not valid_epoch:
-                return callback(E.PRODUCER_FENCED)
-            if md.pending_transition_in_progress and not (fencing and not from_client):
+            busy = md.pending_transition_in_progress and not (fencing and not from_client)
+            # version 2 checks for a pending transition before the epoch (KAFKA-18464): an
+            # empty abort right after a commit waits for it instead of being fenced by its bump
+            if busy and supports_epoch_bump(client_transaction_version):
                 return callback(E.CONCURRENT_TRANSACTIONS)
-            if state is S.ONGOING:
+            if not (valid_epoch or empty_abort):
+                return callback(E.PRODUCER_FENCED)
+            if busy:
+                return callback(E.CONCURRENT_TRANSACTIONS)
+            if state is S.ONGOING or empty_abort:
                 next_state = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
                 if fencing:
                     if commit:

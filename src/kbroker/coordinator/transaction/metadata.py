@@ -84,7 +84,8 @@ _VALID_PREVIOUS = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # transaction version 2's empty abort (nothing of the transaction reached the coordinator)
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT}),
@@ -207,12 +208,17 @@ class TransactionMetadata:
     def prepare_abort_or_commit(self, new_state: TransactionState, now_ms: int, client_transaction_version: int = 0,
                                 next_producer_id: int = NO_PRODUCER_ID) -> TxnTransitMetadata:
         """Transaction version 2 bumps the epoch (the caller made sure it cannot overflow:
-        ``next_producer_id`` is the new producer id when this bump uses the last epoch)."""
+        ``next_producer_id`` is the new producer id when this bump uses the last epoch). An
+        abort from Empty/CompleteCommit/CompleteAbort is version 2's empty abort: a
+        transaction none of whose requests reached the coordinator; it starts now."""
         epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
         if supports_epoch_bump(client_transaction_version):
             epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
+        start = self.txn_start_timestamp
+        if self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            start = now_ms
         return self._prepare(new_state, self.producer_id, epoch, last_epoch, self.txn_timeout_ms,
-                             frozenset(self.topic_partitions), self.txn_start_timestamp, now_ms,
+                             frozenset(self.topic_partitions), start, now_ms,
                              next_producer_id=next_producer_id, tv=client_transaction_version)
 
     def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
@@ -271,9 +277,12 @@ class TransactionMetadata:
             self.txn_start_timestamp = t.txn_start_timestamp
             self.topic_partitions |= t.topic_partitions
         elif to in (S.PREPARE_ABORT, S.PREPARE_COMMIT):
+            empty_abort = self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
             if (not self._valid_producer_epoch(t) or set(self.topic_partitions) != set(t.topic_partitions)
-                    or t.txn_timeout_ms != self.txn_timeout_ms or t.txn_start_timestamp != self.txn_start_timestamp):
+                    or t.txn_timeout_ms != self.txn_timeout_ms
+                    or (t.txn_start_timestamp != self.txn_start_timestamp and not empty_abort)):
                 self._fail(t)
+            self.txn_start_timestamp = t.txn_start_timestamp
             if supports_epoch_bump(t.client_transaction_version):
                 self.producer_epoch = t.producer_epoch
                 self.last_producer_epoch = t.last_producer_epoch
