@@ -19,11 +19,12 @@ from tests.broker.kafka_helpers import create_topic
 
 
 @pytest.fixture
-def proxied(tmp_path):
+def proxied(tmp_path, request):
+    """(proxy, broker); parametrized indirectly with extra broker overrides."""
     proxy = FaultProxy(framed=True).start()
     b = KBrokerProcess(data_dir=str(tmp_path),
                        overrides={"advertised.listeners": f"PLAINTEXT://{proxy.bootstrap}",
-                                  "transaction.state.log.num.partitions": 1})
+                                  "transaction.state.log.num.partitions": 1, **getattr(request, "param", {})})
     proxy.upstream_port = b.port
     b.start()
     try:
@@ -163,3 +164,80 @@ def test_late_add_partitions_of_an_earlier_transaction_does_not_tear_the_next(pr
     p.produce(topic, b"t3-p0", partition=0)
     p.commit_transaction(20)
     assert _read(proxy.bootstrap, topic, 2, "read_committed", 2) == [(0, b"t1-p0"), (0, b"t3-p0")]
+
+
+# -- transaction version 2 (KIP-890 part 2): kbroker's own producer, which speaks it --------------
+
+def _tv2_producer(proxy, tid):
+    from kbroker.client.producer.producer import Producer as OurProducer
+    p = OurProducer({"bootstrap.servers": proxy.bootstrap, "transactional.id": tid, "linger.ms": 0,
+                     "request.timeout.ms": 1500, "delivery.timeout.ms": 3000, "transaction.timeout.ms": 60000})
+    p.init_transactions(30)
+    assert p._txn.transaction_v2
+    return p
+
+
+def test_tv2_late_end_txn_is_fenced_after_the_next_transaction_added_a_partition(proxied):
+    """(b) with transaction version 2, released after T2 wrote (the case version 1 cannot
+    protect): the late EndTxn(commit) of T1 has T1's epoch, T2 runs at the bumped one, so
+    the late commit is fenced and T2 ends as the producer decides (aborted)."""
+    proxy, broker = proxied
+    topic = "tv2-late-end-txn"
+    create_topic(proxy.bootstrap, topic, partitions=1)
+    p = _tv2_producer(proxy, "txn-tv2-b")
+    try:
+        p.begin_transaction()
+        p.send(topic, value=b"t1", partition=0).get(10)
+        proxy.hold_requests(ApiKey.END_TXN)
+        committed = []
+        t = threading.Thread(target=lambda: committed.append(p.commit_transaction(30)))
+        t.start()
+        _wait(lambda: proxy.held_requests >= 1, "T1's EndTxn was never held")
+        proxy.stop_holding()          # the retry, on a new connection, commits T1
+        t.join(40)
+        assert committed == [None]
+        p.begin_transaction()
+        p.send(topic, value=b"t2", partition=0).get(10)     # T2 is Ongoing at the coordinator
+        proxy.release()
+        _wait(lambda: proxy.released_replies >= 1, "the held EndTxn was never answered")
+        p.abort_transaction(20)
+        assert _read(proxy.bootstrap, topic, 1, "read_committed", 1) == [(0, b"t1")]
+        p.begin_transaction()
+        p.send(topic, value=b"t3", partition=0)
+        p.commit_transaction(20)
+    finally:
+        p.close()
+    assert _read(proxy.bootstrap, topic, 1, "read_committed", 2) == [(0, b"t1"), (0, b"t3")]
+
+
+@pytest.mark.parametrize("proxied", [{"transaction.partition.verification.enable": False}], indirect=True)
+def test_tv2_late_produce_of_an_aborted_transaction_is_fenced(proxied):
+    """(a) with transaction version 2 and verification off (version 2 adds partitions
+    regardless): T1's produce never arrives in time, so T1 cannot commit; it is aborted (the
+    coordinator never saw it: an empty abort, which still bumps the epoch), T2 writes, then
+    T1's produce arrives with the old epoch and is refused."""
+    proxy, broker = proxied
+    topic = "tv2-late-produce"
+    create_topic(proxy.bootstrap, topic, partitions=2)
+    p = _tv2_producer(proxy, "txn-tv2-a")
+    try:
+        proxy.hold_requests(ApiKey.PRODUCE)
+        p.begin_transaction()
+        fut = p.send(topic, value=b"t1", partition=0)
+        _wait(lambda: proxy.held_requests >= 1, "T1's produce never reached the proxy")
+        with pytest.raises(Exception):
+            fut.get(20)                            # delivery.timeout.ms
+        proxy.stop_holding()
+        with pytest.raises(Exception, match="a batch of the transaction failed"):
+            p.commit_transaction(20)               # a failed batch leaves only the abort
+        p.abort_transaction(20)
+        p.begin_transaction()
+        p.send(topic, value=b"t2-p1", partition=1).get(10)
+        proxy.release()
+        _wait(lambda: proxy.released_replies >= 1, "the held produce was never answered")
+        p.send(topic, value=b"t2-p0", partition=0).get(10)
+        p.commit_transaction(20)
+    finally:
+        p.close()
+    assert _read(proxy.bootstrap, topic, 2, "read_committed", 2) == [(0, b"t2-p0"), (1, b"t2-p1")]
+    assert _read(proxy.bootstrap, topic, 2, "read_uncommitted", 2) == [(0, b"t2-p0"), (1, b"t2-p1")]
