@@ -3,8 +3,9 @@
 ``SUPPORTED``: the ranges this broker implements; it registers them with the controller
 (which refuses a broker that cannot serve a finalized level) and advertises them in
 ApiVersions v3+. ``finalized(broker)``: the cluster's finalized levels — on a KRaft broker
-the metadata image's FeatureLevelRecords (``kbroker storage format`` and the controller's
-default bootstrap write ``transaction.version`` 2 for a new cluster, as Kafka 4.0 does);
+the metadata image's FeatureLevelRecords (``kbroker storage format`` writes
+``transaction.version`` 2 into a new cluster's bootstrap, as Kafka 4.0 does; a controller
+started without a ``bootstrap.checkpoint`` bootstraps metadata.version alone, so version 1);
 the single node is always a cluster of this release, with the same defaults.
 
 ``transaction.version`` 2 (KIP-890 part 2) turns on the versions that carry it: EndTxn v5,
