@@ -125,12 +125,14 @@ def test_bootstrap_checkpoint_from_storage_format(tmp_path):
                                "isControl: true deleteHorizonMs: OptionalLong.empty position: 0 CreateTime: ")
     assert lines[3].endswith('keySize: 4 valueSize: 11 sequence: -1 headerKeys: [] '
                              'SnapshotHeader {"version":0,"lastContainedLogTimestamp":0}')
-    assert " isControl: false " in lines[4] and " size: 91 " in lines[4]
+    assert " isControl: false " in lines[4] and " count: 2 " in lines[4] and " size: 124 " in lines[4]
     assert lines[5].endswith('keySize: -1 valueSize: 23 sequence: -1 headerKeys: [] payload: '
                              '{"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":"metadata.version",'
                              '"featureLevel":21}}')
-    assert lines[7].endswith(' SnapshotFooter {"version":0}')
-    assert len(lines) == 8
+    assert lines[6].endswith('payload: {"type":"FEATURE_LEVEL_RECORD","version":0,"data":{"name":'
+                             '"transaction.version","featureLevel":2}}')      # a new cluster's default
+    assert lines[8].endswith(' SnapshotFooter {"version":0}')
+    assert len(lines) == 9
 
 
 def test_snapshot_file_name_gives_end_offset_and_epoch(tmp_path):

@@ -189,9 +189,9 @@ def test_defaults_follow_spec():
 
 def test_version_range_checked():
     with pytest.raises(ProtocolEncodeError):
-        ProduceRequest().encode(12)
+        ProduceRequest().encode(13)
     with pytest.raises(UnsupportedVersionError):
-        ProduceRequest.decode(b"", 12)
+        ProduceRequest.decode(b"", 13)
     assert issubclass(UnsupportedVersionError, ProtocolDecodeError)
 
 

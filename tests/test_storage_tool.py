@@ -86,7 +86,7 @@ def test_format_writes_meta_properties_and_bootstrap_in_every_dir(tmp_path):
         dir_ids.add(mp.directory_id)
         records = read_bootstrap_file(str(tmp_path / d / "bootstrap.checkpoint"))
         assert [(r.message.name, r.message.feature_level, r.version) for r in records] == [
-            ("metadata.version", 21, 0)]
+            ("metadata.version", 21, 0), ("transaction.version", 2, 0)]    # Kafka 4.0's default: TV 2
     assert len(dir_ids) == 3 and all(UUID_RE.fullmatch(i) for i in dir_ids)
 
     r = kbroker("storage", "info", "--config", conf)
@@ -133,7 +133,7 @@ def test_format_options_and_refusals(tmp_path):
             (["--feature", "metadata.version=20", "--release-version", "3.8"], "Use --release-version instead"),
             (["--feature", "group.version=1"], "Unsupported feature: group.version. Supported features are: "
                                                "kraft.version, transaction.version"),
-            (["--feature", "transaction.version=2"], "No feature:transaction.version with feature level 2"),
+            (["--feature", "transaction.version=3"], "No feature:transaction.version with feature level 3"),
             (["--feature", "kraft.version=1"], "Cannot set kraft.version to 1 unless KIP-853"),
             (["--feature", "kraft.version"], "Can't parse feature=level string kraft.version"),
     ):
@@ -251,7 +251,8 @@ def test_bootstrap_checkpoint_bytes_follow_kafkas_batch_file_writer():
     """Header control batch at offset 0, one data batch, footer control batch; epoch 0."""
     from kbroker.kernels import records
 
-    mv, levels = effective_feature_levels(metadata_version_from_string("3.9"), {})
+    # transaction.version 0: no record of its own, one data record in the file
+    mv, levels = effective_feature_levels(metadata_version_from_string("3.9"), {"transaction.version": 0})
     data = encode_snapshot(bootstrap_records(mv, levels), now_ms=1_700_000_000_000)
     batches = list(records.iter_batches(data))
     assert [(b.base_offset, b.is_control, b.partition_leader_epoch, b.record_count) for b in batches] == [

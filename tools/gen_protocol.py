@@ -239,7 +239,8 @@ def parse_message(path: Path) -> Message:
     def parse_fields(raw_fields, parent_versions):
         out = []
         for f in raw_fields:
-            versions = Versions.parse(f["versions"])
+            # a tagged field may leave out "versions": it is its taggedVersions (Kafka's FieldSpec)
+            versions = Versions.parse(f["versions"] if "versions" in f else f["taggedVersions"])
             fld = Field(
                 name=f["name"], type=f["type"], versions=versions,
                 nullable=Versions.parse(f.get("nullableVersions"), NONE),

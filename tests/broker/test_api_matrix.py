@@ -67,7 +67,7 @@ CLIENT_ID = "kbroker-matrix"
 #: Fetch v17 (KIP-853 replica directory ids, a tagged field followers send) is served; the ACL/SASL APIs are absent; of the transaction
 #: APIs, the coordinator's are here (WriteTxnMarkers and TxnOffsetCommit come with the log side).
 EXPECTED: dict[int, tuple[int, int]] = {
-    K.PRODUCE: (3, 11),
+    K.PRODUCE: (3, 12),
     K.FETCH: (4, 17),
     K.LIST_OFFSETS: (1, 9),
     K.METADATA: (0, 12),
@@ -98,10 +98,10 @@ EXPECTED: dict[int, tuple[int, int]] = {
     K.CONSUMER_GROUP_DESCRIBE: (0, 0),
     K.ADD_PARTITIONS_TO_TXN: (0, 5),
     K.ADD_OFFSETS_TO_TXN: (0, 4),
-    K.END_TXN: (0, 4),
+    K.END_TXN: (0, 5),
     K.DESCRIBE_TRANSACTIONS: (0, 0),
     K.LIST_TRANSACTIONS: (0, 1),
-    K.TXN_OFFSET_COMMIT: (0, 4),
+    K.TXN_OFFSET_COMMIT: (0, 5),
     K.WRITE_TXN_MARKERS: (0, 1),
     K.SASL_HANDSHAKE: (0, 1),
     K.SASL_AUTHENTICATE: (0, 2),
@@ -1222,8 +1222,11 @@ def case_end_txn(env: Env, v: int):
     pid, epoch = env.init_txn(tid)
 
     def end(p, e, commit):
-        return env.call(K.END_TXN, v, et.EndTxnRequest(transactional_id=tid, producer_id=p, producer_epoch=e,
-                                                      committed=commit)).error_code
+        r = env.call(K.END_TXN, v, et.EndTxnRequest(transactional_id=tid, producer_id=p, producer_epoch=e,
+                                                   committed=commit))
+        if v >= 5 and r.error_code == E.NONE:   # transaction version 2: the epoch of the next transaction
+            assert (r.producer_id, r.producer_epoch) == (pid, epoch + 1), r
+        return r.error_code
 
     assert end(pid, epoch, True) == E.INVALID_TXN_STATE  # Empty: no transaction to end
     assert _add_partitions(env, 3, tid, pid, epoch, [(name, 0)]) == {(name, 0): E.NONE}
@@ -1257,12 +1260,16 @@ def case_txn_offset_commit(env: Env, v: int):
         r = env.call(K.TXN_OFFSET_COMMIT, v, req)
         return {(t.name, p.partition_index): p.error_code for t in r.topics for p in t.partitions}
 
-    # KIP-890 part 1: the group's partition must have been added to the transaction first
-    not_added = E.TRANSACTION_ABORTABLE if v >= 4 else E.INVALID_TXN_STATE
-    assert commit(pid, epoch, {name: {0: 5}}) == {(name, 0): not_added}
-    r = env.call(K.ADD_OFFSETS_TO_TXN, 3, aot.AddOffsetsToTxnRequest(
-        transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group))
-    assert r.error_code == E.NONE
+    if v >= 5:
+        # transaction version 2 (KIP-890 part 2): the commit adds the group's partition itself
+        assert commit(pid, epoch, {name: {0: 5}}) == {(name, 0): E.NONE}
+    else:
+        # KIP-890 part 1: the group's partition must have been added to the transaction first
+        not_added = E.TRANSACTION_ABORTABLE if v >= 4 else E.INVALID_TXN_STATE
+        assert commit(pid, epoch, {name: {0: 5}}) == {(name, 0): not_added}
+        r = env.call(K.ADD_OFFSETS_TO_TXN, 3, aot.AddOffsetsToTxnRequest(
+            transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group))
+        assert r.error_code == E.NONE
     assert commit(pid, epoch, {name: {0: 5, 1: 6}, "mx-nosuch-topic-x": {0: 1}}) == {
         (name, 0): E.NONE, (name, 1): E.NONE, ("mx-nosuch-topic-x", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
     assert commit(pid, epoch + 1, {name: {0: 7}}) == {(name, 0): E.INVALID_PRODUCER_EPOCH}

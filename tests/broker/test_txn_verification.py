@@ -18,6 +18,7 @@ import pytest
 
 from kbroker.kernels import records
 from kbroker.protocol import ApiKey as K, ErrorCode as E
+from kbroker.protocol.messages import txn_offset_commit as toc
 from kbroker.protocol.messages.end_txn import EndTxnRequest
 from tests.broker.kafka_helpers import create_topic
 from tests.broker.raw_client import RawClient
@@ -60,6 +61,20 @@ def _abort_then_late_produce(port, topic, produce_version=9):
         return E(late), list_latest(c, topic, 0, 0), list_latest(c, topic, 0, 1)
 
 
+def _offsets_without_add_offsets(port, topic, version=3):
+    """A TxnOffsetCommit of a producer that never sent AddOffsetsToTxn: its error, and
+    the transaction's partitions at the coordinator."""
+    tid = "toc-" + uuid.uuid4().hex[:8]
+    with RawClient(port) as c:
+        err, pid, epoch = _init(c, tid)
+        assert err == E.NONE
+        r = c.call(K.TXN_OFFSET_COMMIT, version, toc.TxnOffsetCommitRequest(
+            transactional_id=tid, group_id="g-" + tid, producer_id=pid, producer_epoch=epoch, topics=[
+                toc.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                    toc.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=1)])]))
+        return E(r.topics[0].partitions[0].error_code), [t.topic for t in _describe(c, tid).topics]
+
+
 def test_a_late_produce_after_abort_is_refused_and_the_lso_does_not_hang(broker):
     topic = "hang-" + uuid.uuid4().hex[:8]
     create_topic(broker.bootstrap, topic, partitions=1)
@@ -83,6 +98,10 @@ def test_without_verification_the_late_produce_hangs_the_lso(fresh_broker):
     create_topic(b.bootstrap, topic, partitions=1)
     err, hw, lso = _abort_then_late_produce(b.port, topic)
     assert err == E.NONE and (hw, lso) == (3, 2)   # a transaction nobody will end holds the LSO at 2
+    # TxnOffsetCommit follows the flag too (Kafka: no verification, the offsets are written)
+    assert _offsets_without_add_offsets(b.port, topic) == (E.NONE, [])
+    # ... but transaction version 2's TxnOffsetCommit v5 adds the group's partition whatever the flag
+    assert _offsets_without_add_offsets(b.port, topic, version=5) == (E.NONE, ["__consumer_offsets"])
     # verification is dynamic: on again, the next late produce of another producer is refused
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
@@ -93,6 +112,7 @@ def test_without_verification_the_late_produce_hangs_the_lso(fresh_broker):
     topic2 = "hang-" + uuid.uuid4().hex[:8]
     create_topic(b.bootstrap, topic2, partitions=1)
     assert _abort_then_late_produce(b.port, topic2) == (E.INVALID_TXN_STATE, 2, 2)
+    assert _offsets_without_add_offsets(b.port, topic2)[0] == E.INVALID_TXN_STATE
 
 
 def test_partition_not_added_fenced_producer_and_a_normal_transaction(broker):

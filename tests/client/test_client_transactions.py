@@ -52,6 +52,9 @@ def test_commit_and_abort_are_atomic_across_partitions(broker):
     p = _tx_producer(broker.bootstrap, f"tid-{uuid.uuid4().hex[:6]}")
     try:
         p.init_transactions(30)
+        # the broker finalizes transaction.version 2: no AddPartitionsToTxn, an epoch per transaction
+        assert p._txn.transaction_v2
+        epoch = p._txn.producer_epoch
         p.begin_transaction()
         for i in range(10):
             p.send(topic, value=b"c%d" % i, partition=i % 2)
@@ -68,6 +71,7 @@ def test_commit_and_abort_are_atomic_across_partitions(broker):
         p.commit_transaction(30)
         p.begin_transaction()
         p.abort_transaction(30)
+        assert p._txn.producer_epoch == epoch + 3
     finally:
         p.close()
     committed = sorted([b"c%d" % i for i in range(10)] + [b"c-last"])

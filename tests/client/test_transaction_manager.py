@@ -199,3 +199,31 @@ def test_an_abort_while_the_first_add_partitions_is_retried_ends_locally():
     r = tm.begin_commit()
     step(tm, ApiKey.END_TXN, et.EndTxnResponse(error_code=0))
     assert r.error is None and tm.state is State.READY
+
+
+def test_transaction_version_2_adds_nothing_and_takes_the_bumped_epoch():
+    """KIP-890 part 2 (the broker finalizes transaction.version 2): no AddPartitionsToTxn
+    nor AddOffsetsToTxn; EndTxn v5's answer is the next transaction's epoch, whose
+    sequences restart at 0; a failed batch leaves only the abort."""
+    tm = ready(TransactionManager("tx"))
+    tm.transaction_v2 = True
+    tm.begin()
+    tm.maybe_add_partition(TP0)
+    assert not tm.blocks_produce() and tm.partitions_in_txn == {TP0}
+    tm.next_sequence[TP0] = 5
+    r = tm.send_offsets({TP0: 10}, ConsumerGroupMetadata("g"))
+    step(tm, ApiKey.FIND_COORDINATOR, found(9))
+    step(tm, ApiKey.TXN_OFFSET_COMMIT, toc.TxnOffsetCommitResponse(topics=[toc.TxnOffsetCommitResponseTopic(
+        name="t", partitions=[toc.TxnOffsetCommitResponsePartition(partition_index=0, error_code=0)])]))
+    assert r.is_done() and r.error is None
+    r = tm.begin_commit()
+    h = tm.next_request(0.0, False)
+    assert h.api_key == ApiKey.END_TXN and h.version == 5
+    tm.on_response(h, et.EndTxnResponse(error_code=0, producer_id=42, producer_epoch=4), None)
+    assert r.error is None and (tm.producer_id, tm.producer_epoch, tm.next_sequence) == (42, 4, {})
+    tm.begin()
+    tm.maybe_add_partition(TP1)
+    tm.transaction_started = True            # as assign() does when the batch is drained
+    r = tm.begin_commit()
+    tm.batch_failed(E.for_code(ErrorCode.REQUEST_TIMED_OUT, "expired"))
+    assert tm.state is State.ABORTABLE_ERROR and isinstance(r.error, E.KafkaError)

@@ -200,3 +200,61 @@ def test_late_produce_after_abort_is_refused_by_a_leader_on_another_broker(clust
     finally:
         c.close()
     assert high == 2    # the aborted record and its marker; no late batch holding the LSO
+
+
+def test_transaction_version_2_leader_on_another_broker_adds_the_partition(cluster):
+    """KIP-890 part 2 across brokers: the cluster is formatted with transaction.version 2;
+    a Produce v12 to a leader that is not the coordinator makes it add the partition with
+    AddPartitionsToTxn v5 over the wire; EndTxn v5 bumps the epoch, the markers carry it,
+    and the previous epoch's late produce is fenced."""
+    from kbroker.kernels import records
+    from kbroker.protocol.messages import (
+        api_versions as av, describe_transactions as dtx, end_txn, init_producer_id as ipi, produce as pr,
+    )
+    q = cluster
+    r = _raw(q.broker_ports[BROKERS[0]], ApiKey.API_VERSIONS, 3,
+             av.ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    assert {f.name: f.max_version_level for f in r.finalized_features}.get("transaction.version") == 2
+    topic = "ktv2-" + uuid.uuid4().hex[:6]
+    leaders = _spread_topic(q, topic)
+    for _ in range(50):   # a transactional id whose coordinator does not lead partition 0
+        tid = "ktv2-" + uuid.uuid4().hex[:8]
+        err, coordinator = _wait(lambda: (lambda r: r if r[0] == ErrorCode.NONE else None)(_coordinator(q, tid)),
+                                 timeout_s=30, what="transaction coordinator")
+        if coordinator != leaders[0][0]:
+            break
+    cport, lport = q.broker_ports[coordinator], q.broker_ports[leaders[0][0]]
+    r = _wait(lambda: (lambda r: r if r.error_code == ErrorCode.NONE else None)(_raw(
+        cport, ApiKey.INIT_PRODUCER_ID, 4, ipi.InitProducerIdRequest(
+            transactional_id=tid, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1))),
+        timeout_s=30, what="InitProducerId")
+    pid, epoch = r.producer_id, r.producer_epoch
+
+    def produce(epoch, seq, value):
+        batch = records.encode_batch([(int(time.time() * 1000), None, value, [])], producer_id=pid,
+                                     producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+        resp = _raw(lport, ApiKey.PRODUCE, 12, pr.ProduceRequest(
+            transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[pr.TopicProduceData(
+                name=topic, partition_data=[pr.PartitionProduceData(index=0, records=batch)])]))
+        code = resp.responses[0].partition_responses[0].error_code
+        # not yet the leader's metadata, or the previous transaction's markers still going out
+        return None if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_ENOUGH_REPLICAS) else (code,)
+
+    def end(epoch, commit):
+        return _raw(cport, ApiKey.END_TXN, 5, end_txn.EndTxnRequest(transactional_id=tid, producer_id=pid,
+                                                                    producer_epoch=epoch, committed=commit))
+
+    def state():
+        return _raw(cport, ApiKey.DESCRIBE_TRANSACTIONS, 0, dtx.DescribeTransactionsRequest(
+            transactional_ids=[tid])).transaction_states[0]
+
+    assert _wait(lambda: produce(epoch, 0, b"t1"), what="T1's produce") == (ErrorCode.NONE,)
+    assert state().topics[0].topic == topic                  # added by the leader, not by the producer
+    r = end(epoch, True)
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (ErrorCode.NONE, pid, epoch + 1)
+    _wait(lambda: state().transaction_state == "CompleteCommit", what="CompleteCommit")
+    assert _wait(lambda: produce(epoch + 1, 0, b"t2"), what="T2's produce") == (ErrorCode.NONE,)
+    assert produce(epoch, 1, b"late") == (ErrorCode.INVALID_PRODUCER_EPOCH,)
+    assert end(epoch, True).error_code == ErrorCode.PRODUCER_FENCED    # T1's late commit leaves T2 open
+    assert end(epoch + 1, False).error_code == ErrorCode.NONE
+    assert sorted(_read(q, topic, 1, "read_committed", expect=1)) == [b"t1"]

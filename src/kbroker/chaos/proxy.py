@@ -13,8 +13,18 @@ ApiVersions for a pre-0.10 broker and then refuses idempotence.
 
 On the client->broker direction, ``hold`` (an Event) keeps the client's bytes in the proxy
 while set and forwards them, in order, once it is cleared (a delayed request arriving
-late: the Jepsen transaction anomalies). ``partition()`` cuts the broker off: open
-connections are closed and new ones closed at once, until ``heal()``.
+late). ``partition()`` cuts the broker off: open connections are closed and new ones
+closed at once, until ``heal()``.
+
+Held requests (the Jepsen transaction anomalies: a request of an earlier transaction that
+reaches the broker after the next one began). With ``framed=True`` the proxy splits the
+client's bytes into request frames; ``hold_requests(api_key, ...)`` then captures every
+request with one of those API keys (and whatever follows it on its connection, so the
+broker still sees each connection's requests in order) until ``stop_holding()``; captured
+requests stay in the proxy, even after the client gave up and closed its connection
+(the upstream connection stays open for them), until ``release()`` forwards them.
+``held_requests`` counts the captured requests, ``released_replies`` the replies the
+broker sent to released requests of closed client connections (they are dropped).
 
 Selective cuts (a broker cut off from *some* peers, :mod:`kbroker.chaos.cluster`):
 ``refuse`` is None or a callable taking the client's address (host, port) and saying
@@ -34,7 +44,7 @@ class FaultProxy:
     spare_replies = 2
 
     def __init__(self, upstream_port=None, *, seed=0, kill_probability=0.0, delay_probability=0.0,
-                 max_faults=0, upstream_host="127.0.0.1"):
+                 max_faults=0, upstream_host="127.0.0.1", framed=False):
         self.upstream_host = upstream_host
         self.upstream_port = upstream_port
         self.rnd = random.Random(seed)
@@ -51,6 +61,13 @@ class FaultProxy:
         self.stopped = threading.Event()
         self.refuse = None
         self.connections = 0
+        self.framed = framed
+        self.held_requests = 0
+        self.released_replies = 0
+        self._capture: frozenset = frozenset()
+        self._releasing = threading.Event()    # set: held requests go out
+        self._releasing.set()
+        self._replies: dict = {}               # pair -> reply chunks forwarded (or dropped) so far
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._pairs: dict = {}     # (client, upstream) -> the client's address
@@ -89,6 +106,25 @@ class FaultProxy:
 
     def heal(self) -> None:
         self.partitioned.clear()
+
+    def hold_requests(self, *api_keys: int) -> None:
+        """Capture from now on every request with one of ``api_keys`` (needs ``framed``)."""
+        if not self.framed:
+            raise ValueError("hold_requests needs FaultProxy(framed=True)")
+        with self._lock:
+            self._releasing.clear()
+            self._capture = frozenset(int(k) for k in api_keys)
+
+    def stop_holding(self) -> None:
+        """Capture no more requests; those captured stay held until ``release()``."""
+        with self._lock:
+            self._capture = frozenset()
+
+    def release(self) -> None:
+        """Forward every held request (in order per connection) and capture no more."""
+        with self._lock:
+            self._capture = frozenset()
+            self._releasing.set()
 
     def _spawn(self, fn, *args) -> None:
         t = threading.Thread(target=fn, args=args, daemon=True)
@@ -139,19 +175,28 @@ class FaultProxy:
     def _pump(self, src, dst, pair, replies: bool) -> None:
         n = 0
         pending: list[bytes] = []
+        held: list[bytes] = []           # captured request frames of this connection
+        buf = bytearray()                # framed: the incomplete request frame
         try:
             src.settimeout(0.2)   # inside the try: the other direction may have closed src already
             while not self.stopped.is_set() and not self.partitioned.is_set():
                 if pending and not self.hold.is_set():
                     dst.sendall(b"".join(pending))
                     pending.clear()
+                if held and self._releasing.is_set():
+                    dst.sendall(b"".join(held))
+                    held.clear()
                 try:
                     data = src.recv(65536)
                 except socket.timeout:
                     continue
                 if not data:
+                    if held:
+                        self._linger_held(dst, pair, held)
                     break
                 if replies:
+                    with self._lock:
+                        self._replies[pair] = self._replies.get(pair, 0) + 1
                     fault = self._fault(n)
                     n += 1
                     if fault == "drop":
@@ -160,6 +205,18 @@ class FaultProxy:
                         break
                     if fault is not None:
                         time.sleep(fault)
+                elif self.framed:
+                    buf += data
+                    for frame in self._frames(buf):
+                        if held or self._captures(frame):
+                            held.append(frame)
+                            with self._lock:
+                                self.held_requests += 1
+                        elif self.hold.is_set() or pending:
+                            pending.append(frame)
+                        else:
+                            dst.sendall(frame)
+                    continue
                 elif self.hold.is_set() or pending:
                     pending.append(data)
                     with self._lock:
@@ -171,9 +228,43 @@ class FaultProxy:
         finally:
             self._close(pair)
 
+    @staticmethod
+    def _frames(buf: bytearray):
+        """Take the complete request frames (4-byte size prefix) off the front of ``buf``."""
+        while len(buf) >= 4:
+            size = int.from_bytes(buf[:4], "big") + 4
+            if len(buf) < size:
+                return
+            frame = bytes(buf[:size])
+            del buf[:size]
+            yield frame
+
+    def _captures(self, frame: bytes) -> bool:
+        capture = self._capture
+        return bool(capture) and len(frame) >= 6 and int.from_bytes(frame[4:6], "big", signed=True) in capture
+
+    def _linger_held(self, upstream, pair, held: list) -> None:
+        """The client closed a connection with held requests: keep the upstream connection
+        until they are released and the broker answered (its replies are dropped)."""
+        while not self._releasing.wait(0.2):
+            if self.stopped.is_set():
+                return
+        with self._lock:
+            before = self._replies.get(pair, 0)
+        upstream.sendall(b"".join(held))
+        held.clear()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not self.stopped.is_set():
+            with self._lock:
+                if self._replies.get(pair, 0) > before or pair not in self._pairs:
+                    self.released_replies += 1
+                    return
+            time.sleep(0.02)
+
     def _close(self, pair) -> None:
         with self._lock:
             self._pairs.pop(pair, None)
+            self._replies.pop(pair, None)
         for s in pair:
             try:
                 s.shutdown(socket.SHUT_RDWR)

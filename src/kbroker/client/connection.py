@@ -40,8 +40,12 @@ _MAX_IOV = 256
 
 #: Highest version this client speaks per API where it is below the spec's max: Fetch 13+
 #: and DeleteTopics 6+ address topics by id, OffsetFetch 8+ and FindCoordinator 4+ batch by
-#: group; we use the name-based forms.
+#: group; we use the name-based forms. Produce 12 and TxnOffsetCommit 5 mean transaction
+#: version 2 (the leader adds the partition to the transaction), which the producer's
+#: transaction manager does not speak: it adds partitions itself (AddPartitionsToTxn v3).
 CLIENT_MAX_VERSIONS = {
+    int(ApiKey.PRODUCE): 11,
+    int(ApiKey.TXN_OFFSET_COMMIT): 4,
     int(ApiKey.FETCH): 12,
     int(ApiKey.DELETE_TOPICS): 5,
     int(ApiKey.OFFSET_FETCH): 7,
@@ -92,6 +96,10 @@ class BrokerConnection:
         self.sock: socket.socket | None = None
         self.in_flight: deque[InFlightRequest] = deque()
         self.versions: dict[int, int] = {}
+        #: the broker's own highest version per api key, and (ApiVersions v3+) its
+        #: finalized feature levels
+        self.broker_max_versions: dict[int, int] = {}
+        self.finalized_features: dict[str, int] = {}
         #: frames not yet written, as the parts encode_request_parts made (the records of
         #: a ProduceRequest stay their own part: no copy until the kernel's)
         self._out: deque = deque()
@@ -149,7 +157,9 @@ class BrokerConnection:
             self.sock.setblocking(False)
         self.state = CHECKING_API_VERSIONS
 
-    def set_versions(self, broker_ranges: dict[int, tuple[int, int]]) -> None:
+    def set_versions(self, broker_ranges: dict[int, tuple[int, int]], finalized_features=None) -> None:
+        self.broker_max_versions = {k: hi for k, (_lo, hi) in broker_ranges.items()}
+        self.finalized_features = dict(finalized_features or {})
         versions = {}
         for key, (bmin, bmax) in broker_ranges.items():
             if key not in API_INFO:

@@ -179,6 +179,16 @@ class NetworkClient:
         c = self.conns.get(node_id)
         return c.versions.get(int(api_key)) if c is not None else None
 
+    def broker_max_version(self, node_id: int, api_key: int) -> int | None:
+        """The highest version of ``api_key`` the node advertised (not capped by ours)."""
+        c = self.conns.get(node_id)
+        return c.broker_max_versions.get(int(api_key)) if c is not None else None
+
+    def finalized_feature(self, node_id: int, name: str) -> int:
+        """The node's finalized level of feature ``name`` (0 if not finalized or unknown)."""
+        c = self.conns.get(node_id)
+        return c.finalized_features.get(name, 0) if c is not None else 0
+
     # -- sending ------------------------------------------------------------------------
     def send(self, node_id: int, api_key: int, request, callback: Callable,
              *, expect_response: bool = True, version: int | None = None,
@@ -403,7 +413,8 @@ class NetworkClient:
             if body.error_code:
                 self._close(c, E.for_code(body.error_code))
                 return
-            c.set_versions({k.api_key: (k.min_version, k.max_version) for k in body.api_keys})
+            c.set_versions({k.api_key: (k.min_version, k.max_version) for k in body.api_keys},
+                           {f.name: f.max_version_level for f in getattr(body, "finalized_features", None) or ()})
             if self._sasl_mechanism is not None:
                 self._start_sasl(c)
             return

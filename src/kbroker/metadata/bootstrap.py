@@ -75,10 +75,12 @@ SCRAM_MINIMUM_VERSION = _BY_LEVEL[11]        # 3.5-IV2: the first with SCRAM cre
 
 #: Features other than metadata.version that format knows (Kafka 3.9's Features.PRODUCTION_FEATURES):
 #: name -> ((level, the metadata.version from which it is the default), ...) and the highest
-#: production level.
+#: production level. transaction.version 2 (KIP-890 part 2) is production here and a new
+#: cluster's default, as in Kafka 4.0; Kafka ties its default to 4.0-IV2, kbroker to its own
+#: latest production metadata.version (3.9-IV0), with which it implements it.
 FEATURES = {
     KRAFT_VERSION: (((0, 1), (1, 21)), 1),
-    TRANSACTION_VERSION: (((0, 1), (1, 22), (2, 22)), 0),
+    TRANSACTION_VERSION: (((0, 1), (1, 21), (2, 21)), 2),
 }
 
 

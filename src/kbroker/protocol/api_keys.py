@@ -162,7 +162,7 @@ def _load(module: str, name: str):
 
 
 API_INFO: dict[int, ApiInfo] = {
-    0: ApiInfo(0, 'Produce', 'produce', 'ProduceRequest', 'ProduceResponse', 0, 11, 11, 9, 9, ('zkBroker', 'broker'), (0, 6)),
+    0: ApiInfo(0, 'Produce', 'produce', 'ProduceRequest', 'ProduceResponse', 0, 12, 12, 9, 9, ('zkBroker', 'broker'), (0, 6)),
     1: ApiInfo(1, 'Fetch', 'fetch', 'FetchRequest', 'FetchResponse', 0, 17, 17, 12, 12, ('zkBroker', 'broker', 'controller'), (0, 3)),
     2: ApiInfo(2, 'ListOffsets', 'list_offsets', 'ListOffsetsRequest', 'ListOffsetsResponse', 0, 9, 9, 6, 6, ('zkBroker', 'broker'), (0, 0)),
     3: ApiInfo(3, 'Metadata', 'metadata', 'MetadataRequest', 'MetadataResponse', 0, 12, 12, 9, 9, ('zkBroker', 'broker'), (0, 3)),
@@ -188,9 +188,9 @@ API_INFO: dict[int, ApiInfo] = {
     23: ApiInfo(23, 'OffsetForLeaderEpoch', 'offset_for_leader_epoch', 'OffsetForLeaderEpochRequest', 'OffsetForLeaderEpochResponse', 0, 4, 4, 4, 4, ('zkBroker', 'broker'), (0, 1)),
     24: ApiInfo(24, 'AddPartitionsToTxn', 'add_partitions_to_txn', 'AddPartitionsToTxnRequest', 'AddPartitionsToTxnResponse', 0, 5, 5, 3, 3, ('zkBroker', 'broker'), None),
     25: ApiInfo(25, 'AddOffsetsToTxn', 'add_offsets_to_txn', 'AddOffsetsToTxnRequest', 'AddOffsetsToTxnResponse', 0, 4, 4, 3, 3, ('zkBroker', 'broker'), None),
-    26: ApiInfo(26, 'EndTxn', 'end_txn', 'EndTxnRequest', 'EndTxnResponse', 0, 4, 4, 3, 3, ('zkBroker', 'broker'), None),
+    26: ApiInfo(26, 'EndTxn', 'end_txn', 'EndTxnRequest', 'EndTxnResponse', 0, 5, 4, 3, 3, ('zkBroker', 'broker'), None),
     27: ApiInfo(27, 'WriteTxnMarkers', 'write_txn_markers', 'WriteTxnMarkersRequest', 'WriteTxnMarkersResponse', 0, 1, 1, 1, 1, ('zkBroker', 'broker'), None),
-    28: ApiInfo(28, 'TxnOffsetCommit', 'txn_offset_commit', 'TxnOffsetCommitRequest', 'TxnOffsetCommitResponse', 0, 4, 4, 3, 3, ('zkBroker', 'broker'), None),
+    28: ApiInfo(28, 'TxnOffsetCommit', 'txn_offset_commit', 'TxnOffsetCommitRequest', 'TxnOffsetCommitResponse', 0, 5, 5, 3, 3, ('zkBroker', 'broker'), None),
     29: ApiInfo(29, 'DescribeAcls', 'describe_acls', 'DescribeAclsRequest', 'DescribeAclsResponse', 0, 3, 3, 2, 2, ('zkBroker', 'broker', 'controller'), (0, 0)),
     30: ApiInfo(30, 'CreateAcls', 'create_acls', 'CreateAclsRequest', 'CreateAclsResponse', 0, 3, 3, 2, 2, ('zkBroker', 'broker', 'controller'), (0, 0)),
     31: ApiInfo(31, 'DeleteAcls', 'delete_acls', 'DeleteAclsRequest', 'DeleteAclsResponse', 0, 3, 3, 2, 2, ('zkBroker', 'broker', 'controller'), (0, 0)),

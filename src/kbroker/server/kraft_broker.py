@@ -69,6 +69,7 @@ from kbroker.server import schema_validation
 from kbroker.security.authorizer import StandardAuthorizer
 from kbroker.security.credentials import PublishedScramCredentials
 from kbroker.server.apis import ApiHandler
+from kbroker.server.features import SUPPORTED as SUPPORTED_FEATURES
 from kbroker.server.authz import authz
 from kbroker.server.forward_authz import authorize_forwarded
 from kbroker.server.apis.topics import quota_forwarded
@@ -394,7 +395,7 @@ class KRaftBroker:
             a = adv.get(l.name, l)
             endpoints.append((l.name, a.host or "127.0.0.1", a.port or self.socket_server.bound_port(l.name), 0))
         lc = BrokerLifecycle(node_id=self.node_id, cluster_id=self.cluster_id, listeners=endpoints,
-                             features={"metadata.version": (1, 21)}, rack=c["broker.rack"],
+                             features=dict(SUPPORTED_FEATURES), rack=c["broker.rack"],
                              log_dirs=self.directory_ids, heartbeat_interval_ms=c["broker.heartbeat.interval.ms"],
                              session_timeout_ms=c["broker.session.timeout.ms"],
                              initial_registration_timeout_ms=c["initial.broker.registration.timeout.ms"],

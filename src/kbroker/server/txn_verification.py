@@ -18,6 +18,13 @@ verification on, every client append of a transactional batch needs a guard or a
 ongoing transaction (so a marker that lands between this check and the append is
 caught too); ``transaction.partition.verification.enable=false`` turns all of it off.
 
+Transaction version 2 (KIP-890 part 2): a Produce v12 (TxnOffsetCommit v5) comes from a
+producer that sends no AddPartitionsToTxn (AddOffsetsToTxn); the leader *adds* the
+partition to the transaction instead of verifying it (AddPartitionsToTxn v5 with
+``verify_only`` false, or the local coordinator's ``handle_add_partitions`` at
+transaction version 2), whatever the verification flag says — without the add the
+partition would never get its marker.
+
 Errors (Kafka's mapping): PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH; TRANSACTION_ABORTABLE
 stays for Produce v11+ (clients that know it) and is INVALID_TXN_STATE below;
 CONCURRENT_TRANSACTIONS, NETWORK_EXCEPTION, COORDINATOR_LOAD_IN_PROGRESS,
@@ -44,6 +51,7 @@ log = logging.getLogger(__name__)
 __all__ = ["TransactionVerifier", "AddPartitionsToTxnSender", "start_coordinator_verification", "SENTINEL"]
 
 E = ErrorCode
+TRANSACTION_VERSION_2 = 2
 _HEADER = struct.Struct(">qhi")      # producer id, producer epoch, base sequence (bytes 43..57)
 
 #: coordinator answers that older producers may not retry: NOT_ENOUGH_REPLICAS (retriable, no metadata refresh)
@@ -122,11 +130,16 @@ class TransactionVerifier:
         self._local_coordinator = local_coordinator
         self.sender = sender
 
+    def enabled(self) -> bool:
+        """transaction.partition.verification.enable, now."""
+        return bool(self._enabled())
+
     def handle_produce_append(self, rm, timeout_ms: int, required_acks: int, entries: dict, respond,
                               transactional_id: str, internal_topics_allowed: bool, produce_version: int) -> bool:
         """Verify, then append through ``rm.append_records`` with the guards. False when
         verification is off or no batch is transactional (the caller appends as usual)."""
-        if not self._enabled():
+        add = produce_version >= 12          # transaction version 2: the leader adds the partition
+        if not add and not self._enabled():
             return False
         batches, producers = transactional_batches(entries)
         if not producers:
@@ -158,12 +171,14 @@ class TransactionVerifier:
         if not guards:
             append({})
         else:
-            self.verify(transactional_id, pid, epoch, list(guards), append, produce_version > 10)
+            self.verify(transactional_id, pid, epoch, list(guards), append, produce_version > 10, add=add)
         return True
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list,
-               callback: Callable[[dict], None], generic_error_supported: bool) -> None:
-        """``callback({tp: error})`` (mapped for the producer) once the coordinator answered."""
+               callback: Callable[[dict], None], generic_error_supported: bool, *, add: bool = False) -> None:
+        """``callback({tp: error})`` (mapped for the producer) once the coordinator answered.
+        ``add``: add the partitions to the transaction (transaction version 2) rather than
+        verify that they are in it."""
         def mapped(codes: dict) -> None:
             callback({tp: map_coordinator_error(c, generic_error_supported) for tp, c in codes.items()})
 
@@ -172,11 +187,15 @@ class TransactionVerifier:
             return mapped({tp: E.COORDINATOR_NOT_AVAILABLE for tp in partitions})
         coordinator = self._local_coordinator() if node == self.node_id else None
         if coordinator is not None:
+            if add:
+                return coordinator.handle_add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                                         lambda err: mapped({tp: err for tp in partitions}),
+                                                         TRANSACTION_VERSION_2)
             return mapped(coordinator.handle_verify_partitions(transactional_id, producer_id, producer_epoch,
                                                                partitions))
         if self.sender is None:
             return mapped({tp: E.COORDINATOR_NOT_AVAILABLE for tp in partitions})
-        self.sender.verify(node, transactional_id, producer_id, producer_epoch, partitions, mapped)
+        self.sender.verify(node, transactional_id, producer_id, producer_epoch, partitions, mapped, add=add)
 
     def close(self) -> None:
         if self.sender is not None:
@@ -184,9 +203,10 @@ class TransactionVerifier:
 
 
 class _Txn:
-    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "partitions", "callback")
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "partitions", "callback", "add")
 
-    def __init__(self, transactional_id, producer_id, producer_epoch, partitions, callback) -> None:
+    def __init__(self, transactional_id, producer_id, producer_epoch, partitions, callback, add=False) -> None:
+        self.add = add
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
@@ -216,8 +236,9 @@ class AddPartitionsToTxnSender:
         self._inflight: set[int] = set()
 
     def verify(self, node: int, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list,
-               callback: Callable[[dict], None]) -> None:
-        txn = _Txn(transactional_id, producer_id, producer_epoch, partitions, callback)
+               callback: Callable[[dict], None], *, add: bool = False) -> None:
+        """``add``: a transaction version 2 add (``verify_only`` false, request v5)."""
+        txn = _Txn(transactional_id, producer_id, producer_epoch, partitions, callback, add)
         failed = []
         with self._lock:
             queue = self._queued.setdefault(node, {})
@@ -258,7 +279,7 @@ class AddPartitionsToTxnSender:
                 topics.setdefault(topic, []).append(p)
             txns.append(AddPartitionsToTxnTransaction(
                 transactional_id=t.transactional_id, producer_id=t.producer_id, producer_epoch=t.producer_epoch,
-                verify_only=True, topics=[AddPartitionsToTxnTopic(name=n, partitions=ps) for n, ps in topics.items()]))
+                verify_only=not t.add, topics=[AddPartitionsToTxnTopic(name=n, partitions=ps) for n, ps in topics.items()]))
         sender = self._sender_for_send()
         if sender is None:
             self._answered(node, batch, None, RuntimeError("closed"))

@@ -176,6 +176,11 @@ class Sender(threading.Thread):
             return
         have = self.client.api_version(node, h.api_key)
         version = have if h.version is None or have is None else min(h.version, have)
+        if h.api_key == ApiKey.INIT_PRODUCER_ID:
+            txn.transaction_v2 = self._transaction_v2(node)
+        elif txn.transaction_v2 and h.version is not None and h.version > (have or 0):
+            # transaction version 2's EndTxn v5 / TxnOffsetCommit v5 (above our default caps)
+            version = min(h.version, self.client.broker_max_version(node, h.api_key) or 0)
 
         def done(resp, exc, h=h):
             txn.on_response(h, resp, exc)
@@ -184,6 +189,14 @@ class Sender(threading.Thread):
             self.client.send(node, h.api_key, h.build(version), done, version=version)
         except E.KafkaError as e:
             txn.on_response(h, None, e)
+
+    def _transaction_v2(self, node: int) -> bool:
+        """The coordinator finalizes transaction.version >= 2 and offers EndTxn v5 and
+        Produce v12 (Kafka's client: TransactionManager.isTransactionV2Enabled)."""
+        c = self.client
+        return (c.finalized_feature(node, "transaction.version") >= 2
+                and (c.broker_max_version(node, ApiKey.END_TXN) or 0) >= 5
+                and (c.broker_max_version(node, ApiKey.PRODUCE) or 0) >= 12)
 
     def _fail_all(self, err) -> None:
         for b in self.accumulator.abort_all():
@@ -238,8 +251,11 @@ class Sender(threading.Thread):
         try:
             # written by the poll that ends this pass: every request drained in the pass
             # goes out in one sendmsg
+            version = None
+            if self.txn is not None and self.txn.transaction_v2 and self.transactional_id is not None:
+                version = min(12, self.client.broker_max_version(node, _PRODUCE) or 0)   # the leader adds
             self.client.send(node, _PRODUCE, req, on_response, expect_response=expect,
-                             defer_write=True)
+                             defer_write=True, version=version)
         except E.KafkaError as e:
             self._handle_produce_response(by_tp, None, e)
 
@@ -299,6 +315,8 @@ class Sender(threading.Thread):
     def _finish(self, b, base_offset, log_append_time, err) -> None:
         if b.result.is_done():
             return
+        if err is not None and self.txn is not None and self.txn.is_transactional:
+            self.txn.batch_failed(err)
         self.in_flight_batches.discard(b)
         if self.guarantee_order:
             self.accumulator.unmute(b.tp)

@@ -16,8 +16,18 @@ transactional id) one at a time, in Kafka's order: InitProducerId, AddPartitions
 the partitions the application sent to since the last one (a partition's batches are not
 drained until it is in the transaction), AddOffsetsToTxn then TxnOffsetCommit to the
 *group* coordinator, EndTxn once every batch of the transaction is acknowledged. Every
-batch is stamped transactional. AddPartitionsToTxn is sent at v3 (the client form; Kafka
-4's implicit adds of transaction version 2 are not used), EndTxn at the broker's version.
+batch is stamped transactional. AddPartitionsToTxn is sent at v3 (the client form), EndTxn
+at the broker's version up to v4.
+
+Transaction version 2 (KIP-890 part 2, as Kafka's Java client 4.0): when the coordinator
+finalizes ``transaction.version`` >= 2 and offers EndTxn v5 (checked as InitProducerId is
+sent: ``transaction_v2``), no AddPartitionsToTxn or AddOffsetsToTxn is sent — batches go
+as Produce v12 and offsets as TxnOffsetCommit v5, whose receivers add the partition to
+the transaction — and every EndTxn (v5) bumps the epoch: its response names the producer
+id and epoch of the next transaction, whose sequence numbers start again at 0. A
+transaction counts as started once one of its batches is drained (it may reach the
+partition leader), so an abort then always goes to the coordinator, which bumps the
+epoch even if nothing arrived (a late produce of it is then fenced).
 
 Threads: the application thread calls the public methods (they take ``_lock`` and return a
 TransactionalRequestResult to wait on); the sender thread calls ``next_request`` and the
@@ -152,6 +162,8 @@ class TransactionManager:
         self.backoff_until = 0.0
         #: (key_type, key) -> coordinator node id, as FindCoordinator answered
         self.coordinators: dict[tuple[int, str], int] = {}
+        #: transaction version 2 (see the module docstring): set by the sender with InitProducerId
+        self.transaction_v2 = False
 
     @property
     def is_transactional(self) -> bool:
@@ -182,6 +194,9 @@ class TransactionManager:
         self.next_sequence[batch.tp] = (seq + batch.record_count) & 0x7FFFFFFF
         batch.buffer = stamp_producer_state(batch.buffer, self.producer_id, self.producer_epoch, seq,
                                             self.is_transactional)
+        if self.transaction_v2 and not self.transaction_started:
+            with self._lock:     # the batch may reach its leader, which adds it to the transaction
+                self.transaction_started = True
 
     # -- the application thread ---------------------------------------------------------------
     def _require(self, *states: State, op: str) -> None:
@@ -215,6 +230,9 @@ class TransactionManager:
             return
         with self._lock:
             self._require(State.IN_TRANSACTION, op="send")
+            if self.transaction_v2:      # the partition leader adds it (Produce v12)
+                self.partitions_in_txn.add(tp)
+                return
             if tp not in self.partitions_in_txn and tp not in self.adding_partitions:
                 self.pending_partitions.add(tp)
 
@@ -222,7 +240,10 @@ class TransactionManager:
         with self._lock:
             self._require(State.IN_TRANSACTION, op="send offsets to the transaction")
             r = TransactionalRequestResult("AddOffsetsToTxn")
-            self._queue.append(self._add_offsets(offsets, group, r))
+            if self.transaction_v2:      # TxnOffsetCommit v5 adds the group's partition itself
+                self._queue.append(self._txn_offset_commit(offsets, group, r))
+            else:
+                self._queue.append(self._add_offsets(offsets, group, r))
             return r
 
     def begin_commit(self) -> TransactionalRequestResult:
@@ -260,6 +281,21 @@ class TransactionManager:
                 return r
             self._queue.append(self._end_txn(False, r))
             return r
+
+    def batch_failed(self, err: Exception) -> None:
+        """A batch of the transaction failed (sender thread, before the batch completes):
+        the transaction can only be aborted now, and a commit already asked for fails
+        (Kafka's TransactionManager.handleFailedBatch); a fenced producer is fatal."""
+        with self._lock:
+            if self.state not in (State.IN_TRANSACTION, State.COMMITTING_TRANSACTION):
+                return
+            code = getattr(err, "code", ErrorCode.UNKNOWN_SERVER_ERROR)
+            fatal = code in (ErrorCode.PRODUCER_FENCED, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            failure = self._fail(code, f"a batch of the transaction failed: {err}", fatal)
+            for h in [h for h in self._queue if h.api_key == ApiKey.END_TXN]:
+                self._queue.remove(h)                # the commit that waited for the batch
+                if h.result is not None:
+                    h.result.done(failure)
 
     def in_error(self) -> Exception | None:
         """The error batches fail with while the transaction cannot go on."""
@@ -470,6 +506,7 @@ class TransactionManager:
             codes = [p.error_code for t in resp.topics for p in t.partitions]
             bad = [c for c in codes if c != ErrorCode.NONE]
             if not bad:
+                self.transaction_started = True
                 result.done()
             elif any(c in _COORDINATOR_MOVED for c in bad):
                 self.coordinators.pop((GROUP, group.group_id), None)
@@ -478,13 +515,19 @@ class TransactionManager:
                 self._retry(h)
             else:
                 result.done(self._fail(bad[0], "TxnOffsetCommit failed", fatal=bad[0] in _FENCED))
-        h = _Handler(GROUP, group.group_id, ApiKey.TXN_OFFSET_COMMIT, build, handle, result)
+        h = _Handler(GROUP, group.group_id, ApiKey.TXN_OFFSET_COMMIT, build, handle, result,
+                     version=5 if self.transaction_v2 else None)
         return h
 
     def _end_txn(self, commit: bool, result) -> _Handler:
         def handle(resp):
             code = resp.error_code
             if code == ErrorCode.NONE:
+                if getattr(resp, "producer_epoch", -1) >= 0 and self.transaction_v2:
+                    # transaction version 2: the next transaction's id and epoch; its sequences restart
+                    self.producer_id, self.producer_epoch = resp.producer_id, resp.producer_epoch
+                    self.next_sequence = {}
+                    self.last_acked_sequence = {}
                 self._complete_transaction()
                 result.done()
             elif code in _COORDINATOR_MOVED:
@@ -497,5 +540,5 @@ class TransactionManager:
         h = _Handler(TRANSACTION, self.transactional_id, ApiKey.END_TXN,
                      lambda version=None: et.EndTxnRequest(transactional_id=self.transactional_id, producer_id=self.producer_id,
                                               producer_epoch=self.producer_epoch, committed=commit),
-                     handle, result)
+                     handle, result, version=5 if self.transaction_v2 else None)
         return h

@@ -68,6 +68,8 @@ __all__ = ['TransactionLogKey', 'TransactionLogValue']
 _new = object.__new__
 _S_qhib = _struct.Struct('>qhib')
 _S_qq = _struct.Struct('>qq')
+_S_q = _struct.Struct('>q')
+_S_h = _struct.Struct('>h')
 
 
 class TransactionLogKey(ProtocolStruct):
@@ -218,6 +220,10 @@ class TransactionLogValue(ProtocolStruct):
     """Kafka TransactionLogValue, versions 0-1, flexible 1+.
 
     producer_id: int64 v0+. Producer id in use by the transactional id
+    previous_producer_id: int64 v1+ (tag 0 1+, default -1). Producer id used by the last
+        committed transaction
+    next_producer_id: int64 v1+ (tag 1 1+, default -1). Latest producer ID sent to the producer
+        for the given transactional ID
     producer_epoch: int16 v0+. Epoch associated with the producer id
     transaction_timeout_ms: int32 v0+. Transaction timeout in milliseconds
     transaction_status: int8 v0+. TransactionState the transaction is in
@@ -225,23 +231,28 @@ class TransactionLogValue(ProtocolStruct):
         the transaction
     transaction_last_update_timestamp_ms: int64 v0+. Time the transaction was last updated
     transaction_start_timestamp_ms: int64 v0+. Time the transaction was started
+    client_transaction_version: int16 v1+ (tag 2 1+, default 0). The transaction version used by
+        the client
     """
 
-    __slots__ = ('producer_id', 'producer_epoch', 'transaction_timeout_ms', 'transaction_status', 'transaction_partitions', 'transaction_last_update_timestamp_ms', 'transaction_start_timestamp_ms', '_unknown_tagged_fields', )
+    __slots__ = ('producer_id', 'previous_producer_id', 'next_producer_id', 'producer_epoch', 'transaction_timeout_ms', 'transaction_status', 'transaction_partitions', 'transaction_last_update_timestamp_ms', 'transaction_start_timestamp_ms', 'client_transaction_version', '_unknown_tagged_fields', )
 
     NAME = 'TransactionLogValue'
     API_KEY = None
     VALID_VERSIONS = (0, 1)
     FLEXIBLE_VERSIONS = (1, 32767)
 
-    def __init__(self, *, producer_id=0, producer_epoch=0, transaction_timeout_ms=0, transaction_status=0, transaction_partitions=_MISSING, transaction_last_update_timestamp_ms=0, transaction_start_timestamp_ms=0, _unknown_tagged_fields=None):
+    def __init__(self, *, producer_id=0, previous_producer_id=-1, next_producer_id=-1, producer_epoch=0, transaction_timeout_ms=0, transaction_status=0, transaction_partitions=_MISSING, transaction_last_update_timestamp_ms=0, transaction_start_timestamp_ms=0, client_transaction_version=0, _unknown_tagged_fields=None):
         self.producer_id = producer_id
+        self.previous_producer_id = previous_producer_id
+        self.next_producer_id = next_producer_id
         self.producer_epoch = producer_epoch
         self.transaction_timeout_ms = transaction_timeout_ms
         self.transaction_status = transaction_status
         self.transaction_partitions = [] if transaction_partitions is _MISSING else transaction_partitions
         self.transaction_last_update_timestamp_ms = transaction_last_update_timestamp_ms
         self.transaction_start_timestamp_ms = transaction_start_timestamp_ms
+        self.client_transaction_version = client_transaction_version
         self._unknown_tagged_fields = _unknown_tagged_fields
 
     def encode_parts(self, version):
@@ -289,7 +300,14 @@ class TransactionLogValue(ProtocolStruct):
             raise decode_failed('TransactionLogValue', version, e) from e
 
     def _write(self, w, parts, v):
-        w += _S_qhib.pack(self.producer_id, self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
+        if v >= 1:
+            w += _S_qhib.pack(self.producer_id, self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
+        else:
+            w += _S_qhib.pack(self.producer_id, self.producer_epoch, self.transaction_timeout_ms, self.transaction_status)
+            if self.previous_producer_id != -1:
+                raise non_default('previous_producer_id', v)
+            if self.next_producer_id != -1:
+                raise non_default('next_producer_id', v)
         if v >= 1:
             a = self.transaction_partitions
             if a is None:
@@ -306,17 +324,43 @@ class TransactionLogValue(ProtocolStruct):
                 w_alen(w, len(a))
                 for e in a:
                     e._write(w, parts, v)
-        w += _S_qq.pack(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            w += _S_qq.pack(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
+        else:
+            w += _S_qq.pack(self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms)
+            if self.client_transaction_version != 0:
+                raise non_default('client_transaction_version', v)
+        if v >= 1:
+            tg = []
+            if self.previous_producer_id != -1:
+                tw = bytearray()
+                tw += _S_q.pack(self.previous_producer_id)
+                tg.append((0, bytes(tw)))
+            if self.next_producer_id != -1:
+                tw = bytearray()
+                tw += _S_q.pack(self.next_producer_id)
+                tg.append((1, bytes(tw)))
+            if self.client_transaction_version != 0:
+                tw = bytearray()
+                tw += _S_h.pack(self.client_transaction_version)
+                tg.append((2, bytes(tw)))
+            w_tags(w, tg, self._unknown_tagged_fields)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TransactionLogValue', v)
 
 
 def _read_TransactionLogValue(buf, pos, v):
     o = _new(TransactionLogValue)
-    o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S_qhib.unpack_from(buf, pos)
-    pos += 15
+    if v >= 1:
+        o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S_qhib.unpack_from(buf, pos)
+        pos += 15
+        o.previous_producer_id = -1
+        o.next_producer_id = -1
+    else:
+        o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status = _S_qhib.unpack_from(buf, pos)
+        pos += 15
+        o.previous_producer_id = -1
+        o.next_producer_id = -1
     if v >= 1:
         n, pos = r_calen(buf, pos)
         if n < 0:
@@ -337,10 +381,43 @@ def _read_TransactionLogValue(buf, pos, v):
                 e, pos = _read_PartitionsSchema(buf, pos, v)
                 a.append(e)
             o.transaction_partitions = a
-    o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _S_qq.unpack_from(buf, pos)
-    pos += 16
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _S_qq.unpack_from(buf, pos)
+        pos += 16
+        o.client_transaction_version = 0
+    else:
+        o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms = _S_qq.unpack_from(buf, pos)
+        pos += 16
+        o.client_transaction_version = 0
+    if v >= 1:
+        unk = None
+        n, pos = r_tag_header(buf, pos)
+        for _ in range(n):
+            tag, end, pos = r_tag_entry(buf, pos)
+            if tag == 0:
+                _b = buf
+                buf = buf[:end]
+                o.previous_producer_id = _S_q.unpack_from(buf, pos)[0]
+                pos += 8
+                buf = _b
+            elif tag == 1:
+                _b = buf
+                buf = buf[:end]
+                o.next_producer_id = _S_q.unpack_from(buf, pos)[0]
+                pos += 8
+                buf = _b
+            elif tag == 2:
+                _b = buf
+                buf = buf[:end]
+                o.client_transaction_version = _S_h.unpack_from(buf, pos)[0]
+                pos += 2
+                buf = _b
+            else:
+                if unk is None:
+                    unk = {}
+                unk[tag] = bytes(buf[pos:end])
+            pos = end
+        o._unknown_tagged_fields = unk
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -358,10 +435,13 @@ PartitionsSchema._fields = (
 )
 TransactionLogValue._fields = (
     FieldInfo('producer_id', 'ProducerId', 'int64', (0, 32767), None, None, None, '', False, None),
+    FieldInfo('previous_producer_id', 'PreviousProducerId', 'int64', (1, 32767), None, (1, 32767), 0, '-1', False, None),
+    FieldInfo('next_producer_id', 'NextProducerId', 'int64', (1, 32767), None, (1, 32767), 1, '-1', False, None),
     FieldInfo('producer_epoch', 'ProducerEpoch', 'int16', (0, 32767), None, None, None, '', False, None),
     FieldInfo('transaction_timeout_ms', 'TransactionTimeoutMs', 'int32', (0, 32767), None, None, None, '', False, None),
     FieldInfo('transaction_status', 'TransactionStatus', 'int8', (0, 32767), None, None, None, '', False, None),
     FieldInfo('transaction_partitions', 'TransactionPartitions', '[]PartitionsSchema', (0, 32767), (0, 32767), None, None, '', False, PartitionsSchema),
     FieldInfo('transaction_last_update_timestamp_ms', 'TransactionLastUpdateTimestampMs', 'int64', (0, 32767), None, None, None, '', False, None),
     FieldInfo('transaction_start_timestamp_ms', 'TransactionStartTimestampMs', 'int64', (0, 32767), None, None, None, '', False, None),
+    FieldInfo('client_transaction_version', 'ClientTransactionVersion', 'int16', (1, 32767), None, (1, 32767), 2, '0', False, None),
 )

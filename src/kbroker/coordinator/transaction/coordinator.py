@@ -3,7 +3,13 @@
 Kafka: ``core/.../coordinator/transaction/TransactionCoordinator.scala``,
 ``TransactionStateManager.scala`` (loading, appends, expiry) and
 ``TransactionMarkerChannelManager.scala`` / ``TransactionMarkerRequestCompletionHandler``
-(markers), 3.9 with transaction version 1 semantics.
+(markers), 4.0: transaction version 1 semantics for clients below EndTxn v5, and
+transaction version 2 (KIP-890 part 2) for those that send EndTxn v5 (and whose
+partitions the leaders add through AddPartitionsToTxn v5 on Produce v12 / TxnOffsetCommit
+v5): every EndTxn bumps the producer epoch, the markers carry the bumped epoch and the
+response names it, so a late request of an earlier transaction (its epoch is older) can
+no longer end or join the next one; a retry of the last EndTxn is recognised by its
+epoch being one below the current one.
 
 Ownership. A transactional id lives in ``__transaction_state`` partition
 ``abs(java hashCode(id)) % transaction.state.log.num.partitions``; the
@@ -43,8 +49,8 @@ from typing import Callable, Iterable, NamedTuple, Protocol
 from kbroker.coordinator.runtime import CoordinatorRuntime
 from kbroker.coordinator.transaction import log as txnlog
 from kbroker.coordinator.transaction.metadata import (
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, IllegalTransitionError, TransactionMetadata, TransactionState,
-    TxnTransitMetadata,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, SHORT_MAX, IllegalTransitionError, TransactionMetadata, TransactionState,
+    TxnTransitMetadata, supports_epoch_bump,
 )
 from kbroker.protocol import ErrorCode
 from kbroker.server.init_producer_id import InitProducerIdResult
@@ -437,7 +443,7 @@ class TransactionCoordinator:
             return fail(r)
         if r.state is S.PREPARE_EPOCH_FENCE:
             # abort the Ongoing transaction with the bumped epoch; the client retries (and bumps again)
-            def aborted(error: ErrorCode) -> None:
+            def aborted(error: ErrorCode, *_ids) -> None:
                 if error != NONE:
                     with md.lock:
                         if md.pending_state is S.PREPARE_EPOCH_FENCE:  # refused before its write
@@ -492,9 +498,11 @@ class TransactionCoordinator:
     # ==================================================================================
 
     def handle_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              partitions: Iterable[tuple[str, int]], callback: Callable[[ErrorCode], None]) -> None:
+                              partitions: Iterable[tuple[str, int]], callback: Callable[[ErrorCode], None],
+                              client_transaction_version: int = 0) -> None:
         """Add ``partitions`` ((topic, partition) pairs) to the ongoing transaction (starting
-        one if needed); ``callback(error)`` once written."""
+        one if needed); ``callback(error)`` once written. ``client_transaction_version`` 2:
+        a partition leader's implicit add for a transaction version 2 producer."""
         if not transactional_id:
             return callback(E.INVALID_REQUEST)
         err, md, cepoch = self._lookup(transactional_id)
@@ -513,7 +521,7 @@ class TransactionCoordinator:
             if md.state is S.ONGOING and parts <= md.topic_partitions:
                 return callback(NONE)
             try:
-                transit = md.prepare_add_partitions(parts, self._time_ms())
+                transit = md.prepare_add_partitions(parts, self._time_ms(), client_transaction_version)
             except IllegalTransitionError:
                 log.exception("transactional id %s", transactional_id)
                 return callback(E.INVALID_TXN_STATE)
@@ -548,14 +556,27 @@ class TransactionCoordinator:
     # ==================================================================================
 
     def handle_end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                               callback: Callable[[ErrorCode], None]) -> None:
-        """EndTxn: write PrepareCommit/PrepareAbort, answer, then write the markers."""
+                               callback: Callable[..., None], client_transaction_version: int = 0, *,
+                               with_producer: bool = False) -> None:
+        """EndTxn: write PrepareCommit/PrepareAbort, answer, then write the markers.
+        ``callback(error)``, or ``callback(error, producer_id, producer_epoch)`` with
+        ``with_producer`` (EndTxn v5: the producer's id and epoch for its next transaction,
+        -1/-1 on error). ``client_transaction_version`` 2 (EndTxn v5): bump the epoch."""
+        def answer(err: ErrorCode, pid: int = NO_PRODUCER_ID, epoch: int = NO_PRODUCER_EPOCH) -> None:
+            if with_producer:
+                callback(err, pid, epoch)
+            else:
+                callback(err)
+
         if not transactional_id:
-            return callback(E.INVALID_REQUEST)
-        self._end_transaction(transactional_id, producer_id, producer_epoch, commit, True, callback)
+            return answer(E.INVALID_REQUEST)
+        self._end_transaction(transactional_id, producer_id, producer_epoch, commit, True, answer,
+                              client_transaction_version)
 
     def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                         from_client: bool, callback: Callable[[ErrorCode], None]) -> None:
+                         from_client: bool, callback: Callable[..., None], client_transaction_version: int = 0
+                         ) -> None:
+        """``callback(error, producer_id, producer_epoch)`` (the ids only with NONE)."""
         err, md, cepoch = self._lookup(transactional_id)
         if err is not None:
             return callback(err)
@@ -564,14 +585,41 @@ class TransactionCoordinator:
         is_epoch_fence = False
         with md.lock:
             fencing = md.pending_state is S.PREPARE_EPOCH_FENCE
-            if md.producer_id != producer_id:
-                return callback(E.INVALID_PRODUCER_ID_MAPPING)
-            if (from_client and producer_epoch != md.producer_epoch) or producer_epoch < md.producer_epoch:
-                return callback(E.PRODUCER_FENCED)
-            if md.pending_transition_in_progress and not (fencing and not from_client):
-                return callback(E.CONCURRENT_TRANSACTIONS)
             state = md.state
-            if state is S.ONGOING:
+            # Kafka's endTransaction epoch rules: with transaction version 2 the epoch of a
+            # new EndTxn equals the current one, and a retry of the last one is one below
+            tv2 = not fencing and supports_epoch_bump(md.client_transaction_version)
+            retry_on_overflow = (tv2 and md.previous_producer_id == producer_id and producer_epoch == SHORT_MAX - 1
+                                 and md.producer_epoch == 0)
+            retry_on_bump = self._end_txn_epoch_bumped(md, producer_epoch)
+            if tv2:
+                if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                    valid_epoch = retry_on_bump
+                elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+                    valid_epoch = retry_on_bump or retry_on_overflow
+                else:
+                    valid_epoch = producer_epoch == md.producer_epoch
+            else:
+                valid_epoch = (not from_client or producer_epoch == md.producer_epoch) \
+                    and producer_epoch >= md.producer_epoch
+            # transaction version 2's empty abort: none of the transaction's requests reached
+            # the coordinator (a produce lost or still on its way); bump the epoch all the same,
+            # so that such a request arriving later is fenced
+            empty_abort = (from_client and supports_epoch_bump(client_transaction_version) and not commit
+                           and state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+                           and producer_epoch == md.producer_epoch)
+            if md.producer_id != producer_id and not retry_on_overflow:
+                return callback(E.INVALID_PRODUCER_ID_MAPPING)
+            busy = md.pending_transition_in_progress and not (fencing and not from_client)
+            # version 2 checks for a pending transition before the epoch (KAFKA-18464): an
+            # empty abort right after a commit waits for it instead of being fenced by its bump
+            if busy and supports_epoch_bump(client_transaction_version):
+                return callback(E.CONCURRENT_TRANSACTIONS)
+            if not (valid_epoch or empty_abort):
+                return callback(E.PRODUCER_FENCED)
+            if busy:
+                return callback(E.CONCURRENT_TRANSACTIONS)
+            if state is S.ONGOING or empty_abort:
                 next_state = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
                 if fencing:
                     if commit:
@@ -581,10 +629,20 @@ class TransactionCoordinator:
                     md.pending_state = None
                     md.producer_epoch = producer_epoch
                     md.last_producer_epoch = NO_PRODUCER_EPOCH
-                transit = md.prepare_abort_or_commit(next_state, self._time_ms())
+                    client_transaction_version = 0     # the fence's bump is the only one
+                next_pid = NO_PRODUCER_ID
+                if supports_epoch_bump(client_transaction_version) and md.is_producer_epoch_exhausted:
+                    try:   # this bump uses the last epoch: the Complete record moves to a new producer id
+                        next_pid = self._generate_producer_id()
+                    except Exception:
+                        log.exception("no producer id for transactional id %s", transactional_id)
+                        return callback(E.UNKNOWN_SERVER_ERROR)
+                transit = md.prepare_abort_or_commit(next_state, self._time_ms(), client_transaction_version,
+                                                     next_pid)
             elif state is S.COMPLETE_COMMIT or state is S.COMPLETE_ABORT:
                 if commit == (state is S.COMPLETE_COMMIT):
-                    return callback(NONE)  # a retry of an EndTxn that completed
+                    # a retry of an EndTxn that completed
+                    return callback(NONE, md.producer_id, md.producer_epoch)
                 return self._invalid_state(transactional_id, state, commit, callback)
             elif state is S.PREPARE_COMMIT or state is S.PREPARE_ABORT:
                 if commit == (state is S.PREPARE_COMMIT):
@@ -602,21 +660,31 @@ class TransactionCoordinator:
             with md.lock:
                 if md.producer_id != producer_id:
                     error = E.INVALID_PRODUCER_ID_MAPPING
-                elif md.producer_epoch != producer_epoch:
+                elif md.producer_epoch != producer_epoch and not self._end_txn_epoch_bumped(md, producer_epoch):
                     error = E.PRODUCER_FENCED
                 elif md.pending_transition_in_progress:
                     error = E.CONCURRENT_TRANSACTIONS
                 elif md.state is not (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT):
                     error = E.INVALID_TXN_STATE
                 else:
+                    # the producer's next transaction: after an overflow, the new id at epoch 0
+                    ids = (md.producer_id, md.producer_epoch) if md.next_producer_id == NO_PRODUCER_ID \
+                        else (md.next_producer_id, 0)
                     pending = _PendingCompletion(transactional_id, md, cepoch, commit,
                                                  md.prepare_complete(self._time_ms()))
             if error != NONE:
                 return callback(error)
-            callback(NONE)
+            callback(NONE, *ids)
             self._send_markers(pending, None)
 
         self._append_transit(transactional_id, cepoch, md, transit, written)
+
+    @staticmethod
+    def _end_txn_epoch_bumped(md: TransactionMetadata, producer_epoch: int) -> bool:
+        """Kafka's endTxnEpochBumped: transaction version 2 and the current epoch is the
+        request's plus one (the request is a retry of the EndTxn that bumped it)."""
+        return (md.pending_state is not S.PREPARE_EPOCH_FENCE and supports_epoch_bump(md.client_transaction_version)
+                and md.producer_epoch == producer_epoch + 1)
 
     @staticmethod
     def _invalid_state(transactional_id: str, state: TransactionState, commit: bool, callback) -> None:
@@ -778,7 +846,7 @@ class TransactionCoordinator:
                      transit.producer_id, md.txn_timeout_ms)
             started += 1
 
-            def done(error: ErrorCode, tid=tid, md=md) -> None:
+            def done(error: ErrorCode, *_ids, tid=tid, md=md) -> None:
                 if error != NONE:
                     log.info("aborting the timed-out transaction of %s failed: %s", tid, error.name)
                     with md.lock:

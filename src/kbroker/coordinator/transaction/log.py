@@ -7,8 +7,10 @@ transition of a transactional id, compacted by key::
     value = int16 0 | TransactionLogValue v0 (producer id/epoch, timeout, status,
             partitions, last-update and start timestamps);   null = tombstone (expired id)
 
-We write value version 0, as Kafka 3.9 does until transaction.version 2 enables the
-flexible version 1; both versions are read. Partitions are null for Empty (Kafka's
+We write value version 0 for transactions of clients below transaction version 2 (as Kafka
+3.9 does), and the flexible version 1 for transaction version 2 ones: its tagged fields
+keep the previous and next producer ids and the client's transaction version, which a
+transaction version 2 EndTxn needs after a reload; both versions are read. Partitions are null for Empty (Kafka's
 rule), grouped by topic otherwise. Keys of an unknown version are skipped on load
 (Kafka's UnknownKey).
 """
@@ -18,7 +20,7 @@ import struct
 from typing import NamedTuple
 
 from kbroker.coordinator.records.transaction_log import PartitionsSchema, TransactionLogKey, TransactionLogValue
-from kbroker.coordinator.transaction.metadata import TransactionState, TxnTransitMetadata
+from kbroker.coordinator.transaction.metadata import TransactionState, TxnTransitMetadata, supports_epoch_bump
 
 __all__ = ["TRANSACTION_STATE_TOPIC", "key_bytes", "value_bytes", "record", "tombstone", "read_record", "TxnRecord"]
 
@@ -47,7 +49,13 @@ def value_bytes(t: TxnTransitMetadata) -> bytes:
         transaction_status=t.state.id, transaction_partitions=partitions,
         transaction_last_update_timestamp_ms=t.txn_last_update_timestamp,
         transaction_start_timestamp_ms=t.txn_start_timestamp)
-    return _S_h.pack(VALUE_VERSION) + v.encode(VALUE_VERSION)
+    version = VALUE_VERSION
+    if supports_epoch_bump(t.client_transaction_version):
+        version = 1
+        v.previous_producer_id = t.prev_producer_id
+        v.next_producer_id = t.next_producer_id
+        v.client_transaction_version = t.client_transaction_version
+    return _S_h.pack(version) + v.encode(version)
 
 
 def record(transactional_id: str, t: TxnTransitMetadata) -> tuple[bytes, bytes]:
@@ -59,8 +67,8 @@ def tombstone(transactional_id: str) -> tuple[bytes, None]:
 
 
 class TxnRecord(NamedTuple):
-    """A decoded record: ``transit`` None is a tombstone. ``prev_producer_id`` is not in
-    the v0/v1 value: -1."""
+    """A decoded record: ``transit`` None is a tombstone. ``prev_producer_id`` (v1's
+    tagged field) is -1 in a v0 value; ``last_producer_epoch`` is never in the log: -1."""
 
     transactional_id: str
     transit: TxnTransitMetadata | None
@@ -85,5 +93,6 @@ def read_record(key, value) -> TxnRecord | None:
     if state is not TransactionState.EMPTY and v.transaction_partitions:
         partitions = frozenset((ps.topic, p) for ps in v.transaction_partitions for p in ps.partition_ids)
     return TxnRecord(tid, TxnTransitMetadata(
-        v.producer_id, -1, v.producer_epoch, -1, v.transaction_timeout_ms, state, partitions,
-        v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms))
+        v.producer_id, v.previous_producer_id, v.producer_epoch, -1, v.transaction_timeout_ms, state, partitions,
+        v.transaction_start_timestamp_ms, v.transaction_last_update_timestamp_ms, v.next_producer_id,
+        v.client_transaction_version))

@@ -1,8 +1,12 @@
 """TransactionMetadata: one transactional id's state and its legal transitions.
 
-Kafka: ``core/.../coordinator/transaction/TransactionMetadata.scala`` (3.9, transaction
-version 0/1 semantics: the epoch is bumped by InitProducerId and by fencing, not by
-every EndTxn).
+Kafka: ``core/.../coordinator/transaction/TransactionMetadata.scala`` (4.0). Transaction
+version 0/1 (``client_transaction_version`` < 2): the epoch is bumped by InitProducerId
+and by fencing only. Transaction version 2 (KIP-890 part 2, a client's EndTxn v5): every
+PrepareCommit/PrepareAbort bumps the epoch (``last_producer_epoch`` keeps the one the
+client used, so its retry is recognised), the markers carry the bumped epoch, and when
+that bump reaches the last usable epoch a new producer id is allocated, recorded as
+``next_producer_id`` in the Prepare record and made current (epoch 0) by the Complete one.
 
 A transition is two-phase, as in Kafka: ``prepare_*`` checks it against the current
 state, sets ``pending_state`` (so no second transition can start) and returns a
@@ -30,7 +34,7 @@ NO_PRODUCER_EPOCH = -1
 SHORT_MAX = 32767
 
 __all__ = ["TransactionState", "TxnTransitMetadata", "TransactionMetadata", "IllegalTransitionError",
-           "is_epoch_exhausted", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH"]
+           "is_epoch_exhausted", "supports_epoch_bump", "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH"]
 
 
 class TransactionState(enum.Enum):
@@ -80,7 +84,8 @@ _VALID_PREVIOUS = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # transaction version 2's empty abort (nothing of the transaction reached the coordinator)
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT}),
@@ -108,6 +113,13 @@ class TxnTransitMetadata(NamedTuple):
     topic_partitions: frozenset
     txn_start_timestamp: int
     txn_last_update_timestamp: int
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
+
+
+def supports_epoch_bump(transaction_version: int) -> bool:
+    """Transaction version 2: an epoch bump on every EndTxn (Kafka's TransactionVersion)."""
+    return transaction_version >= 2
 
 
 class TransactionMetadata:
@@ -115,7 +127,8 @@ class TransactionMetadata:
 
     def __init__(self, transactional_id: str, producer_id: int, previous_producer_id: int, producer_epoch: int,
                  last_producer_epoch: int, txn_timeout_ms: int, state: TransactionState,
-                 topic_partitions=(), txn_start_timestamp: int = -1, txn_last_update_timestamp: int = -1) -> None:
+                 topic_partitions=(), txn_start_timestamp: int = -1, txn_last_update_timestamp: int = -1,
+                 next_producer_id: int = NO_PRODUCER_ID, client_transaction_version: int = 0) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.previous_producer_id = previous_producer_id
@@ -126,6 +139,10 @@ class TransactionMetadata:
         self.topic_partitions: set = set(topic_partitions)
         self.txn_start_timestamp = txn_start_timestamp
         self.txn_last_update_timestamp = txn_last_update_timestamp
+        #: transaction version 2: the producer id the Complete record switches to (epoch overflow)
+        self.next_producer_id = next_producer_id
+        #: the transaction version of the client's last transition (2: epoch bump per EndTxn)
+        self.client_transaction_version = client_transaction_version
         self.pending_state: TransactionState | None = None
         #: a fence's bumped epoch may not have been written: do not bump again on the next try
         self.has_failed_epoch_fence = False
@@ -181,20 +198,37 @@ class TransactionMetadata:
         return self._prepare(S.EMPTY, new_producer_id, 0, self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
                              new_txn_timeout_ms, frozenset(), -1, now_ms)
 
-    def prepare_add_partitions(self, partitions, now_ms: int) -> TxnTransitMetadata:
+    def prepare_add_partitions(self, partitions, now_ms: int, client_transaction_version: int | None = None
+                               ) -> TxnTransitMetadata:
         start = now_ms if self.state in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT) else self.txn_start_timestamp
         return self._prepare(S.ONGOING, self.producer_id, self.producer_epoch, self.last_producer_epoch,
-                             self.txn_timeout_ms, frozenset(self.topic_partitions | set(partitions)), start, now_ms)
+                             self.txn_timeout_ms, frozenset(self.topic_partitions | set(partitions)), start, now_ms,
+                             tv=client_transaction_version)
 
-    def prepare_abort_or_commit(self, new_state: TransactionState, now_ms: int) -> TxnTransitMetadata:
-        return self._prepare(new_state, self.producer_id, self.producer_epoch, self.last_producer_epoch,
-                             self.txn_timeout_ms, frozenset(self.topic_partitions), self.txn_start_timestamp, now_ms)
+    def prepare_abort_or_commit(self, new_state: TransactionState, now_ms: int, client_transaction_version: int = 0,
+                                next_producer_id: int = NO_PRODUCER_ID) -> TxnTransitMetadata:
+        """Transaction version 2 bumps the epoch (the caller made sure it cannot overflow:
+        ``next_producer_id`` is the new producer id when this bump uses the last epoch). An
+        abort from Empty/CompleteCommit/CompleteAbort is version 2's empty abort: a
+        transaction none of whose requests reached the coordinator; it starts now."""
+        epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
+        if supports_epoch_bump(client_transaction_version):
+            epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
+        start = self.txn_start_timestamp
+        if self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            start = now_ms
+        return self._prepare(new_state, self.producer_id, epoch, last_epoch, self.txn_timeout_ms,
+                             frozenset(self.topic_partitions), start, now_ms,
+                             next_producer_id=next_producer_id, tv=client_transaction_version)
 
     def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
         new_state = S.COMPLETE_COMMIT if self.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
         self.has_failed_epoch_fence = False  # the PrepareX record with the fenced epoch was written
-        return self._prepare(new_state, self.producer_id, self.producer_epoch, self.producer_epoch,
-                             self.txn_timeout_ms, frozenset(), self.txn_start_timestamp, now_ms)
+        pid, epoch = self.producer_id, self.producer_epoch
+        if supports_epoch_bump(self.client_transaction_version) and self.next_producer_id != NO_PRODUCER_ID:
+            pid, epoch = self.next_producer_id, 0    # the epoch overflowed: the markers are written, switch
+        return self._prepare(new_state, pid, epoch, self.producer_epoch, self.txn_timeout_ms, frozenset(),
+                             self.txn_start_timestamp, now_ms, next_producer_id=NO_PRODUCER_ID)
 
     def prepare_dead(self) -> TxnTransitMetadata:
         return self._prepare(S.DEAD, self.producer_id, self.producer_epoch, self.last_producer_epoch,
@@ -202,7 +236,8 @@ class TransactionMetadata:
                              self.txn_last_update_timestamp)
 
     def _prepare(self, state: TransactionState, producer_id: int, epoch: int, last_epoch: int, timeout_ms: int,
-                 partitions: frozenset, start_ts: int, update_ts: int) -> TxnTransitMetadata:
+                 partitions: frozenset, start_ts: int, update_ts: int, *, next_producer_id: int | None = None,
+                 tv: int | None = None) -> TxnTransitMetadata:
         if self.pending_state is not None:
             raise IllegalTransitionError(f"{self}: preparing {state.state_name} while "
                                          f"{self.pending_state.state_name} is pending")
@@ -214,7 +249,9 @@ class TransactionMetadata:
             raise IllegalTransitionError(f"{self}: {state.state_name} cannot follow {self.state.state_name}")
         self.pending_state = state
         return TxnTransitMetadata(producer_id, self.producer_id, epoch, last_epoch, timeout_ms, state, partitions,
-                                  start_ts, update_ts)
+                                  start_ts, update_ts,
+                                  self.next_producer_id if next_producer_id is None else next_producer_id,
+                                  self.client_transaction_version if tv is None else tv)
 
     # -- complete ---------------------------------------------------------------------------
 
@@ -234,21 +271,34 @@ class TransactionMetadata:
             self.producer_id = t.producer_id
             self.previous_producer_id = t.prev_producer_id
         elif to is S.ONGOING:
-            if (t.producer_epoch != self.producer_epoch or not self.topic_partitions <= t.topic_partitions
+            if (not self._valid_producer_epoch(t) or not self.topic_partitions <= t.topic_partitions
                     or t.txn_timeout_ms != self.txn_timeout_ms):
                 self._fail(t)
             self.txn_start_timestamp = t.txn_start_timestamp
             self.topic_partitions |= t.topic_partitions
         elif to in (S.PREPARE_ABORT, S.PREPARE_COMMIT):
-            if (t.producer_epoch != self.producer_epoch or set(self.topic_partitions) != set(t.topic_partitions)
-                    or t.txn_timeout_ms != self.txn_timeout_ms or t.txn_start_timestamp != self.txn_start_timestamp):
+            empty_abort = self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+            if (not self._valid_producer_epoch(t) or set(self.topic_partitions) != set(t.topic_partitions)
+                    or t.txn_timeout_ms != self.txn_timeout_ms
+                    or (t.txn_start_timestamp != self.txn_start_timestamp and not empty_abort)):
                 self._fail(t)
+            self.txn_start_timestamp = t.txn_start_timestamp
+            if supports_epoch_bump(t.client_transaction_version):
+                self.producer_epoch = t.producer_epoch
+                self.last_producer_epoch = t.last_producer_epoch
+                self.next_producer_id = t.next_producer_id
         elif to in (S.COMPLETE_ABORT, S.COMPLETE_COMMIT):
-            if (t.producer_epoch != self.producer_epoch or t.txn_timeout_ms != self.txn_timeout_ms
+            if (not self._valid_producer_epoch(t) or t.txn_timeout_ms != self.txn_timeout_ms
                     or t.txn_start_timestamp == -1):
                 self._fail(t)
             self.txn_start_timestamp = t.txn_start_timestamp
             self.topic_partitions.clear()
+            if supports_epoch_bump(t.client_transaction_version):
+                self.producer_epoch = t.producer_epoch
+                self.last_producer_epoch = t.last_producer_epoch
+                self.previous_producer_id = t.prev_producer_id
+                self.producer_id = t.producer_id
+                self.next_producer_id = t.next_producer_id
         elif to is S.DEAD:
             if (self.state not in S.DEAD.valid_previous_states or self.topic_partitions
                     or t.producer_epoch != self.producer_epoch):
@@ -256,8 +306,21 @@ class TransactionMetadata:
         else:  # PrepareEpochFence is never written
             self._fail(t)
         self.state = to
+        self.client_transaction_version = t.client_transaction_version
         self.txn_last_update_timestamp = t.txn_last_update_timestamp
         self.pending_state = None
+
+    def _valid_producer_epoch(self, t: TxnTransitMetadata) -> bool:
+        """Kafka's validProducerEpoch: a transaction version 2 Prepare record carries the
+        bumped epoch (its last epoch is the current one); a Complete record after an
+        overflow carries the new producer id at epoch 0 (its previous id is the current one)."""
+        tv2 = supports_epoch_bump(t.client_transaction_version)
+        overflow_complete = tv2 and t.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT) and t.producer_epoch == 0 \
+            and t.producer_id != self.producer_id
+        epoch = t.last_producer_epoch if overflow_complete or (
+            tv2 and t.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)) else t.producer_epoch
+        pid = t.prev_producer_id if overflow_complete else t.producer_id
+        return epoch == self.producer_epoch and pid == self.producer_id
 
     def _fail(self, t: TxnTransitMetadata):
         raise IllegalTransitionError(f"{self}: transition to {t} is not valid")
@@ -267,6 +330,7 @@ class TransactionMetadata:
     @classmethod
     def from_transit(cls, transactional_id: str, t: TxnTransitMetadata) -> "TransactionMetadata":
         """The metadata a replayed record describes (``last_producer_epoch`` is not in the log)."""
-        return cls(transactional_id, t.producer_id, t.prev_producer_id, t.producer_epoch, NO_PRODUCER_EPOCH,
+        return cls(transactional_id, t.producer_id, t.prev_producer_id, t.producer_epoch, t.last_producer_epoch,
                    t.txn_timeout_ms, t.state, () if t.state is S.EMPTY else t.topic_partitions,
-                   t.txn_start_timestamp, t.txn_last_update_timestamp)
+                   t.txn_start_timestamp, t.txn_last_update_timestamp, t.next_producer_id,
+                   t.client_transaction_version)

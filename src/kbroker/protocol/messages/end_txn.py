@@ -67,11 +67,12 @@ __all__ = ['EndTxnRequest', 'EndTxnResponse']
 
 _new = object.__new__
 _S_qho = _struct.Struct('>qh?')
+_S_ihqh = _struct.Struct('>ihqh')
 _S_ih = _struct.Struct('>ih')
 
 
 class EndTxnRequest(ProtocolStruct):
-    """Kafka EndTxnRequest (api key 26), versions 0-4, flexible 3+.
+    """Kafka EndTxnRequest (api key 26), versions 0-5, flexible 3+.
 
     transactional_id: string v0+. The ID of the transaction to end.
     producer_id: int64 v0+. The producer ID.
@@ -83,7 +84,7 @@ class EndTxnRequest(ProtocolStruct):
 
     NAME = 'EndTxnRequest'
     API_KEY = 26
-    VALID_VERSIONS = (0, 4)
+    VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
 
     def __init__(self, *, transactional_id='', producer_id=0, producer_epoch=0, committed=False, _unknown_tagged_fields=None):
@@ -95,7 +96,7 @@ class EndTxnRequest(ProtocolStruct):
 
     def encode_parts(self, version):
         """Body at ``version`` as a list of bytes and FileRegion items (see primitives)."""
-        if not 0 <= version <= 4:
+        if not 0 <= version <= 5:
             raise ProtocolEncodeError('EndTxnRequest does not support version %d' % version)
         w = bytearray()
         parts = []
@@ -124,7 +125,7 @@ class EndTxnRequest(ProtocolStruct):
     @staticmethod
     def decode_from(buf, pos, version):
         """(message, end offset) of a body starting at ``pos`` of ``buf``."""
-        if not 0 <= version <= 4:
+        if not 0 <= version <= 5:
             raise UnsupportedVersionError('EndTxnRequest does not support version %d' % version)
         if type(buf) is not memoryview:
             buf = memoryview(buf)
@@ -168,28 +169,33 @@ EndTxnRequest._read = staticmethod(_read_EndTxnRequest)
 
 
 class EndTxnResponse(ProtocolStruct):
-    """Kafka EndTxnResponse (api key 26), versions 0-4, flexible 3+.
+    """Kafka EndTxnResponse (api key 26), versions 0-5, flexible 3+.
 
     throttle_time_ms: int32 v0+. The duration in milliseconds for which the request was
         throttled due to a quota violation, or zero if the request did not violate any quota.
     error_code: int16 v0+. The error code, or 0 if there was no error.
+    producer_id: int64 v5+ (default -1, ignorable). The producer ID.
+    producer_epoch: int16 v5+ (default -1, ignorable). The current epoch associated with the
+        producer.
     """
 
-    __slots__ = ('throttle_time_ms', 'error_code', '_unknown_tagged_fields', )
+    __slots__ = ('throttle_time_ms', 'error_code', 'producer_id', 'producer_epoch', '_unknown_tagged_fields', )
 
     NAME = 'EndTxnResponse'
     API_KEY = 26
-    VALID_VERSIONS = (0, 4)
+    VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
 
-    def __init__(self, *, throttle_time_ms=0, error_code=0, _unknown_tagged_fields=None):
+    def __init__(self, *, throttle_time_ms=0, error_code=0, producer_id=-1, producer_epoch=-1, _unknown_tagged_fields=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
         self._unknown_tagged_fields = _unknown_tagged_fields
 
     def encode_parts(self, version):
         """Body at ``version`` as a list of bytes and FileRegion items (see primitives)."""
-        if not 0 <= version <= 4:
+        if not 0 <= version <= 5:
             raise ProtocolEncodeError('EndTxnResponse does not support version %d' % version)
         w = bytearray()
         parts = []
@@ -218,7 +224,7 @@ class EndTxnResponse(ProtocolStruct):
     @staticmethod
     def decode_from(buf, pos, version):
         """(message, end offset) of a body starting at ``pos`` of ``buf``."""
-        if not 0 <= version <= 4:
+        if not 0 <= version <= 5:
             raise UnsupportedVersionError('EndTxnResponse does not support version %d' % version)
         if type(buf) is not memoryview:
             buf = memoryview(buf)
@@ -232,7 +238,10 @@ class EndTxnResponse(ProtocolStruct):
             raise decode_failed('EndTxnResponse', version, e) from e
 
     def _write(self, w, parts, v):
-        w += _S_ih.pack(self.throttle_time_ms, self.error_code)
+        if v >= 5:
+            w += _S_ihqh.pack(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
+        else:
+            w += _S_ih.pack(self.throttle_time_ms, self.error_code)
         if v >= 3:
             w_tags(w, None, self._unknown_tagged_fields)
         elif self._unknown_tagged_fields:
@@ -241,8 +250,14 @@ class EndTxnResponse(ProtocolStruct):
 
 def _read_EndTxnResponse(buf, pos, v):
     o = _new(EndTxnResponse)
-    o.throttle_time_ms, o.error_code = _S_ih.unpack_from(buf, pos)
-    pos += 6
+    if v >= 5:
+        o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S_ihqh.unpack_from(buf, pos)
+        pos += 16
+    else:
+        o.throttle_time_ms, o.error_code = _S_ih.unpack_from(buf, pos)
+        pos += 6
+        o.producer_id = -1
+        o.producer_epoch = -1
     if v >= 3:
         o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
@@ -262,4 +277,6 @@ EndTxnRequest._fields = (
 EndTxnResponse._fields = (
     FieldInfo('throttle_time_ms', 'ThrottleTimeMs', 'int32', (0, 32767), None, None, None, '', False, None),
     FieldInfo('error_code', 'ErrorCode', 'int16', (0, 32767), None, None, None, '', False, None),
+    FieldInfo('producer_id', 'ProducerId', 'int64', (5, 32767), None, None, None, '-1', True, None),
+    FieldInfo('producer_epoch', 'ProducerEpoch', 'int16', (5, 32767), None, None, None, '-1', True, None),
 )

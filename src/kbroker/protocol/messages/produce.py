@@ -196,7 +196,7 @@ TopicProduceData._read = staticmethod(_read_TopicProduceData)
 
 
 class ProduceRequest(ProtocolStruct):
-    """Kafka ProduceRequest (api key 0), versions 0-11, flexible 9+.
+    """Kafka ProduceRequest (api key 0), versions 0-12, flexible 9+.
 
     transactional_id: string v3+ (nullable 3+, default null). The transactional ID, or null if
         the producer is not transactional.
@@ -211,7 +211,7 @@ class ProduceRequest(ProtocolStruct):
 
     NAME = 'ProduceRequest'
     API_KEY = 0
-    VALID_VERSIONS = (0, 11)
+    VALID_VERSIONS = (0, 12)
     FLEXIBLE_VERSIONS = (9, 32767)
 
     def __init__(self, *, transactional_id=None, acks=0, timeout_ms=0, topic_data=_MISSING, _unknown_tagged_fields=None):
@@ -223,7 +223,7 @@ class ProduceRequest(ProtocolStruct):
 
     def encode_parts(self, version):
         """Body at ``version`` as a list of bytes and FileRegion items (see primitives)."""
-        if not 0 <= version <= 11:
+        if not 0 <= version <= 12:
             raise ProtocolEncodeError('ProduceRequest does not support version %d' % version)
         w = bytearray()
         parts = []
@@ -252,7 +252,7 @@ class ProduceRequest(ProtocolStruct):
     @staticmethod
     def decode_from(buf, pos, version):
         """(message, end offset) of a body starting at ``pos`` of ``buf``."""
-        if not 0 <= version <= 11:
+        if not 0 <= version <= 12:
             raise UnsupportedVersionError('ProduceRequest does not support version %d' % version)
         if type(buf) is not memoryview:
             buf = memoryview(buf)
@@ -682,7 +682,7 @@ NodeEndpoint._read = staticmethod(_read_NodeEndpoint)
 
 
 class ProduceResponse(ProtocolStruct):
-    """Kafka ProduceResponse (api key 0), versions 0-11, flexible 9+.
+    """Kafka ProduceResponse (api key 0), versions 0-12, flexible 9+.
 
     responses: []TopicProduceResponse v0+. Each produce response
     throttle_time_ms: int32 v1+ (default 0, ignorable). The duration in milliseconds for which
@@ -696,7 +696,7 @@ class ProduceResponse(ProtocolStruct):
 
     NAME = 'ProduceResponse'
     API_KEY = 0
-    VALID_VERSIONS = (0, 11)
+    VALID_VERSIONS = (0, 12)
     FLEXIBLE_VERSIONS = (9, 32767)
 
     def __init__(self, *, responses=_MISSING, throttle_time_ms=0, node_endpoints=_MISSING, _unknown_tagged_fields=None):
@@ -707,7 +707,7 @@ class ProduceResponse(ProtocolStruct):
 
     def encode_parts(self, version):
         """Body at ``version`` as a list of bytes and FileRegion items (see primitives)."""
-        if not 0 <= version <= 11:
+        if not 0 <= version <= 12:
             raise ProtocolEncodeError('ProduceResponse does not support version %d' % version)
         w = bytearray()
         parts = []
@@ -736,7 +736,7 @@ class ProduceResponse(ProtocolStruct):
     @staticmethod
     def decode_from(buf, pos, version):
         """(message, end offset) of a body starting at ``pos`` of ``buf``."""
-        if not 0 <= version <= 11:
+        if not 0 <= version <= 12:
             raise UnsupportedVersionError('ProduceResponse does not support version %d' % version)
         if type(buf) is not memoryview:
             buf = memoryview(buf)

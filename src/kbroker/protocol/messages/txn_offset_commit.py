@@ -211,7 +211,7 @@ TxnOffsetCommitRequestTopic._read = staticmethod(_read_TxnOffsetCommitRequestTop
 
 
 class TxnOffsetCommitRequest(ProtocolStruct):
-    """Kafka TxnOffsetCommitRequest (api key 28), versions 0-4, flexible 3+.
+    """Kafka TxnOffsetCommitRequest (api key 28), versions 0-5, flexible 3+.
 
     transactional_id: string v0+. The ID of the transaction.
     group_id: string v0+. The ID of the group.
@@ -228,7 +228,7 @@ class TxnOffsetCommitRequest(ProtocolStruct):
 
     NAME = 'TxnOffsetCommitRequest'
     API_KEY = 28
-    VALID_VERSIONS = (0, 4)
+    VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
 
     def __init__(self, *, transactional_id='', group_id='', producer_id=0, producer_epoch=0, generation_id=-1, member_id='', group_instance_id=None, topics=_MISSING, _unknown_tagged_fields=None):
@@ -244,7 +244,7 @@ class TxnOffsetCommitRequest(ProtocolStruct):
 
     def encode_parts(self, version):
         """Body at ``version`` as a list of bytes and FileRegion items (see primitives)."""
-        if not 0 <= version <= 4:
+        if not 0 <= version <= 5:
             raise ProtocolEncodeError('TxnOffsetCommitRequest does not support version %d' % version)
         w = bytearray()
         parts = []
@@ -273,7 +273,7 @@ class TxnOffsetCommitRequest(ProtocolStruct):
     @staticmethod
     def decode_from(buf, pos, version):
         """(message, end offset) of a body starting at ``pos`` of ``buf``."""
-        if not 0 <= version <= 4:
+        if not 0 <= version <= 5:
             raise UnsupportedVersionError('TxnOffsetCommitRequest does not support version %d' % version)
         if type(buf) is not memoryview:
             buf = memoryview(buf)
@@ -503,7 +503,7 @@ TxnOffsetCommitResponseTopic._read = staticmethod(_read_TxnOffsetCommitResponseT
 
 
 class TxnOffsetCommitResponse(ProtocolStruct):
-    """Kafka TxnOffsetCommitResponse (api key 28), versions 0-4, flexible 3+.
+    """Kafka TxnOffsetCommitResponse (api key 28), versions 0-5, flexible 3+.
 
     throttle_time_ms: int32 v0+. The duration in milliseconds for which the request was
         throttled due to a quota violation, or zero if the request did not violate any quota.
@@ -514,7 +514,7 @@ class TxnOffsetCommitResponse(ProtocolStruct):
 
     NAME = 'TxnOffsetCommitResponse'
     API_KEY = 28
-    VALID_VERSIONS = (0, 4)
+    VALID_VERSIONS = (0, 5)
     FLEXIBLE_VERSIONS = (3, 32767)
 
     def __init__(self, *, throttle_time_ms=0, topics=_MISSING, _unknown_tagged_fields=None):
@@ -524,7 +524,7 @@ class TxnOffsetCommitResponse(ProtocolStruct):
 
     def encode_parts(self, version):
         """Body at ``version`` as a list of bytes and FileRegion items (see primitives)."""
-        if not 0 <= version <= 4:
+        if not 0 <= version <= 5:
             raise ProtocolEncodeError('TxnOffsetCommitResponse does not support version %d' % version)
         w = bytearray()
         parts = []
@@ -553,7 +553,7 @@ class TxnOffsetCommitResponse(ProtocolStruct):
     @staticmethod
     def decode_from(buf, pos, version):
         """(message, end offset) of a body starting at ``pos`` of ``buf``."""
-        if not 0 <= version <= 4:
+        if not 0 <= version <= 5:
             raise UnsupportedVersionError('TxnOffsetCommitResponse does not support version %d' % version)
         if type(buf) is not memoryview:
             buf = memoryview(buf)

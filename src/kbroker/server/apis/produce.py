@@ -175,4 +175,4 @@ def _respond_errors(ctx, req, codes) -> None:
             for p in t.partition_data]) for t in req.topic_data], throttle_time_ms=0))
 
 
-HANDLERS = {ApiKey.PRODUCE: ApiHandler(3, 11, handle_produce)}
+HANDLERS = {ApiKey.PRODUCE: ApiHandler(3, 12, handle_produce)}

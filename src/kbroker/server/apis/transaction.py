@@ -53,6 +53,7 @@ from kbroker.server.authz import CLUSTER_ACTION, DESCRIBE, GROUP, READ, TOPIC, T
 
 E = ErrorCode
 OFFSETS_TOPIC = "__consumer_offsets"
+TV2 = 2     # transaction.version 2 (KIP-890 part 2)
 
 
 def _coordinator(broker):
@@ -96,9 +97,10 @@ def _add_partitions_one(broker, version: int, transactional_id: str, producer_id
     if verify_only:
         done(coordinator.handle_verify_partitions(transactional_id, producer_id, producer_epoch, partitions))
         return
+    # v5's adds come from partition leaders for transaction version 2 producers (KIP-890 part 2)
     coordinator.handle_add_partitions(
         transactional_id, producer_id, producer_epoch, partitions,
-        lambda err: done({tp: _fenced_for(version, err) for tp in partitions}))
+        lambda err: done({tp: _fenced_for(version, err) for tp in partitions}), TV2 if version >= 5 else 0)
 
 
 def _txn_denied(auth, transactional_id: str, topics) -> dict | None:
@@ -180,11 +182,14 @@ def handle_add_offsets_to_txn(broker, ctx, req) -> None:
 
 
 def handle_end_txn(broker, ctx, req) -> None:
+    """EndTxn v5 is a transaction version 2 client's (KIP-890 part 2): the coordinator
+    bumps the epoch and the response carries the producer id and epoch to go on with."""
     v = ctx.api_version
     coordinator = _coordinator(broker)
 
-    def respond(err: ErrorCode) -> None:
-        ctx.respond(EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err)))
+    def respond(err: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> None:
+        ctx.respond(EndTxnResponse(throttle_time_ms=0, error_code=_fenced_for(v, err), producer_id=producer_id,
+                                   producer_epoch=producer_epoch))
 
     auth = authz(broker, ctx)
     if auth is not None and not auth.allowed(WRITE, TRANSACTIONAL_ID, req.transactional_id):
@@ -192,7 +197,7 @@ def handle_end_txn(broker, ctx, req) -> None:
     if coordinator is None:
         return respond(E.COORDINATOR_NOT_AVAILABLE)
     coordinator.handle_end_transaction(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
-                                       respond)
+                                       respond, TV2 if v >= 5 else 0, with_producer=True)
 
 
 # -- TxnOffsetCommit ---------------------------------------------------------------------------------
@@ -250,7 +255,11 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
             verification_guard=guard)
 
     coordinator = _coordinator(broker)
-    if coordinator is None or req.group_id is None:
+    verifier = getattr(getattr(broker, "replica_manager", None), "txn_verifier", None)
+    add = v >= 5     # transaction version 2: the offsets partition is added here (no AddOffsetsToTxn)
+    if coordinator is None or req.group_id is None or (verifier is not None and not verifier.enabled() and not add):
+        # transaction.partition.verification.enable=false: no verification (Kafka's
+        # ReplicaManager.maybeStartTransactionVerificationForPartition answers the sentinel)
         return commit()
     offsets_partition = (OFFSETS_TOPIC, group.partition_for(req.group_id))
     guard = txn_verification.start_coordinator_verification(broker, offsets_partition, req.producer_id,
@@ -266,10 +275,13 @@ def handle_txn_offset_commit(broker, ctx, req) -> None:
             err = E.COORDINATOR_LOAD_IN_PROGRESS
         respond({tp: err for tp in offsets})
 
-    verifier = getattr(getattr(broker, "replica_manager", None), "txn_verifier", None)
     if verifier is not None:  # the transactional id's coordinator may be another broker (KRaft)
         return verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, [offsets_partition],
-                               verified, v >= 4)
+                               verified, v >= 4, add=add)
+    if add:
+        return coordinator.handle_add_partitions(
+            req.transactional_id, req.producer_id, req.producer_epoch, [offsets_partition],
+            lambda err: verified({offsets_partition: txn_verification.map_coordinator_error(err, True)}), TV2)
     codes = coordinator.handle_verify_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
                                                  [offsets_partition])
     verified({tp: txn_verification.map_coordinator_error(c, v >= 4) for tp, c in codes.items()})
@@ -322,9 +334,9 @@ def handle_list_transactions(broker, ctx, req) -> None:
 HANDLERS = {
     ApiKey.ADD_PARTITIONS_TO_TXN: ApiHandler(0, 5, handle_add_partitions_to_txn),
     ApiKey.ADD_OFFSETS_TO_TXN: ApiHandler(0, 4, handle_add_offsets_to_txn),
-    ApiKey.END_TXN: ApiHandler(0, 4, handle_end_txn),
+    ApiKey.END_TXN: ApiHandler(0, 5, handle_end_txn),
     ApiKey.DESCRIBE_TRANSACTIONS: ApiHandler(0, 0, handle_describe_transactions),
     ApiKey.LIST_TRANSACTIONS: ApiHandler(0, 1, handle_list_transactions),
     #: a transactional batch to __consumer_offsets, visible once the COMMIT marker lands
-    ApiKey.TXN_OFFSET_COMMIT: ApiHandler(0, 4, handle_txn_offset_commit),
+    ApiKey.TXN_OFFSET_COMMIT: ApiHandler(0, 5, handle_txn_offset_commit),
 }
