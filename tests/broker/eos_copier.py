@@ -19,11 +19,11 @@ def main() -> int:
     bootstrap, src, dst, group, tid, partitions, batch = sys.argv[1:8]
     partitions, batch = int(partitions), int(batch)
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 2,
-                  "transaction.timeout.ms": 60000})
+                  "transaction.timeout.ms": 60000, "reconnect.backoff.max.ms": 1000})
     p.init_transactions(60)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                  "enable.partition.eof": False})
+                  "enable.partition.eof": False, "reconnect.backoff.max.ms": 1000})
     tps = [TopicPartition(src, i) for i in range(partitions)]
     ends = {tp.partition: c.get_watermark_offsets(tp, timeout=30)[1] for tp in tps}
     committed = c.committed(tps, timeout=30)

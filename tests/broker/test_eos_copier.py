@@ -1,7 +1,9 @@
 """Exactly-once consume-transform-produce with a real copier process
 (tests/broker/eos_copier.py, confluent-kafka): SIGKILLed at random points mid-run and
 restarted, its successor fences it and aborts what it left open; a stopped copier whose
-transactional id is taken over by a new one (a zombie) is fenced when it wakes up.
+transactional id is taken over by a new one (a zombie) is fenced when it wakes up; the
+broker itself SIGKILLed mid-copy and restarted on the same log (the transaction
+coordinator reloads ``__transaction_state``, open transactions are completed or aborted).
 Either way DST read with read_committed holds every SRC record exactly once."""
 from __future__ import annotations
 
@@ -106,4 +108,43 @@ def test_a_zombie_copier_is_fenced(broker):
             zombie.proc.send_signal(signal.SIGCONT)
             zombie.proc.kill()
     out = _consume_all(broker, dst, PARTITIONS, "read_committed", expect_at_least=len(expected), timeout_s=60)
+    assert sorted(out) == expected
+
+
+def test_broker_sigkilled_mid_copy_and_restarted_keeps_the_copy_exactly_once(fresh_broker):
+    """The broker is SIGKILLed twice at random points of the copy and restarted on the same
+    log. A copier that goes on, gives up (an abortable or fatal error) or stalls is replaced
+    by a successor, as a supervisor would: librdkafka's send_offsets_to_transaction can wait
+    for ever on a group coordinator that came back at the same address (its coordinator
+    request waits for a broker state change and ignores its timeout: librdkafka issues
+    5456 and 5511), so a copier without a commit for 20 s after the restart is killed."""
+    b = fresh_broker()
+    src, dst = _topics(b, "bkill")
+    expected = _feed(b, src, 600)
+    group, tid = "eos-" + uuid.uuid4().hex[:6], "eos-" + uuid.uuid4().hex[:6]
+    rnd = random.Random(23)
+    c = Copier(b, src, dst, group, tid, batch=5)
+    copiers = [c]
+    try:
+        for _ in range(2):
+            k = c.commits() + rnd.randint(1, 6)
+            assert c.wait_for(lambda ls: sum(l.startswith("committed") for l in ls) >= k, 90), c.lines
+            time.sleep(rnd.uniform(0, 0.05))     # in the middle of a transaction or between two
+            b.kill()
+            b = fresh_broker()                    # same port, same log directory
+            n = c.commits()
+            if not c.wait_for(lambda ls: sum(l.startswith("committed") for l in ls) > n, 20) \
+                    or c.proc.poll() is not None:
+                if c.proc.poll() is None:
+                    c.proc.kill()
+                c.proc.wait(10)
+                assert c.proc.returncode in (1, 3, -signal.SIGKILL), (c.proc.returncode, c.lines)
+                c = Copier(b, src, dst, group, tid, batch=5)
+                copiers.append(c)
+        assert c.proc.wait(180) == 0, [x.lines for x in copiers]
+    finally:
+        for x in copiers:
+            if x.proc.poll() is None:
+                x.proc.kill()
+    out = _consume_all(b, dst, PARTITIONS, "read_committed", expect_at_least=len(expected), timeout_s=60)
     assert sorted(out) == expected
