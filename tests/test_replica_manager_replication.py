@@ -13,6 +13,7 @@ from kbroker.metadata import records as R
 from kbroker.metadata.image import TOPIC_RESOURCE
 from kbroker.protocol import ErrorCode
 from kbroker.server.delayed import FetchPartitionStatus
+from kbroker.server.replica_manager import region_size
 from kbroker.server.replication import MetadataBrokerRegistry
 
 from tests.test_kraft_publisher import Node, T1
@@ -122,3 +123,28 @@ def test_isr_shrink_proposal_then_committed_answer_moves_the_high_watermark(node
     # the metadata record of that change arrives later: same state
     node.publish(R.PartitionChangeRecord(topic_id=T1, partition_id=3, isr=[1]))
     assert rm.get_partition(TP).isr == {1} and rm.get_partition(TP).leader_state is part.leader_state
+
+
+def test_follower_fetch_exceeds_max_bytes_only_by_the_first_partitions_first_batch(node):
+    """KIP-74 for followers (replica.fetch.response.max.bytes): once the response's byte
+    budget is spent, later partitions get no records, not one batch each."""
+    from tests.test_kraft_publisher import T2, part as partition_record
+
+    node.publisher.publish(None, node.image)
+    node.publish(R.TopicRecord(name="b", topic_id=T2), partition_record(0, [1, 3], 1, topic=T2),
+                 partition_record(1, [1, 3], 1, topic=T2))
+    rm = node.replica_manager
+    big = b"x" * 2000
+    for p in (0, 1):
+        out = {}
+        rm.append_records(1000, 1, {("b", p): bytearray(rec.encode_batch([(0, b"k", big, [])]))}, out.update,
+                          produce_version=9)
+        assert out[("b", p)].error == ErrorCode.NONE
+    out = {}
+    infos = [(("b", p), FetchPartitionStatus(0, 1 << 20, current_leader_epoch=0, log_start_offset=0,
+                                             last_fetched_epoch=-1)) for p in (0, 1)]
+    rm.fetch_messages(0, 1, 500, 0, infos, out.update, replica_id=3)
+    first, second = out[("b", 0)], out[("b", 1)]
+    assert first.error == second.error == ErrorCode.NONE
+    assert region_size(first.records) > 2000          # the first batch, whole
+    assert region_size(second.records) == 0           # over the budget: nothing
