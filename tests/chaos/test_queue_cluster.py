@@ -8,7 +8,8 @@ order, every record at the offset it was acknowledged with.
 
 Also: ``unclean.leader.election.enable=false`` keeps a partition offline rather than
 electing a replica that is out of sync, and brings it back, nothing lost, when the last
-ISR member returns."""
+ISR member returns; set to true (dynamically), the out-of-sync replica is elected and the
+partition is online again, the records only the dead leader had lost."""
 from __future__ import annotations
 
 import time
@@ -107,6 +108,64 @@ def test_unclean_leader_election_disabled_keeps_the_partition_offline(cluster):
     reads = read_all(c.bootstrap, topic, 1, timeout_s=30)
     assert sorted(acked) == [(o, v) for o, v in reads[0] if (o, v) in set(acked)]
     assert {v for _, v in acked} <= {v for _, v in reads[0]}
+
+
+def test_unclean_leader_election_enabled_elects_an_out_of_sync_replica(cluster):
+    """Replicas [a, b, c]: b and c die, a alone takes more records, the topic's
+    unclean.leader.election.enable is set to true (dynamically), a dies; b returns, out of
+    sync, and is elected: the partition is online again (produce and consume work), and the
+    records only a had are lost, as Kafka documents. When a returns it follows b and
+    truncates them."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    c = cluster
+    topic = "unclean-on"
+    md = c.create_topic(topic, 1, 3, configs={"min.insync.replicas": 1, "unclean.leader.election.enable": "false"})
+    a = md[0][0]
+    b, cc = [x for x in c.broker_ids if x != a]
+    acked = []
+
+    def produce(via, values):
+        p = Producer({"bootstrap.servers": c.bootstrap_of(via), "acks": "all", "enable.idempotence": True,
+                      "message.timeout.ms": 20000})
+        for v in values:
+            p.produce(topic, value=v, partition=0,
+                      on_delivery=lambda e, m: acked.append((m.offset(), m.value())) if e is None else None)
+        assert p.flush(30) == 0
+
+    produce(a, [b"before-%d" % i for i in range(20)])
+    # the before-* records are on every replica (the high watermark passed them with a full ISR)
+    try:
+        c.kill(b)
+        c.kill(cc)
+        c.wait(lambda: c.metadata(topic, via=a)[0][3] == [a], 30, "ISR shrunk to the leader")
+        produce(a, [b"alone-%d" % i for i in range(20)])
+        assert len(acked) == 40
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_of(a)})
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+            "unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(15)
+        c.kill(a)
+        c.start(b)
+        c.wait(lambda: c.metadata(topic, via=b)[0][0] == b, 30, "the out-of-sync replica elected")
+        produce(b, [b"after-%d" % i for i in range(10)])        # online again
+        c.start([a, cc])
+        c.wait(lambda: sorted(c.metadata(topic, via=b)[0][3]) == sorted([a, b, cc]), 60,
+               "the old leader truncated and back in the ISR")
+    finally:
+        c.start([x for x in (a, b, cc) if c.pid(x) is None])
+    c.wait_ready(30)
+    reads = read_all(c.bootstrap, topic, 1, timeout_s=30)[0]
+    values = [v for _, v in reads]
+    assert values == [b"before-%d" % i for i in range(20)] + [b"after-%d" % i for i in range(10)]
+    # the old leader's log is the new leader's: its alone-* records are gone there too
+    cons = Consumer({"bootstrap.servers": c.bootstrap_of(a), "group.id": "unclean-on", "enable.auto.commit": False})
+    try:
+        low, high = cons.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert high == 30
+    finally:
+        cons.close()
 
 
 @pytest.mark.slow

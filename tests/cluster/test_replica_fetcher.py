@@ -356,3 +356,21 @@ def test_fetcher_thread_sends_the_next_fetch_from_the_answer_without_a_thread_ho
         assert len(sender.sent) == 3 and t.fetcher.state(TP).delayed_until_ms > 0
     finally:
         t.stop()
+
+
+def test_a_leader_elected_uncleanly_proposes_its_isr_expansions_as_recovered(tmp_path):
+    """KIP-704: the controller marks an unclean election RECOVERING and refuses an ISR of
+    more than the leader in that state; the new leader takes the partition as RECOVERED
+    (Kafka's makeLeader), so the followers that truncated to its log can rejoin."""
+    llog = open_log(tmp_path / "l" / "t-0")
+    pl = PartitionLeader(1, Registry(), replica_lag_time_max_ms=1000, local_broker_epoch=11)
+    llog.assign_epoch_start_offset(3, 0)
+    pl.make_leader(0, leader_epoch=3, partition_epoch=5, replicas=(1, 2), isr=(1,), leader_end_offset=0,
+                   leader_recovery_state=1)
+    produce(llog, 2, 3)
+    from kbroker.cluster.follower_fetch import maybe_increment_high_watermark
+    maybe_increment_high_watermark(pl, llog, 0)
+    r = handle_follower_fetch(pl, llog, 10, replica_id=2, broker_epoch=12, current_leader_epoch=3,
+                              fetch_offset=2, last_fetched_epoch=3, log_start_offset=0, max_bytes=1000)
+    assert r.proposal is not None
+    assert r.proposal.sent.isr == {1, 2} and r.proposal.sent.leader_recovery_state == 0
