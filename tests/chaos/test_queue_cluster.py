@@ -9,9 +9,11 @@ order, every record at the offset it was acknowledged with.
 Also: ``unclean.leader.election.enable=false`` keeps a partition offline rather than
 electing a replica that is out of sync, and brings it back, nothing lost, when the last
 ISR member returns; set to true (dynamically), the out-of-sync replica is elected and the
-partition is online again, the records only the dead leader had lost."""
+partition is online again, the records only the dead leader had lost. And kcat (the
+Debian package tools/test.sh installs) produces and consumes through a leader kill."""
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -19,6 +21,7 @@ import pytest
 from kbroker.chaos.checker import check
 from kbroker.chaos.cluster import ChaosCluster, ClusterNemesis
 from kbroker.chaos.workload import read_all, run_queue_workload
+from tests.broker.kafka_helpers import needs_kcat
 
 RF3 = {"min.insync.replicas": 2}
 
@@ -184,4 +187,45 @@ def test_a_leader_paused_or_cut_off_past_its_session_comes_back_stale(cluster, f
     v = check(sends, reads)
     assert v.ok, f"{v.summary()}; faults: {log}"
     assert len([f for _, f, _ in log if f == fault]) == 2, log
+    c.wait_ready(30)
+
+
+@needs_kcat
+def test_kcat_produces_and_consumes_through_a_leader_kill(cluster):
+    """kcat -P (idempotent, acks=all) writes lines to an RF 3 topic while its leader is
+    SIGKILLed: kcat exits 0 only when every line was acknowledged, and kcat -C reads all
+    of them back, once each and in order, from the new leader."""
+    c = cluster
+    topic = "kcat-failover"
+    md = c.create_topic(topic, 1, 3, configs=RF3)
+    leader = md[0][0]
+    n = 1500
+    lines = [b"line-%05d" % i for i in range(n)]
+    producer = subprocess.Popen(
+        ["kcat", "-b", c.bootstrap, "-P", "-E", "-t", topic, "-p", "0", "-X", "acks=all",
+         "-X", "enable.idempotence=true", "-X", "message.timeout.ms=60000", "-X", "linger.ms=5",
+         "-X", "retry.backoff.ms=50", "-X", "topic.metadata.refresh.interval.ms=1000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    killed_at = n // 3
+    try:
+        for i, line in enumerate(lines):
+            producer.stdin.write(line + b"\n")
+            if i % 50 == 49:
+                producer.stdin.flush()
+                time.sleep(0.2)               # ~250 lines/s: the kill lands mid-stream
+            if i == killed_at:
+                c.kill(leader)
+        out, err = producer.communicate(timeout=120)      # closes stdin: kcat flushes and exits
+        assert producer.returncode == 0, err.decode(errors="replace")[-3000:]
+        new_leader = c.wait(lambda: (lambda m: m[0][0] if m[0][0] not in (-1, leader) else None)(
+            c.metadata(topic)), 30, "a new leader")
+        consumed = subprocess.run(
+            ["kcat", "-b", c.bootstrap_of(new_leader), "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
+             "-f", "%s\n"], capture_output=True, timeout=60, check=True).stdout
+        assert consumed.splitlines() == lines
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait(10)
+        c.start([x for x in c.broker_ids if c.pid(x) is None])
     c.wait_ready(30)
