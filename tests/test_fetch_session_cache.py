@@ -29,3 +29,10 @@ def test_a_follower_evicts_a_consumers_session_first():
     assert set(cache._sessions) == {f2, f3}
     c2 = _open(cache, False)
     assert c2 == 0
+
+
+def test_stats_count_sessions_and_cached_partitions():
+    cache = FetchSessionCache()
+    _open(cache, True)
+    _open(cache, False)
+    assert cache.stats() == (2, 2)

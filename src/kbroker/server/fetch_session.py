@@ -86,6 +86,12 @@ class FetchSessionCache:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def stats(self) -> tuple[int, int]:
+        """(sessions, partitions cached): Kafka's NumIncrementalFetchSessions and
+        NumIncrementalFetchPartitionsCached."""
+        with self._lock:
+            return len(self._sessions), sum(len(s.partitions) for s in self._sessions.values())
+
     def count(self, privileged: bool) -> int:
         """Sessions of followers (True) or of consumers (False)."""
         with self._lock:
