@@ -60,7 +60,9 @@ def test_metrics_exposed_and_move(metrics_broker):
     for name in ("kafka_network_RequestChannel_RequestQueueSize", "kafka_network_RequestChannel_ResponseQueueSize",
                  "kafka_network_SocketServer_NetworkProcessorAvgIdlePercent",
                  "kafka_server_KafkaRequestHandlerPool_RequestHandlerAvgIdlePercent",
-                 "kafka_server_ReplicaManager_UnderReplicatedPartitions"):
+                 "kafka_server_ReplicaManager_UnderReplicatedPartitions",
+                 "kafka_server_FetchSessionCache_NumIncrementalFetchSessions",
+                 "kafka_server_FetchSessionCache_NumIncrementalFetchPartitionsCached"):
         assert (name, frozenset()) in before, name
     assert 0.0 <= value(before, "kafka_network_SocketServer_NetworkProcessorAvgIdlePercent") <= 1.0
     assert value(before, "kafka_server_ReplicaManager_UnderReplicatedPartitions") == 0

@@ -8,9 +8,12 @@ order, every record at the offset it was acknowledged with.
 
 Also: ``unclean.leader.election.enable=false`` keeps a partition offline rather than
 electing a replica that is out of sync, and brings it back, nothing lost, when the last
-ISR member returns."""
+ISR member returns; set to true (dynamically), the out-of-sync replica is elected and the
+partition is online again, the records only the dead leader had lost. And kcat (the
+Debian package tools/test.sh installs) produces and consumes through a leader kill."""
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
@@ -18,6 +21,7 @@ import pytest
 from kbroker.chaos.checker import check
 from kbroker.chaos.cluster import ChaosCluster, ClusterNemesis
 from kbroker.chaos.workload import read_all, run_queue_workload
+from tests.broker.kafka_helpers import needs_kcat
 
 RF3 = {"min.insync.replicas": 2}
 
@@ -109,6 +113,64 @@ def test_unclean_leader_election_disabled_keeps_the_partition_offline(cluster):
     assert {v for _, v in acked} <= {v for _, v in reads[0]}
 
 
+def test_unclean_leader_election_enabled_elects_an_out_of_sync_replica(cluster):
+    """Replicas [a, b, c]: b and c die, a alone takes more records, the topic's
+    unclean.leader.election.enable is set to true (dynamically), a dies; b returns, out of
+    sync, and is elected: the partition is online again (produce and consume work), and the
+    records only a had are lost, as Kafka documents. When a returns it follows b and
+    truncates them."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    c = cluster
+    topic = "unclean-on"
+    md = c.create_topic(topic, 1, 3, configs={"min.insync.replicas": 1, "unclean.leader.election.enable": "false"})
+    a = md[0][0]
+    b, cc = [x for x in c.broker_ids if x != a]
+    acked = []
+
+    def produce(via, values):
+        p = Producer({"bootstrap.servers": c.bootstrap_of(via), "acks": "all", "enable.idempotence": True,
+                      "message.timeout.ms": 20000})
+        for v in values:
+            p.produce(topic, value=v, partition=0,
+                      on_delivery=lambda e, m: acked.append((m.offset(), m.value())) if e is None else None)
+        assert p.flush(30) == 0
+
+    produce(a, [b"before-%d" % i for i in range(20)])
+    # the before-* records are on every replica (the high watermark passed them with a full ISR)
+    try:
+        c.kill(b)
+        c.kill(cc)
+        c.wait(lambda: c.metadata(topic, via=a)[0][3] == [a], 30, "ISR shrunk to the leader")
+        produce(a, [b"alone-%d" % i for i in range(20)])
+        assert len(acked) == 40
+        admin = AdminClient({"bootstrap.servers": c.bootstrap_of(a)})
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+            "unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(15)
+        c.kill(a)
+        c.start(b)
+        c.wait(lambda: c.metadata(topic, via=b)[0][0] == b, 30, "the out-of-sync replica elected")
+        produce(b, [b"after-%d" % i for i in range(10)])        # online again
+        c.start([a, cc])
+        c.wait(lambda: sorted(c.metadata(topic, via=b)[0][3]) == sorted([a, b, cc]), 60,
+               "the old leader truncated and back in the ISR")
+    finally:
+        c.start([x for x in (a, b, cc) if c.pid(x) is None])
+    c.wait_ready(30)
+    reads = read_all(c.bootstrap, topic, 1, timeout_s=30)[0]
+    values = [v for _, v in reads]
+    assert values == [b"before-%d" % i for i in range(20)] + [b"after-%d" % i for i in range(10)]
+    # the old leader's log is the new leader's: its alone-* records are gone there too
+    cons = Consumer({"bootstrap.servers": c.bootstrap_of(a), "group.id": "unclean-on", "enable.auto.commit": False})
+    try:
+        low, high = cons.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert high == 30
+    finally:
+        cons.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["pause-leader", "isolate-leader"])
 def test_a_leader_paused_or_cut_off_past_its_session_comes_back_stale(cluster, fault):
@@ -125,4 +187,45 @@ def test_a_leader_paused_or_cut_off_past_its_session_comes_back_stale(cluster, f
     v = check(sends, reads)
     assert v.ok, f"{v.summary()}; faults: {log}"
     assert len([f for _, f, _ in log if f == fault]) == 2, log
+    c.wait_ready(30)
+
+
+@needs_kcat
+def test_kcat_produces_and_consumes_through_a_leader_kill(cluster):
+    """kcat -P (idempotent, acks=all) writes lines to an RF 3 topic while its leader is
+    SIGKILLed: kcat exits 0 only when every line was acknowledged, and kcat -C reads all
+    of them back, once each and in order, from the new leader."""
+    c = cluster
+    topic = "kcat-failover"
+    md = c.create_topic(topic, 1, 3, configs=RF3)
+    leader = md[0][0]
+    n = 1500
+    lines = [b"line-%05d" % i for i in range(n)]
+    producer = subprocess.Popen(
+        ["kcat", "-b", c.bootstrap, "-P", "-E", "-t", topic, "-p", "0", "-X", "acks=all",
+         "-X", "enable.idempotence=true", "-X", "message.timeout.ms=60000", "-X", "linger.ms=5",
+         "-X", "retry.backoff.ms=50", "-X", "topic.metadata.refresh.interval.ms=1000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    killed_at = n // 3
+    try:
+        for i, line in enumerate(lines):
+            producer.stdin.write(line + b"\n")
+            if i % 50 == 49:
+                producer.stdin.flush()
+                time.sleep(0.2)               # ~250 lines/s: the kill lands mid-stream
+            if i == killed_at:
+                c.kill(leader)
+        out, err = producer.communicate(timeout=120)      # closes stdin: kcat flushes and exits
+        assert producer.returncode == 0, err.decode(errors="replace")[-3000:]
+        new_leader = c.wait(lambda: (lambda m: m[0][0] if m[0][0] not in (-1, leader) else None)(
+            c.metadata(topic)), 30, "a new leader")
+        consumed = subprocess.run(
+            ["kcat", "-b", c.bootstrap_of(new_leader), "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
+             "-f", "%s\n"], capture_output=True, timeout=60, check=True).stdout
+        assert consumed.splitlines() == lines
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait(10)
+        c.start([x for x in c.broker_ids if c.pid(x) is None])
     c.wait_ready(30)

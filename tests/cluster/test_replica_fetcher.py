@@ -1,6 +1,7 @@
 """ReplicaFetcher (a follower's fetch loop) against the leader's follower-fetch path
 (kbroker/cluster/follower_fetch.py), with real Logs in temp dirs and every Fetch
 going through its v17 codec."""
+import threading
 import uuid
 
 import pytest
@@ -304,3 +305,72 @@ def test_a_follower_below_the_leaders_log_start_joins_the_isr_only_after_taking_
     assert r.proposal is None and r.data.log_start_offset == 5
     r = handle_follower_fetch(pl, llog, 20, log_start_offset=5, **kw)
     assert r.proposal is not None and r.proposal.new_in_sync_replica_id == 2
+
+
+class FakeSendThread:
+    """InterNodeSendThread's interface: each send recorded with the thread that made it;
+    the test answers through the recorded callback."""
+
+    def __init__(self, name, nodes, config):
+        self.sent = []
+        self.cond = threading.Condition()
+
+    def send(self, node_id, api_key, request, callback, *, timeout_s=None, version=None):
+        with self.cond:
+            self.sent.append((threading.current_thread(), request, callback))
+            self.cond.notify_all()
+
+    def close(self, timeout_s=5.0):
+        pass
+
+
+def test_fetcher_thread_sends_the_next_fetch_from_the_answer_without_a_thread_hop(tmp_path, monkeypatch):
+    """The answer's callback (the send thread) appends and sends the next Fetch, carrying
+    the new fetch offset, before it returns: the leader's high watermark (and acks=all)
+    waits for that fetch, so no wake-up of the fetcher thread may sit in between."""
+    import kbroker.server.replica_fetcher_manager as rfm
+
+    monkeypatch.setattr(rfm, "InterNodeSendThread", FakeSendThread)
+    llog, flog = open_log(tmp_path / "l" / "t-0"), open_log(tmp_path / "f" / "t-0")
+    pl = leader_for(llog, 0)
+    produce(llog, 3, 0)
+    t = rfm.ReplicaFetcherThread("fetcher", 2, 1, ("127.0.0.1", 1), lambda: 12, FetcherConfig(max_bytes=10_000), 30000)
+    try:
+        t.add_partition(TP, TID, 0, flog)
+        sender = t.sender
+        with sender.cond:
+            assert sender.cond.wait_for(lambda: sender.sent, 30)
+        thread, req, cb = sender.sent[0]
+        assert thread is not threading.current_thread()          # the first one: the fetcher thread
+        cb(serve(pl, llog, req.encode(V)), None)
+        assert read_all(flog) == read_all(llog)
+        assert len(sender.sent) == 2
+        thread, req, cb = sender.sent[1]
+        assert thread is threading.current_thread()              # sent from the callback
+        assert req.topics[0].partitions[0].fetch_offset == 3
+        cb(serve(pl, llog, req.encode(V)), None)                 # the leader learns the follower's end
+        assert llog.high_watermark == 3
+        # a failed request: the partition backs off, the fetcher thread takes over (no send here)
+        thread, req, cb = sender.sent[2]
+        cb(None, ConnectionError("gone"))
+        assert len(sender.sent) == 3 and t.fetcher.state(TP).delayed_until_ms > 0
+    finally:
+        t.stop()
+
+
+def test_a_leader_elected_uncleanly_proposes_its_isr_expansions_as_recovered(tmp_path):
+    """KIP-704: the controller marks an unclean election RECOVERING and refuses an ISR of
+    more than the leader in that state; the new leader takes the partition as RECOVERED
+    (Kafka's makeLeader), so the followers that truncated to its log can rejoin."""
+    llog = open_log(tmp_path / "l" / "t-0")
+    pl = PartitionLeader(1, Registry(), replica_lag_time_max_ms=1000, local_broker_epoch=11)
+    llog.assign_epoch_start_offset(3, 0)
+    pl.make_leader(0, leader_epoch=3, partition_epoch=5, replicas=(1, 2), isr=(1,), leader_end_offset=0,
+                   leader_recovery_state=1)
+    produce(llog, 2, 3)
+    from kbroker.cluster.follower_fetch import maybe_increment_high_watermark
+    maybe_increment_high_watermark(pl, llog, 0)
+    r = handle_follower_fetch(pl, llog, 10, replica_id=2, broker_epoch=12, current_leader_epoch=3,
+                              fetch_offset=2, last_fetched_epoch=3, log_start_offset=0, max_bytes=1000)
+    assert r.proposal is not None
+    assert r.proposal.sent.isr == {1, 2} and r.proposal.sent.leader_recovery_state == 0

@@ -405,3 +405,35 @@ def test_consumer_group_survives_its_coordinators_death(cluster):
             c.close()
     finally:
         q.procs[coordinator].start()
+
+
+def test_offsets_topic_created_while_a_broker_is_down_keeps_its_replication_factor(tmp_path):
+    """__consumer_offsets is created on the first FindCoordinator, here while one of the 3
+    registered brokers is down: it gets offsets.topic.replication.factor replicas (3, the
+    default) all the same, one on the broker that is down, as Kafka's controller places
+    them; the group gets its coordinator, and the broker, once back, joins every ISR.
+    (It was clamped to the 2 alive brokers, for good.)"""
+    overrides = {k: v for k, v in FAST.items() if k != "offsets.topic.replication.factor"}
+    q = KRaftControllerQuorum(str(tmp_path), n=1, overrides=overrides, brokers=3)
+    try:
+        q.start()
+        brokers = lambda: sorted(AdminClient({"bootstrap.servers": q.bootstrap}).list_topics(timeout=5).brokers)
+        _wait(lambda: brokers() == BROKERS, what="3 brokers unfenced")
+        down = BROKERS[2]
+        q.procs[down].kill()
+        _wait(lambda: brokers() == BROKERS[:2], what="the killed broker fenced")
+        _wait(lambda: _find_coordinator(q.broker_ports[BROKERS[0]], "g-down") in BROKERS[:2], 60,
+              "a coordinator")
+        md = AdminClient({"bootstrap.servers": q.bootstrap}).list_topics("__consumer_offsets", timeout=5)
+        parts = md.topics["__consumer_offsets"].partitions
+        assert len(parts) == 3
+        assert all(sorted(p.replicas) == BROKERS for p in parts.values()), \
+            {i: p.replicas for i, p in parts.items()}
+        q.procs[down].start()
+
+        def full_isr():
+            md = AdminClient({"bootstrap.servers": q.bootstrap}).list_topics("__consumer_offsets", timeout=5)
+            return all(sorted(p.isrs) == BROKERS for p in md.topics["__consumer_offsets"].partitions.values())
+        _wait(full_isr, 60, "the returned broker in every ISR")
+    finally:
+        q.stop()

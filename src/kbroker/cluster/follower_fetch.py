@@ -50,9 +50,12 @@ class FollowerFetchResult:
 
 
 def read_for_follower(log, *, leader_epoch: int, current_leader_epoch: int, fetch_offset: int,
-                      last_fetched_epoch: int, max_bytes: int) -> tuple[PartitionData, int | None]:
+                      last_fetched_epoch: int, max_bytes: int,
+                      min_one_message: bool = True) -> tuple[PartitionData, int | None]:
     """Steps 1-3: the answer, and the leader's log end offset of the read (None when the
-    fetch must not update the follower's state: an error or a diverging epoch)."""
+    fetch must not update the follower's state: an error or a diverging epoch).
+    ``min_one_message``: a first batch larger than ``max_bytes`` is returned whole (KIP-74:
+    only for the first partition of a response that has records; the caller clears it)."""
     hw = log.high_watermark
     lso = log.log_start_offset
 
@@ -73,7 +76,7 @@ def read_for_follower(log, *, leader_epoch: int, current_leader_epoch: int, fetc
             return answer(diverging_epoch=EpochEndOffset(epoch=epoch, end_offset=end)), None
     leo = log.log_end_offset
     try:
-        info = log.read(fetch_offset, max_bytes)
+        info = log.read(fetch_offset, max_bytes, min_one_message=min_one_message)
     except OffsetOutOfRangeError:
         return answer(ErrorCode.OFFSET_OUT_OF_RANGE), None
     return answer(records=info.records), leo
@@ -81,14 +84,15 @@ def read_for_follower(log, *, leader_epoch: int, current_leader_epoch: int, fetc
 
 def handle_follower_fetch(leader: PartitionLeader, log, now_ms: int, *, replica_id: int, broker_epoch: int,
                           current_leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
-                          log_start_offset: int, max_bytes: int) -> FollowerFetchResult:
+                          log_start_offset: int, max_bytes: int, min_one_message: bool = True) -> FollowerFetchResult:
     """A follower's fetch of one partition led here (module docstring, steps 1-4)."""
     if not leader.is_leader:
         return FollowerFetchResult(PartitionData(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                                  high_watermark=-1))
     data, leader_end = read_for_follower(log, leader_epoch=leader.leader_epoch,
                                          current_leader_epoch=current_leader_epoch, fetch_offset=fetch_offset,
-                                         last_fetched_epoch=last_fetched_epoch, max_bytes=max_bytes)
+                                         last_fetched_epoch=last_fetched_epoch, max_bytes=max_bytes,
+                                         min_one_message=min_one_message)
     if leader_end is None:
         return FollowerFetchResult(data)
     try:

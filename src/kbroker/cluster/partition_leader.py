@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kbroker.cluster.replica import ReplicaState
+from kbroker.metadata.image import RECOVERED, RECOVERING
 from kbroker.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,10 @@ class PartitionLeader:
                     leader_end_offset: int, leader_recovery_state: int = 0) -> bool:
         """Apply the controller's partition state with the local replica as leader.
         Returns True if this replica was not the leader before. A state with an older
-        partition epoch than the one applied is ignored (Kafka skips it)."""
+        partition epoch than the one applied is ignored (Kafka skips it). A partition
+        marked RECOVERING (elected uncleanly) is RECOVERED once this replica leads: its log
+        is the partition's now (Kafka's makeLeader); the ISR expansions it proposes say so,
+        and the controller refuses an ISR of more than the leader while RECOVERING."""
         if self.is_leader and partition_epoch < self.partition_epoch:
             log.info("Skipped the become-leader state change with partition epoch %d since the "
                      "current partition epoch %d is newer", partition_epoch, self.partition_epoch)
@@ -151,7 +155,9 @@ class PartitionLeader:
         followers = [r for r in replicas if r != self.local_broker_id]
         self.remote = {r: self.remote.get(r, ReplicaState()) for r in followers}
         self.replicas = tuple(replicas)
-        committed = CommittedPartitionState(frozenset(isr), leader_recovery_state)
+        if leader_recovery_state == RECOVERING:
+            log.info("The partition was marked as RECOVERING (an unclean election); marking it RECOVERED")
+        committed = CommittedPartitionState(frozenset(isr), RECOVERED)
         cur = self.state
         if (not is_new_leader_epoch and cur.is_inflight and cur.sent.partition_epoch == partition_epoch
                 and cur.last_committed == committed):

@@ -4,7 +4,17 @@ Kafka: ``AbstractFetcherThread`` + ``ReplicaFetcherThread`` with truncation on f
 (KIP-320/KIP-595's diverging epoch, Fetch v12+). No thread, no socket, no clock: the
 caller passes ``now_ms`` to every call, sends what :meth:`ReplicaFetcher.poll` returns
 and feeds the answer to :meth:`on_fetch_response` (``None`` for a failed request).
-One Fetch in flight at a time; fetch sessions are not used (every request is full).
+One Fetch in flight at a time, in an incremental fetch session (KIP-227) as Kafka's
+ReplicaFetcherThread (its FetchSessionHandler): the first Fetch is full and opens a
+session on the leader (session id 0, epoch 0); the leader answers its id; each next
+Fetch (that id, the next epoch) lists only the partitions whose fetch data changed
+(offset, epochs, log start offset, max bytes) and forgets the ones not fetched any
+more (removed, or delayed by a backoff); the leader answers only partitions with news
+(records, a new high watermark or log start offset, an error, a diverging epoch) and
+keeps reading the others at their last fetch offsets. A failed request or a
+session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, ...) makes
+the next Fetch full again, closing the old session; a leader that answers session
+id 0 (its cache full) is fetched sessionless, a full Fetch each time.
 
 Per partition (:class:`PartitionFetchState`): the fetch offset (always the local log
 end offset while fetching), the leader epoch the follower knows (sent as
@@ -43,13 +53,18 @@ from typing import Callable, Protocol
 
 from kbroker.protocol import ErrorCode
 from kbroker.protocol.messages.fetch import (
-    FetchPartition, FetchRequest, FetchTopic, ReplicaState as FetchReplicaState,
+    FetchPartition, FetchRequest, FetchTopic, ForgottenTopic, ReplicaState as FetchReplicaState,
 )
 
 log = logging.getLogger(__name__)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+#: top-level Fetch errors that only concern the session: the next Fetch is full, at once
+_SESSION_ERRORS = frozenset({ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                             ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR})
 
 
 class FollowerLog(Protocol):
@@ -140,6 +155,13 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
         self.logs: dict[TopicPartition, FollowerLog] = {}
         self._in_flight: dict[TopicPartition, _Sent] | None = None
+        #: the fetch session (KIP-227): its id (0: none) and the epoch of the next Fetch
+        #: (INITIAL_EPOCH: a full one), and what the leader's session holds per
+        #: partition: (topic id, the fetch data last sent)
+        self.session_id = INVALID_SESSION_ID
+        self.session_epoch = INITIAL_EPOCH
+        self._session: dict[TopicPartition, tuple] = {}
+        self._in_flight_session: tuple | None = None     # (full?, the session if the Fetch succeeds)
 
     # -- membership (the caller applies metadata) --------------------------------------
     def add_partition(self, tp: TopicPartition, topic_id: uuid.UUID, leader_epoch: int, local_log: FollowerLog) -> None:
@@ -176,29 +198,62 @@ class ReplicaFetcher:
         return self._in_flight is not None
 
     def poll(self, now_ms: int) -> FetchRequest | None:
-        """The Fetch to send now (v17 fields), or None (one in flight, or nothing ready)."""
+        """The Fetch to send now (v17 fields), or None (one in flight, or nothing ready):
+        full, or incremental in the session (module docstring)."""
         if self._in_flight is not None:
             return None
         ready = [(tp, st) for tp, st in self.partitions.items() if st.ready(now_ms)]
         if not ready:
             return None
         cfg = self.config
-        by_topic: dict[uuid.UUID, list[FetchPartition]] = {}
+        wanted: dict[TopicPartition, tuple] = {}
         sent: dict[TopicPartition, _Sent] = {}
         for tp, st in sorted(ready, key=lambda x: x[0]):
-            lg = self.logs[tp]
-            by_topic.setdefault(st.topic_id, []).append(FetchPartition(
-                partition=tp[1], current_leader_epoch=st.current_leader_epoch, fetch_offset=st.fetch_offset,
-                last_fetched_epoch=st.last_fetched_epoch, log_start_offset=lg.log_start_offset,
-                partition_max_bytes=cfg.max_bytes))
+            wanted[tp] = (st.topic_id, (st.fetch_offset, st.current_leader_epoch, st.last_fetched_epoch,
+                                        self.logs[tp].log_start_offset, cfg.max_bytes))
             sent[tp] = _Sent(st.fetch_offset, st.current_leader_epoch)
+        full = self.session_id == INVALID_SESSION_ID or self.session_epoch == INITIAL_EPOCH
+        session = self._session
+        by_topic: dict[uuid.UUID, list[FetchPartition]] = {}
+        for tp, (tid, data) in wanted.items():
+            if full or session.get(tp) != (tid, data):
+                offset, leader_epoch, last_epoch, log_start, max_bytes = data
+                by_topic.setdefault(tid, []).append(FetchPartition(
+                    partition=tp[1], current_leader_epoch=leader_epoch, fetch_offset=offset,
+                    last_fetched_epoch=last_epoch, log_start_offset=log_start, partition_max_bytes=max_bytes))
+        forgotten: dict[uuid.UUID, list[int]] = {}
+        if not full:
+            for tp, (tid, _) in session.items():
+                if wanted.get(tp, (None,))[0] != tid:
+                    forgotten.setdefault(tid, []).append(tp[1])
         self._in_flight = sent
+        self._in_flight_session = (full, wanted)
         return FetchRequest(
             replica_state=FetchReplicaState(replica_id=self.replica_id, replica_epoch=self.broker_epoch()),
             max_wait_ms=cfg.wait_max_ms, min_bytes=cfg.min_bytes, max_bytes=cfg.response_max_bytes,
-            isolation_level=0, session_id=0, session_epoch=-1,
+            isolation_level=0, session_id=self.session_id,
+            session_epoch=INITIAL_EPOCH if full else self.session_epoch,
             topics=[FetchTopic(topic_id=tid, partitions=parts) for tid, parts in by_topic.items()],
-            forgotten_topics_data=[])
+            forgotten_topics_data=[ForgottenTopic(topic_id=tid, partitions=ps) for tid, ps in forgotten.items()])
+
+    def _update_session(self, response) -> None:
+        """After an answer without a top-level error: adopt the session the leader
+        opened (or kept), else fetch full next time."""
+        full, wanted = self._in_flight_session or (True, {})
+        sid = getattr(response, "session_id", INVALID_SESSION_ID)
+        if sid == INVALID_SESSION_ID or (not full and sid != self.session_id):
+            self._reset_session(close=False)
+            return
+        self.session_id = sid
+        self.session_epoch = 1 if full else (1 if self.session_epoch >= 2**31 - 1 else self.session_epoch + 1)
+        self._session = wanted
+
+    def _reset_session(self, close: bool = True) -> None:
+        """The next Fetch is full; ``close``: it names the old session so the leader drops it."""
+        if not close:
+            self.session_id = INVALID_SESSION_ID
+        self.session_epoch = INITIAL_EPOCH
+        self._session = {}
 
     def next_deadline_ms(self) -> int | None:
         """When :meth:`poll` may next return a request (None: not before a response or
@@ -223,14 +278,24 @@ class ReplicaFetcher:
     def on_fetch_response(self, now_ms: int, response) -> dict[TopicPartition, str]:
         """Apply the answer to the Fetch in flight (``None``: the request failed).
         Returns what happened per partition ('appended', 'empty', 'truncated',
-        'out_of_range', 'fenced', 'backoff', 'stale'), for logs and tests."""
+        'out_of_range', 'fenced', 'backoff', 'stale', 'session': a session error, the
+        next Fetch is full), for logs and tests."""
         sent, self._in_flight = self._in_flight or {}, None
         outcome: dict[TopicPartition, str] = {}
+        if response is not None and response.error_code in _SESSION_ERRORS:
+            # only the session is wrong: a full Fetch at once (Kafka's FetchSessionHandler)
+            self._reset_session(close=response.error_code != ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+            self._in_flight_session = None
+            return {tp: "session" for tp in sent}
         if response is None or response.error_code != ErrorCode.NONE:
+            self._reset_session()
+            self._in_flight_session = None
             for tp in sent:
                 self._delay(tp, now_ms)
                 outcome[tp] = "backoff"
             return outcome
+        self._update_session(response)
+        self._in_flight_session = None
         answered = set()
         for t in response.responses:
             for p in t.partitions:
@@ -241,7 +306,8 @@ class ReplicaFetcher:
                 outcome[tp] = self._on_partition(now_ms, tp, sent[tp], p)
         for tp in sent:
             if tp not in answered and tp in self.partitions:
-                # Left out of the response (its max bytes reached): fetched again next time.
+                # Left out of the response: nothing new in the session, or its max bytes
+                # reached; fetched again next time.
                 outcome[tp] = "empty"
         return outcome
 

@@ -238,9 +238,10 @@ BROKER_CONFIG = (
     # --- consumer groups and offsets ---
     .define("offsets.topic.num.partitions", "int", 50, at_least(1))
     .define("offsets.topic.replication.factor", "int", 3, at_least(1),
-            "Replicas of __consumer_offsets (Kafka's default 3); a KRaft cluster with fewer alive "
-            "brokers creates it with as many as it has, with a warning. A zero-config node has one "
-            "replica and refuses a value set above 1.")
+            "Replicas of __consumer_offsets (Kafka's default 3), enforced when set or once the KRaft cluster "
+            "has that many brokers registered (down ones too: FindCoordinator answers COORDINATOR_NOT_AVAILABLE "
+            "until the controller can place them); the default on a cluster with fewer registered brokers is "
+            "clamped to them, with a warning. A zero-config node has one replica and refuses a value set above 1.")
     .define("offsets.topic.segment.bytes", "int", 104857600, at_least(1))
     .define("offsets.retention.minutes", "int", 10080, at_least(1))
     .define("offsets.retention.check.interval.ms", "long", 600000, at_least(1))
@@ -273,8 +274,8 @@ BROKER_CONFIG = (
     .define("transaction.max.timeout.ms", "int", 900000, at_least(1))
     .define("transaction.state.log.num.partitions", "int", 50, at_least(1))
     .define("transaction.state.log.replication.factor", "int", 3, at_least(1),
-            "Replicas of __transaction_state on a KRaft cluster (clamped to the alive brokers when it is "
-            "created); the zero-config single node has one.")
+            "Replicas of __transaction_state on a KRaft cluster (enforced or clamped as "
+            "offsets.topic.replication.factor); the zero-config single node has one.")
     .define("transaction.state.log.min.isr", "int", 1, at_least(1))
     .define("transaction.state.log.segment.bytes", "int", 104857600, at_least(1))
     .define("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, at_least(1))

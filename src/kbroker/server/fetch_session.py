@@ -12,6 +12,12 @@ fetch; session_id N + epoch E > 0 = incremental fetch, E must be the session's
 next epoch. Thread-safety: the cache and every session are guarded by
 ``_lock`` (sessions are small; handler threads serialise on it briefly).
 
+Followers' sessions (a replica's Fetch) are *privileged*, consumers' are not: when the
+cache is full, a new session evicts an idle one (unused for ``eviction_ms``) first,
+else the least recently used unprivileged one; only a privileged session may evict a
+privileged one (Kafka's tryEvict, without its size rule). A session that can evict
+nothing is not created (the fetch is answered sessionless, session id 0).
+
 Keys (Kafka's CachedPartition equality): a session opened by Fetch v13+ uses topic
 ids and keys its partitions by ``(topic_id, partition)``; an older one keys them by
 ``(topic name, partition)``. A session never mixes the two: an incremental request
@@ -55,10 +61,11 @@ class CachedPartition:
 
 class FetchSession:
     def __init__(self, session_id: int, partitions: "OrderedDict[tuple, CachedPartition]", now_ms: int,
-                 uses_topic_ids: bool = False):
+                 uses_topic_ids: bool = False, privileged: bool = False):
         self.session_id = session_id
         self.partitions = partitions
         self.uses_topic_ids = uses_topic_ids
+        self.privileged = privileged      # a follower's
         self.epoch = 1  # the next epoch the client must send
         self.last_used_ms = now_ms
 
@@ -79,6 +86,17 @@ class FetchSessionCache:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def stats(self) -> tuple[int, int]:
+        """(sessions, partitions cached): Kafka's NumIncrementalFetchSessions and
+        NumIncrementalFetchPartitionsCached."""
+        with self._lock:
+            return len(self._sessions), sum(len(s.partitions) for s in self._sessions.values())
+
+    def count(self, privileged: bool) -> int:
+        """Sessions of followers (True) or of consumers (False)."""
+        with self._lock:
+            return sum(1 for s in self._sessions.values() if s.privileged == privileged)
+
     @staticmethod
     def _now_ms() -> int:
         return time.monotonic_ns() // 1_000_000
@@ -88,7 +106,8 @@ class FetchSessionCache:
         """Resolve the request's session. ``requested`` and ``forgotten`` are keyed by
         ``(topic_id, partition)`` when ``uses_topic_ids`` (Fetch v13+), else by
         ``(topic, partition)``. Raises FetchSessionError for unknown sessions, wrong
-        epochs and a switch between ids and names (the response's top-level error code)."""
+        epochs and a switch between ids and names (the response's top-level error code).
+        ``is_follower``: a replica's fetch, whose new session is privileged."""
         now = self._now_ms()
         with self._lock:
             if epoch == FINAL_EPOCH:
@@ -98,7 +117,7 @@ class FetchSessionCache:
             if epoch == INITIAL_EPOCH:
                 if session_id != INVALID_SESSION_ID:
                     self._sessions.pop(session_id, None)
-                session = self._create(requested, now, uses_topic_ids)
+                session = self._create(requested, now, uses_topic_ids, is_follower)
                 return FetchContext(self, session, requested, full=True)
             session = self._sessions.get(session_id)
             if session is None:
@@ -126,21 +145,29 @@ class FetchSessionCache:
             self._sessions.move_to_end(session_id)
             return FetchContext(self, session, session.partitions, full=False)
 
-    def _create(self, partitions, now: int, uses_topic_ids: bool) -> FetchSession | None:
-        # evict idle sessions first, then the least recently used one if still full
+    def _create(self, partitions, now: int, uses_topic_ids: bool, privileged: bool = False) -> FetchSession | None:
+        # evict idle sessions first, then one the new session may evict if still full
         while self._sessions:
             sid, s = next(iter(self._sessions.items()))
-            if now - s.last_used_ms > self.eviction_ms or len(self._sessions) >= self.max_entries:
+            if now - s.last_used_ms > self.eviction_ms:
                 del self._sessions[sid]
             else:
                 break
         if self.max_entries <= 0:
             return None
+        if len(self._sessions) >= self.max_entries:
+            victim = next((sid for sid, s in self._sessions.items() if not s.privileged), None)
+            if victim is None and privileged:
+                victim = next(iter(self._sessions))
+            if victim is None:
+                return None
+            del self._sessions[victim]
         while True:
             sid = random.randint(1, 2**31 - 1)
             if sid not in self._sessions:
                 break
-        s = FetchSession(sid, OrderedDict((tp, cp) for tp, cp in partitions.items()), now, uses_topic_ids)
+        s = FetchSession(sid, OrderedDict((tp, cp) for tp, cp in partitions.items()), now, uses_topic_ids,
+                         privileged)
         self._sessions[sid] = s
         return s
 
@@ -173,12 +200,17 @@ class FetchContext:
             return list(self.partitions.items())
 
     def include(self, tp, cp: CachedPartition, error: int, hw: int, lso: int, log_start: int,
-                has_records: bool) -> bool:
-        """Record what the client is told; say whether ``tp`` goes in this response."""
+                has_records: bool, must_respond: bool = False) -> bool:
+        """Record what the client is told; say whether ``tp`` goes in this response
+        (Kafka's maybeUpdateResponseData). ``must_respond``: news the cache does not track
+        (a follower's diverging epoch). An error is always answered and resets the cached
+        high watermark, so the partition is answered again once the error is gone."""
         with self.cache._lock:
-            changed = (error != ErrorCode.NONE or has_records or cp.high_watermark != hw
+            changed = (must_respond or error != ErrorCode.NONE or has_records or cp.high_watermark != hw
                        or cp.last_stable_offset != lso or cp.leader_log_start_offset != log_start)
             cp.high_watermark, cp.last_stable_offset, cp.leader_log_start_offset = hw, lso, log_start
+            if error != ErrorCode.NONE:
+                cp.high_watermark = -1
             if self.session is not None and not self.full and has_records:
                 # rotate partitions that returned data to the back, for fairness
                 self.session.partitions.move_to_end(tp)

@@ -237,33 +237,41 @@ class ForwardingTopicManager:
         self._create(name, c["num.partitions"], c["default.replication.factor"], {})
         return None
 
-    def create_offsets_topic(self) -> None:
-        """``__consumer_offsets`` with offsets.topic.num.partitions and offsets.topic.replication.factor,
-        clamped to the alive brokers (Kafka fails the request instead; a development cluster
-        with fewer brokers than the default RF still gets a coordinator)."""
+    def internal_topic_replication_factor(self, key: str, name: str) -> int:
+        """The replication factor of an internal topic (``key``: its broker setting).
+        Enforced, as Kafka does, when it is set explicitly or once the cluster has that many
+        brokers registered (fenced ones too: the controller places replicas on a broker
+        that is down when it has to, and it catches up when it returns), so a topic created
+        while a broker is down does not keep fewer replicas forever; until the controller
+        can place it, FindCoordinator answers COORDINATOR_NOT_AVAILABLE. Only the default,
+        on a cluster with fewer registered brokers than it (a development cluster), is
+        clamped to them."""
         c = self.broker.config
-        rf = c["offsets.topic.replication.factor"]
-        alive = len(self.broker.metadata_cache.alive_brokers())
-        if 0 < alive < rf:
-            log.warning("offsets.topic.replication.factor=%d but only %d broker(s) are alive: creating %s with "
-                        "replication factor %d", rf, alive, OFFSETS_TOPIC, alive)
-            rf = alive
+        rf = c[key]
+        registered = len(self.broker.metadata_cache.kraft_image.cluster.brokers)
+        if key in c.originals or registered >= rf or registered == 0:
+            return rf
+        log.warning("%s=%d (the default) but only %d broker(s) are registered: creating %s with replication "
+                    "factor %d", key, rf, registered, name, registered)
+        return registered
+
+    def create_offsets_topic(self) -> None:
+        """``__consumer_offsets`` with offsets.topic.num.partitions and offsets.topic.replication.factor
+        (``internal_topic_replication_factor``)."""
+        c = self.broker.config
+        rf = self.internal_topic_replication_factor("offsets.topic.replication.factor", OFFSETS_TOPIC)
         self._create(OFFSETS_TOPIC, c["offsets.topic.num.partitions"], rf,
                      {"cleanup.policy": "compact", "compression.type": "producer",
                       "segment.bytes": str(c["offsets.topic.segment.bytes"])})
 
     def create_transaction_state_topic(self) -> None:
         """``__transaction_state`` with transaction.state.log.num.partitions and
-        transaction.state.log.replication.factor, clamped to the alive brokers as
-        ``__consumer_offsets`` is (on the first FindCoordinator(TRANSACTION))."""
+        transaction.state.log.replication.factor (``internal_topic_replication_factor``), on
+        the first FindCoordinator(TRANSACTION)."""
         from kbroker.coordinator.transaction.coordinator import transaction_state_topic_configs
         c = self.broker.config
-        rf = c["transaction.state.log.replication.factor"]
-        alive = len(self.broker.metadata_cache.alive_brokers())
-        if 0 < alive < rf:
-            log.warning("transaction.state.log.replication.factor=%d but only %d broker(s) are alive: creating "
-                        "__transaction_state with replication factor %d", rf, alive, alive)
-            rf = alive
+        rf = self.internal_topic_replication_factor("transaction.state.log.replication.factor",
+                                                    "__transaction_state")
         configs = transaction_state_topic_configs(c)
         if int(configs["min.insync.replicas"]) > rf:
             configs["min.insync.replicas"] = str(rf)

@@ -71,6 +71,18 @@ class BrokerCollector(Collector):
         yield from self._network(b)
         yield from self._purgatory_metrics()
         yield from self._partitions(b)
+        yield from self._fetch_sessions(b)
+
+    def _fetch_sessions(self, b):
+        """Kafka's FetchSessionCache gauges: consumers' and followers' sessions alike."""
+        cache = getattr(b, "fetch_sessions", None)
+        if cache is None:
+            return
+        sessions, partitions = cache.stats()
+        yield GaugeMetricFamily("kafka_server_FetchSessionCache_NumIncrementalFetchSessions",
+                                "Incremental fetch sessions cached (followers' and consumers')", value=sessions)
+        yield GaugeMetricFamily("kafka_server_FetchSessionCache_NumIncrementalFetchPartitionsCached",
+                                "Partitions in the cached incremental fetch sessions", value=partitions)
 
     def _network(self, b):
         ss = getattr(b, "socket_server", None)

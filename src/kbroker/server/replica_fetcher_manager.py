@@ -7,8 +7,11 @@ thread ``(source broker, hash(topic, partition) % num.replica.fetchers)``. Each
 (Fetch v17 with this broker's id and epoch, appends as follower, truncation on a
 diverging epoch, ListOffsets with the replica id for an OUT_OF_RANGE partition,
 backoff) and sends its requests to the leader over its own InterNodeSendThread (one
-NetworkClient, like Kafka's per-thread BlockingSend), waiting for each answer: one
-Fetch in flight per thread.
+NetworkClient, like Kafka's per-thread BlockingSend): one Fetch in flight per thread.
+A Fetch's answer is applied on the send thread, which sends the next Fetch at once
+(the leader's high watermark, and acks=all, wait for the fetch that carries the new
+fetch offset: no wake-up of another thread in between); the fetcher thread starts
+fetching, waits out backoffs and runs the ListOffsets of out-of-range partitions.
 
 The leader's address: the endpoint of ``inter.broker.listener.name`` in the leader's
 registration (none there: not fetched until it has one), from the latest metadata image
@@ -17,10 +20,11 @@ unknown); the fetchers connect with that listener's security
 (``KafkaConfig.inter_broker_client_config``: SSL, SASL_PLAINTEXT, SASL_SSL).
 
 Threads and locks: the metadata publisher (raft thread) calls :meth:`follow` and
-:meth:`remove_partitions`; each fetcher thread holds its ``lock`` while it applies an
-answer (appends, truncation), so once ``remove_partitions`` returns no fetcher writes to
-those logs any more (the ReplicaManager then makes this broker their leader). Fetcher
-threads with no partitions left are stopped.
+:meth:`remove_partitions`; a fetcher's ``lock`` is held while an answer is applied
+(appends, truncation; on its send thread or its fetcher thread), so once
+``remove_partitions`` returns no fetcher writes to those logs any more (the
+ReplicaManager then makes this broker their leader). Fetcher threads with no
+partitions left are stopped.
 """
 from __future__ import annotations
 
@@ -128,11 +132,17 @@ class ReplicaFetcherThread:
         return resp
 
     def _run(self) -> None:
+        """Starts fetches and runs what may block (ListOffsets, waits for a backoff);
+        a fetch's answer is applied on the send thread (:meth:`_on_fetch_answer`), which
+        sends the next Fetch itself while nothing else is due."""
         try:
             while True:
                 with self.lock:
                     if self._stopped:
                         return
+                    if self.fetcher.in_flight:
+                        self._wake.wait(1.0)     # the answer's callback notifies
+                        continue
                     queries = self.fetcher.offset_queries()
                     req = None if queries else self.fetcher.poll(_now_ms())
                     if req is None and not queries:
@@ -144,22 +154,49 @@ class ReplicaFetcherThread:
                     for tp, epoch in queries:
                         self._leader_offsets(tp, epoch)
                     continue
-                resp = self._call(ApiKey.FETCH, req, FETCH_VERSION)
-                with self.lock:
-                    if self._stopped:
-                        return
-                    outcome = self.fetcher.on_fetch_response(_now_ms(), resp)
-                for tp, what in outcome.items():
-                    if what in ("truncated", "out_of_range", "fenced"):
-                        log.info("%s: %s-%d %s", self.name, tp[0], tp[1], what)
-                    elif what not in ("appended", "empty"):
-                        # backoff (an error, a failed request) or a stale answer: once per retry
-                        log.debug("%s: %s-%d %s", self.name, tp[0], tp[1], what)
-                if resp is None:
-                    # a failed request: the fetcher delays its partitions by the backoff
-                    continue
+                self._send_fetch(req)
         except Exception:
             log.exception("%s stopped on an unexpected error", self.name)
+
+    def _send_fetch(self, req) -> None:
+        """Send the Fetch :meth:`ReplicaFetcher.poll` returned; its answer (or failure)
+        comes back to :meth:`_on_fetch_answer` exactly once."""
+        if self.resolve is not None:
+            self.set_endpoint(self.resolve())
+        self.sender.send(self.source_broker_id, ApiKey.FETCH, req, self._on_fetch_answer,
+                         timeout_s=self.request_timeout_s, version=FETCH_VERSION)
+
+    def _on_fetch_answer(self, resp, exc) -> None:
+        """On the send thread: apply the answer (appends, truncation) under ``lock``, then
+        send the next Fetch at once, carrying the new fetch offsets (the leader's high
+        watermark, and so acks=all, waits for it), unless ListOffsets or a backoff is due:
+        that is left to the fetcher thread, woken here. No hop to another thread on the
+        replication path (Kafka's fetcher thread sends and processes on one thread too)."""
+        if exc is not None:
+            log.debug("%s: fetch from broker %d failed: %s", self.name, self.source_broker_id, exc)
+            resp = None
+        nxt = None
+        try:
+            with self.lock:
+                if self._stopped:
+                    return
+                outcome = self.fetcher.on_fetch_response(_now_ms(), resp)
+                if not self.fetcher.offset_queries():
+                    nxt = self.fetcher.poll(_now_ms())
+                if nxt is None:
+                    self._wake.notify_all()
+            for tp, what in outcome.items():
+                if what in ("truncated", "out_of_range", "fenced"):
+                    log.info("%s: %s-%d %s", self.name, tp[0], tp[1], what)
+                elif what not in ("appended", "empty"):
+                    # backoff (an error, a failed request) or a stale answer: once per retry
+                    log.debug("%s: %s-%d %s", self.name, tp[0], tp[1], what)
+            if nxt is not None:
+                self._send_fetch(nxt)
+        except Exception:
+            log.exception("%s: applying a fetch answer failed", self.name)
+            with self.lock:
+                self._wake.notify_all()
 
     def _leader_offsets(self, tp, epoch: int) -> None:
         """The leader's log start and end offsets (ListOffsets EARLIEST / LATEST with this

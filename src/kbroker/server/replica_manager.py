@@ -624,7 +624,7 @@ class ReplicaManager:
         if part is None or not part.is_leader:
             return FetchPartitionResult(self.partition_error(tp))
         if replica_id >= 0 and part.leader_state is not None:
-            return self._read_for_follower(part, st, max_bytes, replica_id)
+            return self._read_for_follower(part, st, max_bytes, replica_id, min_one_message)
         lg = part.log
         if st.max_bytes < 0:
             # Kafka: LogSegment.read rejects a negative size; readFromLog answers UNKNOWN_SERVER_ERROR
@@ -653,7 +653,7 @@ class ReplicaManager:
 
     # -- replication: the leader's side ---------------------------------------------------------
     def _read_for_follower(self, part: Partition, st: FetchPartitionStatus, max_bytes: int,
-                           replica_id: int) -> FetchPartitionResult:
+                           replica_id: int, min_one_message: bool = True) -> FetchPartitionResult:
         """A follower's fetch of a partition led here (Kafka's Partition.fetchRecords for
         a follower): epochs checked, diverging epoch, read up to the log end, the
         follower's state and the ISR expansion it earns, the high watermark moved. Runs
@@ -666,7 +666,8 @@ class ReplicaManager:
             r = handle_follower_fetch(pl, lg, _now_ms(), replica_id=replica_id, broker_epoch=st.replica_epoch,
                                       current_leader_epoch=st.current_leader_epoch, fetch_offset=st.fetch_offset,
                                       last_fetched_epoch=st.last_fetched_epoch,
-                                      log_start_offset=st.log_start_offset, max_bytes=min(max_bytes, st.max_bytes))
+                                      log_start_offset=st.log_start_offset, max_bytes=min(max_bytes, st.max_bytes),
+                                      min_one_message=min_one_message)
         if r.proposal is not None:
             self._submit_isr_proposal(part, r.proposal)
         if r.new_high_watermark is not None:

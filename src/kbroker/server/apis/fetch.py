@@ -161,7 +161,10 @@ def handle_replica_fetch(broker, ctx, req, replica_id: int) -> None:
     partition answered by the ReplicaManager's follower read (epochs, diverging epoch,
     records up to the log end, the follower's state, ISR expansion, high watermark),
     long-polled in the same fetch purgatory as consumers (min_bytes / max_wait_ms), the
-    records sent zero-copy. Sessionless (session id 0): every request is a full fetch.
+    records sent zero-copy. In a fetch session (KIP-227, the broker's FetchSessionCache,
+    privileged) as consumers' fetches: an incremental request lists only changed
+    partitions, every partition of the session is read (its follower state updated at
+    its cached fetch offset), and the answer carries only partitions with news.
     A node that is not a broker of a replicated cluster (zero-config) has no followers:
     NOT_LEADER_OR_FOLLOWER for the whole request."""
     v = ctx.api_version
@@ -185,42 +188,65 @@ def handle_replica_fetch(broker, ctx, req, replica_id: int) -> None:
     image = broker.metadata.image
     epoch = req.replica_state.replica_epoch if v >= 15 else -1
     uses_topic_ids = v >= 13
-    order = []            # (topic key, partition, tp or None)
-    infos = []
+    requested: OrderedDict = OrderedDict()
     for t in req.topics:
         if uses_topic_ids:
             ti = image.topics_by_id.get(t.topic_id)
-            name, key = (ti.name if ti is not None else None), t.topic_id
+            name = ti.name if ti is not None else None
         else:
-            name, key = t.topic, t.topic
+            name = t.topic
         for p in t.partitions:
-            tp = (name, p.partition) if name is not None else None
-            order.append((key, p.partition, tp))
-            if tp is not None:
-                infos.append((tp, FetchPartitionStatus(p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
-                                                       p.log_start_offset, p.last_fetched_epoch,
-                                                       replica_epoch=epoch)))
+            key = (t.topic_id, p.partition) if uses_topic_ids else (name, p.partition)
+            requested[key] = CachedPartition(
+                p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, p.log_start_offset,
+                p.last_fetched_epoch, topic_id=t.topic_id if uses_topic_ids else None, topic=name)
+    forgotten = [((f.topic_id if uses_topic_ids else f.topic), p)
+                 for f in (req.forgotten_topics_data if v >= 7 else ()) for p in f.partitions]
+    try:
+        # a follower's session is privileged in the broker's one session cache (Kafka's)
+        fctx = broker.fetch_sessions.new_context(req.session_id if v >= 7 else 0, req.session_epoch if v >= 7 else -1,
+                                                 requested, forgotten, True, uses_topic_ids)
+    except FetchSessionError as e:
+        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=e.code, session_id=0, responses=[]))
+        return
+
+    def resolve_name(topic_id):
+        ti = image.topics_by_id.get(topic_id)
+        return ti.name if ti is not None else None
+
+    fetch_list = fctx.fetch_list(resolve_name if uses_topic_ids else None)
+    infos = []
+    for key, cp in fetch_list:
+        if cp.topic is not None:
+            infos.append(((cp.topic, key[1]), FetchPartitionStatus(
+                cp.fetch_offset, cp.max_bytes, cp.current_leader_epoch, cp.log_start_offset, cp.last_fetched_epoch,
+                replica_epoch=epoch)))
     max_bytes = min(req.max_bytes if v >= 3 else 2**31 - 1, broker.config["fetch.max.bytes"])
 
     def respond(results: dict) -> None:
         topics: "OrderedDict[object, list]" = OrderedDict()
-        for key, partition, tp in order:
-            r = results.get(tp) if tp is not None else None
+        for key, cp in fetch_list:
+            r = results.get((cp.topic, key[1])) if cp.topic is not None else None
             if r is None:
                 r = FetchPartitionResult(ErrorCode.UNKNOWN_TOPIC_ID if uses_topic_ids
                                          else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            pd = PartitionData(partition_index=partition, error_code=r.error, high_watermark=r.high_watermark,
+            has_records = _region_size(r.records) > 0
+            diverging = r.diverging_epoch is not None and v >= 12
+            if not fctx.include(key, cp, r.error, r.high_watermark, r.last_stable_offset, r.log_start_offset,
+                                has_records, must_respond=diverging):
+                continue
+            pd = PartitionData(partition_index=key[1], error_code=r.error, high_watermark=r.high_watermark,
                                last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
-                               preferred_read_replica=-1,
-                               records=r.records if _region_size(r.records) > 0 else b"")
-            if r.diverging_epoch is not None and v >= 12:
+                               preferred_read_replica=-1, records=r.records if has_records else b"")
+            if diverging:
                 pd.diverging_epoch = EpochEndOffset(epoch=r.diverging_epoch[0], end_offset=r.diverging_epoch[1])
-            topics.setdefault(key, []).append(pd)
+            topics.setdefault(key[0], []).append(pd)
         if uses_topic_ids:
             responses = [FetchableTopicResponse(topic_id=k, partitions=ps) for k, ps in topics.items()]
         else:
             responses = [FetchableTopicResponse(topic=k, partitions=ps) for k, ps in topics.items()]
-        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=0, responses=responses))
+        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, session_id=fctx.session_id,
+                                  responses=responses))
 
     rm.fetch_messages(req.max_wait_ms, req.min_bytes, max_bytes, 0, infos, respond, replica_id)
 
