@@ -32,8 +32,9 @@ def cluster(tmp_path_factory):
 
 
 def _create_offsets_topic(c):
-    """FindCoordinator creates __consumer_offsets; do it while all three brokers are up (created
-    while one is down, it gets fewer replicas for good)."""
+    """FindCoordinator creates __consumer_offsets; do it while all three brokers are up, so the
+    group's coordinator is online before the faults begin (created while one is down, it gets
+    a replica on the fenced broker and runs under-replicated until that broker returns)."""
     from confluent_kafka import Consumer
 
     c.create_topic("warm-up", 1, 3)
