@@ -250,8 +250,18 @@ class KRaftControllerQuorum:
         return ",".join(f"127.0.0.1:{p}" for p in self.broker_ports.values())
 
     def start(self, i: int | None = None) -> "KRaftControllerQuorum":
-        for j in ([i] if i is not None else list(self.procs)):
-            self.procs[j].start()
+        """Start node ``i`` (default: every node). If one fails to start, the nodes this call
+        started are killed before the error propagates (a fixture whose start raises never
+        reaches its own teardown, and would leak them)."""
+        started = []
+        try:
+            for j in ([i] if i is not None else list(self.procs)):
+                self.procs[j].start()
+                started.append(j)
+        except BaseException:
+            for j in started:
+                self.procs[j].kill()
+            raise
         return self
 
     def _call(self, i: int, api_key: int, version: int, req, timeout_s: float = 3.0):
