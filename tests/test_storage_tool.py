@@ -378,9 +378,11 @@ def test_format_add_scram_writes_credentials_into_the_bootstrap_metadata(tmp_pat
     assert r.returncode == 0, r.stderr
     for d in ("data-a", "meta"):
         records = read_bootstrap_file(str(tmp_path / d / "bootstrap.checkpoint"))
-        assert [type(x.message) for x in records] == [FeatureLevelRecord, UserScramCredentialRecord,
-                                                     UserScramCredentialRecord]
-        alice, bob = records[1].message, records[2].message
+        # metadata.version and transaction.version, then the credentials
+        assert [type(x.message) for x in records] == [FeatureLevelRecord, FeatureLevelRecord,
+                                                     UserScramCredentialRecord, UserScramCredentialRecord]
+        assert [x.message.name for x in records[:2]] == ["metadata.version", "transaction.version"]
+        alice, bob = records[2].message, records[3].message
         assert (alice.name, alice.mechanism, alice.iterations, len(alice.salt)) == ("alice", 1, 4096, 32)
         want = scram.make_credential("SCRAM-SHA-256", "alice-secret", 4096, bytes(alice.salt))
         assert (bytes(alice.stored_key), bytes(alice.server_key)) == (want.stored_key, want.server_key)
