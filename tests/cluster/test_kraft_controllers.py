@@ -39,7 +39,7 @@ def _broker(q, node_id=4):
                                  StaticNodes({i: ("127.0.0.1", p) for i, p in q.ports.items()}),
                                  {"reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200})
     lc = BrokerLifecycle(node_id=node_id, cluster_id=CLUSTER, listeners=[("PLAINTEXT", "127.0.0.1", 9092, 0)],
-                         features={"metadata.version": (7, 21)}, log_dirs=[uuid.uuid4()],
+                         features={"metadata.version": (7, 21), "transaction.version": (0, 2)}, log_dirs=[uuid.uuid4()],  # every finalized feature (a new cluster finalizes transaction.version 2)
                          heartbeat_interval_ms=200, session_timeout_ms=9000, metadata_offset=lambda: 1 << 40)
     mgr = BrokerLifecycleManager(lc, ControllerChannel(sender, retry_backoff_s=0.05), request_timeout_s=2.0)
     mgr.start()

@@ -104,13 +104,15 @@ def test_tansu_as_the_source_cluster(cluster_b, mirror, tmp_path):
             assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in dst[p]] == \
                 [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in src[p]]
 
-        def scrape():      # the task retires acknowledged records on its next poll
+        want = ['kafka_connect_mirror_MirrorSourceConnector_record_count_total{partition="%d",source="A",'
+                'target="B",topic="A.tansu-orders"} 100.0' % p for p in (0, 1)]
+        want.append('kafka_connect_mirror_MirrorSourceConnector_lag{partition="1",source="A",target="B",'
+                    'topic="A.tansu-orders"} 0.0')
+
+        def scrape():      # the task retires acknowledged records (and their lag) on its next polls
             body = urllib.request.urlopen(f"http://127.0.0.1:{m.metrics_port}/metrics", timeout=10).read().decode()
-            return body if ('kafka_connect_mirror_MirrorSourceConnector_record_count_total{partition="0",source="A",'
-                            'target="B",topic="A.tansu-orders"} 100.0') in body else None
-        body = wait_until(scrape, 10, "the records in the metrics")
-        assert 'kafka_connect_mirror_MirrorSourceConnector_lag{partition="1",source="A",target="B",' \
-               'topic="A.tansu-orders"} 0.0' in body
+            return body if all(w in body for w in want) else None
+        body = wait_until(scrape, 20, "both partitions' records, and no lag, in the metrics")
         assert 'kafka_connect_mirror_MirrorSourceConnector_replication_latency_ms_count{partition="1"' in body
         assert m.terminate() == 0
 
