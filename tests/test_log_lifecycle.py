@@ -427,3 +427,37 @@ def test_restarted_active_index_grows_only_when_an_entry_is_due(tmp_path, monkey
     again = Log.open(d, cfg, had_clean_shutdown=True)
     assert len(read_all(again)) == 62 and again.fetch_offset_by_timestamp(300).offset == 2
     again.close()
+
+
+def test_new_partition_metadata_is_written_off_the_create_path(tmp_path):
+    """A LogManager's new log (one with a scheduler) leaves partition.metadata to the
+    scheduler's thread (Kafka's flush-metadata-file task): nothing but the directory and
+    the segment is created on the CreateTopics path. The topic id is known at once; the
+    file is there after the job, or after close / the first flush if the job never ran."""
+    import uuid
+    jobs, scheduler = _queue()
+    tid = uuid.uuid4()
+    lg = Log.open(str(tmp_path / "t-0"), LogConfig(), scheduler=scheduler, topic_id=tid)
+    meta = tmp_path / "t-0" / "partition.metadata"
+    assert lg.topic_id == tid and not meta.exists()
+    assert sorted(os.listdir(lg.dir)) == ["00000000000000000000.log"]
+    for job in jobs:
+        job()
+    assert ckpt.PartitionMetadataFile(str(meta)).read() == tid
+    lg.close()
+
+    jobs, scheduler = _queue()
+    lg = Log.open(str(tmp_path / "t-1"), LogConfig(), scheduler=scheduler, topic_id=tid)
+    lg.append(batch(1))
+    lg.flush()                                          # the job has not run: the flush writes it
+    meta = tmp_path / "t-1" / "partition.metadata"
+    assert ckpt.PartitionMetadataFile(str(meta)).read() == tid
+    jobs, scheduler = _queue()
+    lg2 = Log.open(str(tmp_path / "t-2"), LogConfig(), scheduler=scheduler, topic_id=tid)
+    lg2.close()                                         # nor here: close writes it
+    again = Log.open(lg2.dir, LogConfig(), had_clean_shutdown=True)
+    assert again.topic_id == tid
+    again.close()
+    for job in jobs:                                    # a late job is a no-op
+        job()
+    lg.close()

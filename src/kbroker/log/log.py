@@ -218,6 +218,9 @@ class Log:
         #: flush fsyncs them before the recovery point moves (Kafka's LocalLog.flush);
         #: nothing on the request path does. Append lock.
         self._dir_unsynced = 0
+        #: a topic id whose partition.metadata is not written yet (Log.open defers the
+        #: write of a new directory's file to the scheduler's thread)
+        self._pending_topic_id = None
         self._scheduler = scheduler
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
@@ -272,8 +275,11 @@ class Log:
                               had_clean_shutdown=had_clean_shutdown, time_ms=time_ms, leader_epoch_cache=cache,
                               fsync_every_append=fsync_every_append)
         meta = PartitionMetadataFile(os.path.join(dir, PARTITION_METADATA))
+        deferred_meta = None
         if topic_id is not None:
-            if fresh:
+            if fresh and scheduler is not None and not fsync_every_append:
+                deferred_meta = topic_id     # written by the scheduler's thread, below
+            elif fresh:
                 # A new directory: written in place (a torn file reads as damaged and is
                 # rewritten from the cluster metadata); the directory fsyncs below make
                 # its entry and the segment's durable.
@@ -306,6 +312,12 @@ class Log:
                 fsync_dir(os.path.dirname(os.path.abspath(dir)))
         elif fresh:
             lg._dir_unsynced = DIR_SELF | DIR_PARENT
+        if deferred_meta is not None:
+            # Kafka's UnifiedLog writes partition.metadata on its scheduler too
+            # ("flush-metadata-file"): one file creation less on the CreateTopics path.
+            lg._pending_topic_id = deferred_meta
+            if not scheduler(lg._write_partition_metadata):
+                lg._write_partition_metadata()
         if not fresh:
             with lg._lock:
                 lg._load_producer_state_locked(had_clean_shutdown)
@@ -363,8 +375,21 @@ class Log:
 
     def set_topic_id(self, topic_id) -> None:
         """Record the topic id in ``partition.metadata``."""
+        self._pending_topic_id = None
         PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA)).write(topic_id)
         self.topic_id = topic_id
+
+    def _write_partition_metadata(self) -> None:
+        """Write the deferred ``partition.metadata`` of a new directory (in place, as
+        Log.open did: a torn or missing file is rewritten from the cluster metadata).
+        Runs once, on the scheduler's thread or at close, whichever comes first."""
+        topic_id, self._pending_topic_id = self._pending_topic_id, None
+        if topic_id is None:
+            return
+        try:
+            PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA)).write(topic_id, sync=False)
+        except FileNotFoundError:
+            pass            # the directory was renamed for deletion meanwhile
 
     # -- properties -------------------------------------------------------------------
     @property
@@ -1048,6 +1073,7 @@ class Log:
                 # Kafka's LocalLog.flush: new segments' directory entries (and a new
                 # directory's own entry) before the recovery point passes them.
                 try:
+                    self._write_partition_metadata()     # if still pending: synced with them
                     self._sync_dirs(dirs)
                 except FileNotFoundError:
                     pass        # renamed for deletion meanwhile: nothing left to keep
@@ -1408,6 +1434,10 @@ class Log:
         active segment's indexes, close every fd and map. Pending deletions are
         completed (their files are already ``.deleted``). ``sync=False``: nothing is
         fsynced (see ``flush``)."""
+        try:
+            self._write_partition_metadata()
+        except OSError as e:
+            log.warning("error writing the partition.metadata of %s: %s", self.name, e)
         try:
             self.leader_epoch_cache.flush(sync)
         except OSError as e:
