@@ -85,22 +85,57 @@ def test_stale_epoch_checkpoint_past_the_recovery_point_is_replaced(tmp_path):
     again.close()
 
 
-def test_new_partition_dir_costs_two_dir_fsyncs(tmp_path, monkeypatch):
-    """A new log: its directory and its entry in the log dir are fsynced once each,
-    and nothing else is (partition.metadata is written in place, no tmp + fsync)."""
+def test_new_partition_dir_costs_no_fsync_until_its_first_flush(tmp_path, monkeypatch):
+    """A new log fsyncs nothing when it is created (CreateTopics, Kafka's
+    createLogDirectory; partition.metadata is written in place); its first flush fsyncs
+    its directory and then its entry in the log dir, before the recovery point moves;
+    later flushes do not, until a roll creates a segment (Kafka's LocalLog.flush)."""
     synced = []
     monkeypatch.setattr("kbroker.log.log.fsync_dir", lambda p: synced.append(os.path.abspath(p)))
     fsyncs = _count_fsyncs(monkeypatch)
     parent = tmp_path / "logs"
     parent.mkdir()
     import uuid
-    lg = Log.open(str(parent / "t-0"), LogConfig(), scheduler=_queue()[1], topic_id=uuid.uuid4())
-    assert sorted(synced) == sorted([str(parent), lg.dir]) and fsyncs == []
-    assert lg.topic_id is not None
+    lg = Log.open(str(parent / "t-0"), LogConfig({"segment.bytes": 1000}), scheduler=_queue()[1],
+                  topic_id=uuid.uuid4())
+    assert synced == [] and fsyncs == []
+    assert lg.topic_id is not None and lg.dir_sync_pending
+    lg.append(batch(1))
+    assert synced == [] and lg.recovery_point == 0
+    lg.flush()
+    assert synced == [lg.dir, str(parent)] and lg.recovery_point == 1 and not lg.dir_sync_pending
+    synced.clear()
+    lg.append(batch(1))
+    lg.flush()
+    assert synced == []
+    while lg.num_segments == 1:
+        lg.append(batch(5, value=b"x" * 100))
+    assert synced == [] and lg.dir_sync_pending     # the roll's segment: at the next flush
+    lg.flush()
+    assert synced == [lg.dir] and not lg.dir_sync_pending
     lg.close()
     again = Log.open(lg.dir, LogConfig(), had_clean_shutdown=True)
-    assert again.topic_id == lg.topic_id
+    assert again.topic_id == lg.topic_id and not again.dir_sync_pending
     again.close()
+
+
+def test_new_partition_dir_with_fsync_every_append_is_synced_at_once(tmp_path, monkeypatch):
+    """fsync-every-append: a new log's directory and its log dir entry are fsynced when
+    it is created (an acknowledged append must not lose its directory); a log switched
+    to that mode later syncs what is pending at once."""
+    synced = []
+    monkeypatch.setattr("kbroker.log.log.fsync_dir", lambda p: synced.append(os.path.abspath(p)))
+    parent = tmp_path / "logs"
+    parent.mkdir()
+    lg = Log.open(str(parent / "t-0"), LogConfig(), fsync_every_append=True)
+    assert sorted(synced) == sorted([str(parent), lg.dir]) and not lg.dir_sync_pending
+    lg.close()
+    synced.clear()
+    other = Log.open(str(parent / "t-1"), LogConfig())
+    assert synced == [] and other.dir_sync_pending
+    other.set_fsync_every_append(True)
+    assert synced == [other.dir, str(parent)] and not other.dir_sync_pending
+    other.close()
 
 
 def _count_fsyncs(monkeypatch):
@@ -255,13 +290,14 @@ def test_idle_ticks_touch_no_log(tmp_path, monkeypatch):
 
 
 def test_batched_dir_sync_fsyncs_the_log_dir_once(tmp_path, monkeypatch):
-    """CreateTopics: each new partition directory is fsynced, its log dir once per topic."""
+    """CreateTopics with fsync-every-append: each new partition directory is fsynced, its
+    log dir once per topic. Without it, creating logs fsyncs nothing."""
     import kbroker.log.manager as manager_mod
     synced = []
     monkeypatch.setattr("kbroker.log.log.fsync_dir", lambda p: synced.append(("log", os.path.abspath(p))))
     monkeypatch.setattr(manager_mod, "fsync_dir", lambda p: synced.append(("manager", os.path.abspath(p))))
     d = str(tmp_path / "d")
-    lm = LogManager([d], LogConfig(), background=False)
+    lm = LogManager([d], LogConfig({"kbroker.fsync.every.append": True}), background=False)
     lm.startup()
     with lm.batched_dir_sync():
         logs = [lm.get_or_create_log(("t", p)) for p in range(50)]
@@ -270,6 +306,10 @@ def test_batched_dir_sync_fsyncs_the_log_dir_once(tmp_path, monkeypatch):
     synced.clear()
     lg = lm.get_or_create_log(("u", 0))           # outside a batch: its log dir at once
     assert sorted(synced) == sorted([("log", lg.dir), ("log", os.path.abspath(d))])
+    synced.clear()
+    with lm.batched_dir_sync():
+        plain = [lm.get_or_create_log(("v", p), LogConfig()) for p in range(5)]
+    assert synced == [] and all(lg.dir_sync_pending for lg in plain)
     lm.shutdown()
 
 
@@ -387,3 +427,37 @@ def test_restarted_active_index_grows_only_when_an_entry_is_due(tmp_path, monkey
     again = Log.open(d, cfg, had_clean_shutdown=True)
     assert len(read_all(again)) == 62 and again.fetch_offset_by_timestamp(300).offset == 2
     again.close()
+
+
+def test_new_partition_metadata_is_written_off_the_create_path(tmp_path):
+    """A LogManager's new log (one with a scheduler) leaves partition.metadata to the
+    scheduler's thread (Kafka's flush-metadata-file task): nothing but the directory and
+    the segment is created on the CreateTopics path. The topic id is known at once; the
+    file is there after the job, or after close / the first flush if the job never ran."""
+    import uuid
+    jobs, scheduler = _queue()
+    tid = uuid.uuid4()
+    lg = Log.open(str(tmp_path / "t-0"), LogConfig(), scheduler=scheduler, topic_id=tid)
+    meta = tmp_path / "t-0" / "partition.metadata"
+    assert lg.topic_id == tid and not meta.exists()
+    assert sorted(os.listdir(lg.dir)) == ["00000000000000000000.log"]
+    for job in jobs:
+        job()
+    assert ckpt.PartitionMetadataFile(str(meta)).read() == tid
+    lg.close()
+
+    jobs, scheduler = _queue()
+    lg = Log.open(str(tmp_path / "t-1"), LogConfig(), scheduler=scheduler, topic_id=tid)
+    lg.append(batch(1))
+    lg.flush()                                          # the job has not run: the flush writes it
+    meta = tmp_path / "t-1" / "partition.metadata"
+    assert ckpt.PartitionMetadataFile(str(meta)).read() == tid
+    jobs, scheduler = _queue()
+    lg2 = Log.open(str(tmp_path / "t-2"), LogConfig(), scheduler=scheduler, topic_id=tid)
+    lg2.close()                                         # nor here: close writes it
+    again = Log.open(lg2.dir, LogConfig(), had_clean_shutdown=True)
+    assert again.topic_id == tid
+    again.close()
+    for job in jobs:                                    # a late job is a no-op
+        job()
+    lg.close()

@@ -148,6 +148,8 @@ _FIRST_OFFSET = struct.Struct(">q")
 
 #: a reader whose view went stale under it (segment closed) retries on a newer one
 _READ_ATTEMPTS = 8
+#: Log._dir_unsynced bits: the partition directory / its entry in the log dir
+DIR_SELF, DIR_PARENT = 1, 2
 _CLOSED_ERRORS = (SegmentClosedError, IndexClosedError)
 
 
@@ -211,6 +213,14 @@ class Log:
         self._view: LogView
         self._last_flush_ms: int = time_ms()
         self._fsync_every_append = fsync_every_append
+        #: directory entries not yet fsynced (DIR_SELF: a segment created here since the
+        #: last flush; DIR_PARENT: this directory's own entry in its log dir). The next
+        #: flush fsyncs them before the recovery point moves (Kafka's LocalLog.flush);
+        #: nothing on the request path does. Append lock.
+        self._dir_unsynced = 0
+        #: a topic id whose partition.metadata is not written yet (Log.open defers the
+        #: write of a new directory's file to the scheduler's thread)
+        self._pending_topic_id = None
         self._scheduler = scheduler
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
@@ -237,9 +247,12 @@ class Log:
         ``scheduler(fn) -> bool`` queues fn for a background thread (roll flushes);
         if it returns False or is None, the flush runs inline after the lock is released.
         Producer state is loaded from the newest snapshot plus the batches after it.
-        A new directory is fsynced, and so is its log dir unless ``sync_parent_dir`` is
-        False (the caller then fsyncs the log dir before anything relies on the log:
-        LogManager.batched_dir_sync).
+        A new directory is not fsynced here (Kafka's createLogDirectory does not either):
+        the first flush that moves the recovery point fsyncs it and then its log dir, so
+        CreateTopics costs no fsync per partition. With ``fsync_every_append`` (every
+        acknowledged append durable) it is fsynced at once, and so is its log dir unless
+        ``sync_parent_dir`` is False (the caller then fsyncs the log dir before anything
+        relies on the log: LogManager.batched_dir_sync).
         """
         config = config or LogConfig()
         time_ms = time_ms or _now_ms
@@ -262,8 +275,11 @@ class Log:
                               had_clean_shutdown=had_clean_shutdown, time_ms=time_ms, leader_epoch_cache=cache,
                               fsync_every_append=fsync_every_append)
         meta = PartitionMetadataFile(os.path.join(dir, PARTITION_METADATA))
+        deferred_meta = None
         if topic_id is not None:
-            if fresh:
+            if fresh and scheduler is not None and not fsync_every_append:
+                deferred_meta = topic_id     # written by the scheduler's thread, below
+            elif fresh:
                 # A new directory: written in place (a torn file reads as damaged and is
                 # rewritten from the cluster metadata); the directory fsyncs below make
                 # its entry and the segment's durable.
@@ -288,12 +304,20 @@ class Log:
         lg = cls(dir, topic, partition, config, loaded, time_ms=time_ms, leader_epoch_cache=cache,
                  fsync_every_append=fsync_every_append, topic_id=topic_id, scheduler=scheduler,
                  producer_state=psm)
-        if fresh:
+        if fresh and fsync_every_append:
             # A new partition directory's entries (segment, partition.metadata) and its
             # own entry in the log dir are durable before anything in it can be fsynced.
             fsync_dir(dir)
             if sync_parent_dir:
                 fsync_dir(os.path.dirname(os.path.abspath(dir)))
+        elif fresh:
+            lg._dir_unsynced = DIR_SELF | DIR_PARENT
+        if deferred_meta is not None:
+            # Kafka's UnifiedLog writes partition.metadata on its scheduler too
+            # ("flush-metadata-file"): one file creation less on the CreateTopics path.
+            lg._pending_topic_id = deferred_meta
+            if not scheduler(lg._write_partition_metadata):
+                lg._write_partition_metadata()
         if not fresh:
             with lg._lock:
                 lg._load_producer_state_locked(had_clean_shutdown)
@@ -319,7 +343,23 @@ class Log:
                          preallocate_bytes=self.config.segment_bytes if self.config.preallocate else 0)
         if self._fsync_every_append:
             fsync_dir(self.dir)   # the new file's directory entry must be durable too
+        else:
+            self._dir_unsynced |= DIR_SELF      # the next flush fsyncs the directory
         return seg
+
+    @property
+    def dir_sync_pending(self) -> bool:
+        """True while the next flush still has to fsync this log's directory entries
+        (a new directory, or a segment created since the last flush)."""
+        return self._dir_unsynced != 0
+
+    def _sync_dirs(self, which: int) -> None:
+        """fsync the directory entries ``which`` names: this directory, then its entry
+        in the log dir (a file before the directory holding it, as in open)."""
+        if which & DIR_SELF:
+            fsync_dir(self.dir)
+        if which & DIR_PARENT:
+            fsync_dir(os.path.dirname(os.path.abspath(self.dir)))
 
     def set_fsync_every_append(self, enabled: bool) -> None:
         """Switch the fsync-every-append mode of this live log (AlterConfigs); the next
@@ -327,11 +367,29 @@ class Log:
         with self._lock:
             self._fsync_every_append = enabled
             self._segments[-1].fsync_every_append = enabled
+            if enabled and self._dir_unsynced:
+                # From the next append on every acknowledged record is durable: so must
+                # the directory entries be that hold it.
+                self._sync_dirs(self._dir_unsynced)
+                self._dir_unsynced = 0
 
     def set_topic_id(self, topic_id) -> None:
         """Record the topic id in ``partition.metadata``."""
+        self._pending_topic_id = None
         PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA)).write(topic_id)
         self.topic_id = topic_id
+
+    def _write_partition_metadata(self) -> None:
+        """Write the deferred ``partition.metadata`` of a new directory (in place, as
+        Log.open did: a torn or missing file is rewritten from the cluster metadata).
+        Runs once, on the scheduler's thread or at close, whichever comes first."""
+        topic_id, self._pending_topic_id = self._pending_topic_id, None
+        if topic_id is None:
+            return
+        try:
+            PartitionMetadataFile(os.path.join(self.dir, PARTITION_METADATA)).write(topic_id, sync=False)
+        except FileNotFoundError:
+            pass            # the directory was renamed for deletion meanwhile
 
     # -- properties -------------------------------------------------------------------
     @property
@@ -998,6 +1056,9 @@ class Log:
             segs = [s for i, s in enumerate(self._segments)
                     if s.base_offset < target and (i + 1 == len(self._segments)
                                                    or self._segments[i + 1].base_offset > rp)]
+            # Segments created before this point have their entries synced below; one
+            # created later (a roll racing this flush) sets the flag again.
+            dirs, self._dir_unsynced = (self._dir_unsynced, 0) if sync else (0, self._dir_unsynced)
         if not sync:
             segs = []
         try:
@@ -1008,8 +1069,18 @@ class Log:
                     if s.has_open_file() and os.path.exists(s.log_path):
                         raise
                     log.debug("skipping flush of deleted segment %s: %s", s.log_path, e)
+            if dirs:
+                # Kafka's LocalLog.flush: new segments' directory entries (and a new
+                # directory's own entry) before the recovery point passes them.
+                try:
+                    self._write_partition_metadata()     # if still pending: synced with them
+                    self._sync_dirs(dirs)
+                except FileNotFoundError:
+                    pass        # renamed for deletion meanwhile: nothing left to keep
             self._flush_metadata(sync)
         except OSError as e:
+            with self._lock:
+                self._dir_unsynced |= dirs
             raise KafkaStorageError(f"error while flushing {self.name}: {e}") from e
         with self._lock:
             if target > self._recovery_point:
@@ -1363,6 +1434,10 @@ class Log:
         active segment's indexes, close every fd and map. Pending deletions are
         completed (their files are already ``.deleted``). ``sync=False``: nothing is
         fsynced (see ``flush``)."""
+        try:
+            self._write_partition_metadata()
+        except OSError as e:
+            log.warning("error writing the partition.metadata of %s: %s", self.name, e)
         try:
             self.leader_epoch_cache.flush(sync)
         except OSError as e:

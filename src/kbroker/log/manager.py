@@ -420,12 +420,13 @@ class LogManager:
             parent = self._next_log_dir()
             path = os.path.join(parent, f"{tp[0]}-{tp[1]}")
             batch = self._dir_sync_batch.get(threading.get_ident())
+            fsync_mode = self._fsync_mode(cfg)
             lg = Log.open(path, cfg, had_clean_shutdown=True, time_ms=self._time_ms, topic_id=topic_id,
-                          fsync_every_append=self._fsync_mode(cfg), scheduler=self._schedule_job,
+                          fsync_every_append=fsync_mode, scheduler=self._schedule_job,
                           producer_id_expiration_ms=self.producer_id_expiration_ms,
                           sync_parent_dir=batch is None)
-            if batch is not None:
-                batch.add(parent)
+            if batch is not None and fsync_mode:
+                batch.add(parent)     # other new logs sync their log dir at their first flush
             self._logs[tp] = lg
             self._count(lg, 1)
             return lg
@@ -434,10 +435,11 @@ class LogManager:
 
     @contextlib.contextmanager
     def batched_dir_sync(self):
-        """Logs this thread creates inside the block fsync their own directory but not
-        their log dir; each log dir that got one is fsynced once when the block ends
-        (CreateTopics: one fsync per topic instead of one per partition). Nothing may
-        rely on those logs' durability before the block ends."""
+        """Logs with fsync-every-append this thread creates inside the block fsync their
+        own directory but not their log dir; each log dir that got one is fsynced once
+        when the block ends (CreateTopics: one fsync per topic instead of one per
+        partition). Nothing may rely on those logs' durability before the block ends.
+        (Other new logs fsync nothing at creation: their first flush does, Log.open.)"""
         tid = threading.get_ident()
         if tid in self._dir_sync_batch:
             yield
