@@ -46,15 +46,12 @@ def _current_leader(broker, ctx, tp, pd, node_endpoints, v: int) -> None:
             node_endpoints[leader[0]] = NodeEndpoint(node_id=leader[0], host=ep[0], port=ep[1], rack=None)
 
 
-def handle_fetch(broker, ctx, req) -> None:
+def _fetch_session(broker, ctx, req, image, follower: bool):
+    """The request's fetch session context (KIP-227) and its fetch list, or None once a
+    session error has been answered. v13+ names topics by id: the session keys its
+    partitions by (topic_id, partition), else by (name, partition). A follower's session is
+    privileged in the broker's one session cache, as in Kafka."""
     v = ctx.api_version
-    image = broker.metadata.image
-    replica_id = req.replica_id if v <= 14 else req.replica_state.replica_id
-    if replica_id >= 0:
-        ctx.quota_exempt = True          # replication is not a client: no client quotas
-        handle_replica_fetch(broker, ctx, req, replica_id)
-        return
-    # v13+ names topics by id: the session keys its partitions by (topic_id, partition)
     uses_topic_ids = v >= 13
     requested: OrderedDict = OrderedDict()
     for t in req.topics:
@@ -66,24 +63,38 @@ def handle_fetch(broker, ctx, req) -> None:
         for p in t.partitions:
             key = (t.topic_id, p.partition) if uses_topic_ids else (name, p.partition)
             requested[key] = CachedPartition(
-                p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
-                p.log_start_offset, p.last_fetched_epoch,
-                topic_id=t.topic_id if uses_topic_ids else None, topic=name)
+                p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, p.log_start_offset,
+                p.last_fetched_epoch, topic_id=t.topic_id if uses_topic_ids else None, topic=name)
     forgotten = [((f.topic_id if uses_topic_ids else f.topic), p)
                  for f in (req.forgotten_topics_data if v >= 7 else ()) for p in f.partitions]
     try:
         fctx = broker.fetch_sessions.new_context(req.session_id if v >= 7 else 0,
                                                  req.session_epoch if v >= 7 else -1,
-                                                 requested, forgotten, False, uses_topic_ids)
+                                                 requested, forgotten, follower, uses_topic_ids)
     except FetchSessionError as e:
         ctx.respond(FetchResponse(throttle_time_ms=0, error_code=e.code, session_id=0, responses=[]))
-        return
+        return None
 
     def resolve_name(topic_id):
         ti = image.topics_by_id.get(topic_id)
         return ti.name if ti is not None else None
 
-    fetch_list = fctx.fetch_list(resolve_name if uses_topic_ids else None)
+    return fctx, fctx.fetch_list(resolve_name if uses_topic_ids else None)
+
+
+def handle_fetch(broker, ctx, req) -> None:
+    v = ctx.api_version
+    image = broker.metadata.image
+    replica_id = req.replica_id if v <= 14 else req.replica_state.replica_id
+    if replica_id >= 0:
+        ctx.quota_exempt = True          # replication is not a client: no client quotas
+        handle_replica_fetch(broker, ctx, req, replica_id)
+        return
+    uses_topic_ids = v >= 13
+    got = _fetch_session(broker, ctx, req, image, follower=False)
+    if got is None:
+        return
+    fctx, fetch_list = got
     erroneous: dict = {}  # key -> FetchPartitionResult, answered without reading
     infos = []
     auth = authz(broker, ctx)
@@ -188,33 +199,10 @@ def handle_replica_fetch(broker, ctx, req, replica_id: int) -> None:
     image = broker.metadata.image
     epoch = req.replica_state.replica_epoch if v >= 15 else -1
     uses_topic_ids = v >= 13
-    requested: OrderedDict = OrderedDict()
-    for t in req.topics:
-        if uses_topic_ids:
-            ti = image.topics_by_id.get(t.topic_id)
-            name = ti.name if ti is not None else None
-        else:
-            name = t.topic
-        for p in t.partitions:
-            key = (t.topic_id, p.partition) if uses_topic_ids else (name, p.partition)
-            requested[key] = CachedPartition(
-                p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, p.log_start_offset,
-                p.last_fetched_epoch, topic_id=t.topic_id if uses_topic_ids else None, topic=name)
-    forgotten = [((f.topic_id if uses_topic_ids else f.topic), p)
-                 for f in (req.forgotten_topics_data if v >= 7 else ()) for p in f.partitions]
-    try:
-        # a follower's session is privileged in the broker's one session cache (Kafka's)
-        fctx = broker.fetch_sessions.new_context(req.session_id if v >= 7 else 0, req.session_epoch if v >= 7 else -1,
-                                                 requested, forgotten, True, uses_topic_ids)
-    except FetchSessionError as e:
-        ctx.respond(FetchResponse(throttle_time_ms=0, error_code=e.code, session_id=0, responses=[]))
+    got = _fetch_session(broker, ctx, req, image, follower=True)
+    if got is None:
         return
-
-    def resolve_name(topic_id):
-        ti = image.topics_by_id.get(topic_id)
-        return ti.name if ti is not None else None
-
-    fetch_list = fctx.fetch_list(resolve_name if uses_topic_ids else None)
+    fctx, fetch_list = got
     infos = []
     for key, cp in fetch_list:
         if cp.topic is not None:
