@@ -175,11 +175,17 @@ def _snapshots(base, node):
 
 
 def _snapshot_users(path):
+    """The (user, mechanism) pairs of a snapshot; empty if it is gone (a newer snapshot
+    came between the listing and the read, and the node deleted this one)."""
     from kbroker.metadata import records as R
     from kbroker.metadata.snapshot import decode_snapshot
-    with open(path, "rb") as f:
-        return {(r.message.name, r.message.mechanism) for r in decode_snapshot(f.read())
-                if isinstance(r.message, R.UserScramCredentialRecord)}
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return set()
+    return {(r.message.name, r.message.mechanism) for r in decode_snapshot(data)
+            if isinstance(r.message, R.UserScramCredentialRecord)}
 
 
 def test_credentials_are_kept_in_snapshots_and_survive_a_whole_cluster_restart(cluster):
