@@ -6,6 +6,7 @@ are stopped by their own PID only. Used by ``tests/`` and ``bench/``.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,7 +16,33 @@ import time
 from typing import Sequence
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on, for a broker to bind soon after.
+
+    Picked outside the kernel's ephemeral range (ip_local_port_range) when there is room
+    below it: a port from bind(0) is an ephemeral one, and any outgoing connection of a
+    concurrent test could take it as its local port before the broker binds it (it
+    happened: "Address already in use" for a listener picked that way)."""
+    lo, _hi = _ephemeral_range()
+    if lo > 12000:
+        rnd = random.SystemRandom()
+        for _ in range(200):
+            port = rnd.randint(10000, lo - 1)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
