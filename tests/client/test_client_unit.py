@@ -213,7 +213,10 @@ def test_buffer_memory_blocks_then_raises_after_max_block_ms(silent):
     p = Producer({"bootstrap.servers": f"127.0.0.1:{silent.port}", "enable.idempotence": False,
                   "buffer.memory": 40000,
                   "batch.size": 16384, "max.block.ms": 300, "request.timeout.ms": 5000,
-                  "delivery.timeout.ms": 10000, "linger.ms": 0})
+                  # a long linger: a batch leaves only when full, so each 16 sends are one batch
+                  # (with linger 0 the sender could drain a batch of a few records, and the
+                  # first sends already needed a third batch)
+                  "delivery.timeout.ms": 70000, "linger.ms": 60000})
     try:
         futs = [p.send("t", b"x" * 1000, partition=0) for _ in range(16)]   # one batch
         futs += [p.send("t", b"x" * 1000, partition=1) for _ in range(16)]  # a second
