@@ -153,7 +153,7 @@ class KafkaBroker:
                 log.warning("log %s-%d is on disk but its topic is not in the metadata; not served",
                             tp[0], tp[1])
         self.topic_manager = TopicManager(self)
-        self.fetch_sessions = FetchSessionCache()
+        self.fetch_sessions = FetchSessionCache(self.config["max.incremental.fetch.session.cache.slots"])
         from kbroker.server.apis.metadata import TopicMetadataCache
         from kbroker.server.metadata_cache import SingleNodeMetadataCache
         self.metadata_cache = SingleNodeMetadataCache(self)

@@ -174,6 +174,8 @@ BROKER_CONFIG = (
             "The request timeout of a replica fetcher's Fetch and ListOffsets to the leader.")
     .define("replica.high.watermark.checkpoint.interval.ms", "long", 5000, at_least(1))
     .define("fetch.max.bytes", "int", 57671680, at_least(1024))
+    .define("max.incremental.fetch.session.cache.slots", "int", 1000, at_least(0),
+            "Incremental fetch sessions (KIP-227) the broker keeps; 0: every fetch is sessionless.")
     .define("request.timeout.ms", "int", 30000, at_least(0))
     .define("sasl.kerberos.min.time.before.relogin", "long", 60000, None,
             "Kafka's GSSAPI relogin interval; kbroker has no GSSAPI mechanism (see BROKER_NO_OP_CONFIGS).")

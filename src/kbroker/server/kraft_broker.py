@@ -384,7 +384,7 @@ class KRaftBroker:
                                   c["replica.high.watermark.checkpoint.interval.ms"],
                                   c["replica.high.watermark.checkpoint.interval.ms"])
         self.topic_manager = ForwardingTopicManager(self)
-        self.fetch_sessions = FetchSessionCache()
+        self.fetch_sessions = FetchSessionCache(self.config["max.incremental.fetch.session.cache.slots"])
         from kbroker.server.apis.metadata import TopicMetadataCache
         self.topic_metadata_cache = TopicMetadataCache()
         self.producer_id_manager = RPCProducerIdManager(self.node_id, self.controller_channel,
