@@ -160,6 +160,31 @@ def test_lazy_rename_delete(tmp_path, impl):
     assert not os.path.exists(str(p) + ".deleted")
 
 
+def test_first_use_opens_creates_or_refuses(tmp_path, impl):
+    """The first use maps an existing file at its length (entries = length / entry
+    size, an empty file: none), creates a missing one at max size when writable, and
+    refuses what cannot be opened with the errors callers handle."""
+    oi_mod, ti_mod = impl
+    missing = tmp_path / "00000000000000000000.index"
+    with pytest.raises(FileNotFoundError):
+        oi_mod.OffsetIndex(str(missing), 0, 80, writable=False).entries
+    with pytest.raises(ValueError):
+        oi_mod.OffsetIndex(str(missing), 0, 7).entries      # smaller than one entry
+    with pytest.raises(FileNotFoundError):
+        oi_mod.OffsetIndex(str(tmp_path / "no-such-dir" / "x.index"), 0, 80).entries
+    assert not missing.exists()
+    empty = tmp_path / "00000000000000000010.timeindex"
+    empty.write_bytes(b"")
+    ti = ti_mod.TimeIndex(str(empty), 10, 120)
+    assert ti.entries == 0 and ti.length == 0 and ti.is_loaded
+    exact = tmp_path / "00000000000000000020.index"
+    exact.write_bytes(struct.pack(">ii", 1, 0) + struct.pack(">ii", 5, 4096))
+    oi = oi_mod.OffsetIndex(str(exact), 20, 80)
+    assert (oi.entries, oi.length, oi.lookup(30)) == (2, 16, (25, 4096))
+    assert oi_mod.OffsetIndex(str(tmp_path / "new.index"), 0, 84).length == 80
+    assert (tmp_path / "new.index").stat().st_size == 80
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 1000), st.integers(1, 5000)), min_size=0, max_size=300),
        st.lists(st.integers(-10, 600_000), min_size=1, max_size=30))

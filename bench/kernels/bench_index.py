@@ -85,3 +85,48 @@ def test_time_lookup_python_twin(benchmark, time_indexes):
     _, r, targets = time_indexes
     benchmark(_run, r, targets)
     benchmark.extra_info["per_lookup_us"] = benchmark.stats.stats.mean / LOOKUPS * 1e6
+
+
+# -- first use: create the file at max size and map it (a new segment's first entry) ------------
+FIRST_USES = 200
+
+
+def _first_uses(mod, d, rnd, busy: bool):
+    """Create and map FIRST_USES fresh indexes in new directories under ``d``; with
+    ``busy`` a second Python thread spins meanwhile, as a request handler does while
+    another appends (each GIL hand-over then waits for it)."""
+    import os
+    import threading
+    paths = []
+    for i in range(FIRST_USES):
+        sub = os.path.join(d, f"{rnd}-{i}")
+        os.mkdir(sub)
+        paths.append(os.path.join(sub, "00000000000000000000.index"))
+    stop = threading.Event()
+    spinner = None
+    if busy:
+        def spin():
+            while not stop.is_set():
+                pass
+        spinner = threading.Thread(target=spin, daemon=True)
+        spinner.start()
+    try:
+        for p in paths:
+            idx = mod.OffsetIndex(p, 0, SIZE)
+            idx.entries
+            idx.close_handler()
+    finally:
+        stop.set()
+        if spinner is not None:
+            spinner.join()
+
+
+@pytest.mark.benchmark(group="offset-index-first-use")
+@pytest.mark.parametrize("busy", [False, True], ids=["quiet", "gil-contended"])
+@pytest.mark.parametrize("mod", [c_oi, r_oi], ids=["cython", "python_twin"])
+def test_first_use(benchmark, tmp_path, mod, busy):
+    """Best on tmpfs (``--basetemp /dev/shm/...``): a journaled disk's file creation
+    (0.4-0.7 ms) hides the CPU and GIL cost this measures."""
+    rounds = iter(range(10**6))
+    benchmark.pedantic(lambda: _first_uses(mod, str(tmp_path), next(rounds), busy), rounds=5, iterations=1)
+    benchmark.extra_info["per_first_use_us"] = benchmark.stats.stats.mean / FIRST_USES * 1e6
