@@ -41,10 +41,6 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from posix.mman cimport (
     mmap, munmap, msync, madvise, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED, MS_SYNC, MADV_RANDOM,
 )
-from posix.fcntl cimport open as c_open, O_RDWR, O_RDONLY, O_CREAT, O_EXCL, O_CLOEXEC
-from posix.unistd cimport close as c_close, ftruncate as c_ftruncate
-from posix.stat cimport struct_stat, fstat as c_fstat
-from libc.errno cimport errno, EEXIST, ENOENT
 from cpython.pythread cimport (
     PyThread_allocate_lock, PyThread_free_lock, PyThread_acquire_lock, PyThread_release_lock, WAIT_LOCK, NOWAIT_LOCK,
 )
@@ -149,73 +145,28 @@ cdef class MmapIndex:
 
     # -- mapping -----------------------------------------------------------
     cdef int _ensure(self) except -1:
-        """Map the file, creating it at ``max_index_size`` (rounded down to the entry
-        size; zeros: no entries) if it does not exist and the index is writable. All
-        system calls (open, ftruncate or fstat, mmap, madvise, close) run in one block
-        without the GIL: a first use costs one GIL hand-over, not one per call (the
-        append that adds a new segment's first index entry creates both files; with
-        another thread wanting the GIL that took 2x as long as one block does)."""
         if self._loaded:
             return 0
         if self._closed:
             raise IndexClosedError(f"index {self._path} is closed")
-        cdef bytes bpath = os.fsencode(self._path)
-        cdef const char* cpath = bpath
-        cdef bint writable = self.writable
         cdef bint created = False
-        cdef Py_ssize_t create_length = -1
-        cdef Py_ssize_t length = 0
-        cdef int fd = -1
-        cdef int err = 0
-        cdef int prot = PROT_READ | PROT_WRITE if writable else PROT_READ
-        cdef struct_stat st
-        cdef void* p = NULL
-        if writable and self.max_index_size >= self._entry_size:
-            create_length = round_down(self.max_index_size, self._entry_size)
-        with nogil:
-            if create_length >= 0:
-                fd = c_open(cpath, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-                if fd >= 0:
-                    created = True
-                    length = create_length
-                    if c_ftruncate(fd, length) != 0:
-                        err = errno
-                elif errno == EEXIST:
-                    fd = c_open(cpath, O_RDWR | O_CLOEXEC)
-                    if fd < 0:
-                        err = errno
-                else:
-                    err = errno
-            else:
-                fd = c_open(cpath, (O_RDWR if writable else O_RDONLY) | O_CLOEXEC)
-                if fd < 0:
-                    err = errno
-            if err == 0 and not created:
-                if c_fstat(fd, &st) != 0:
-                    err = errno
-                else:
-                    length = st.st_size
-            if err == 0 and length > 0:
-                p = mmap(NULL, <size_t>length, prot, MAP_SHARED, fd, 0)
-                if p == MAP_FAILED:
-                    err = errno
-                    p = NULL
-                else:
-                    # Index access is random (binary search, one append slot): without
-                    # this the first touch of a page faults in a read-around window
-                    # (read_ahead_kb, 8 MiB on some disks) of a mostly sparse file:
-                    # ~4 ms of kernel time and megabytes of page cache per fresh index.
-                    madvise(p, <size_t>length, MADV_RANDOM)
-            if fd >= 0:
-                c_close(fd)
-        if err:
-            if err == ENOENT and writable and create_length < 0:
+        cdef Py_ssize_t length
+        if not os.path.exists(self._path):
+            if not self.writable:
+                raise FileNotFoundError(self._path)
+            if self.max_index_size < self._entry_size:
                 raise ValueError(f"invalid max index size {self.max_index_size}")
-            raise OSError(err, os.strerror(err), self._path)
-        self._map = <unsigned char*>p
-        self._length = length
-        self._max_entries = length // self._entry_size
-        self._entries = 0 if created else self._max_entries
+            created = True
+            length = round_down(self.max_index_size, self._entry_size)
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, length)
+            finally:
+                os.close(fd)
+        else:
+            length = os.stat(self._path).st_size
+        self._remap(length)
+        self._entries = 0 if created else self._length // self._entry_size
         self._loaded = True
         self._after_load()
         return 0
