@@ -202,3 +202,35 @@ def test_loading_many_logs_runs_no_cyclic_garbage_collection(tmp_path):
         lm.shutdown()
     finally:
         gc.enable()
+
+
+def test_a_clean_dir_loads_on_one_thread_an_unclean_one_on_the_recovery_threads(tmp_path, monkeypatch):
+    """After a clean shutdown nothing is recovered and the load is interpreter work, which a
+    second thread only slows (the GIL); recovery after a crash uses the recovery threads."""
+    import threading
+    from kbroker.log import log as log_module
+    from kbroker.log.config import LogManagerConfig
+    dirs = [str(tmp_path)]
+    _restart_with_new_data(dirs, 1)
+    threads = []
+    real_open = log_module.Log.open.__func__
+    monkeypatch.setattr(log_module.Log, "open", classmethod(
+        lambda cls, *a, **kw: (threads.append(threading.current_thread()), real_open(cls, *a, **kw))[1]))
+
+    def load():
+        threads.clear()
+        lm = LogManager(dirs, LogConfig(), background=False,
+                        manager_config=LogManagerConfig(log_dirs=tuple(dirs), recovery_threads_per_data_dir=2))
+        lm.load_logs()
+        assert len(lm.logs) == PARTITIONS
+        assert all(lg.log_end_offset == 1 for lg in lm.logs.values())
+        return lm
+
+    lm = load()                                           # after a clean shutdown
+    assert set(threads) == {threading.current_thread()}
+    lm.shutdown()
+    os.unlink(os.path.join(dirs[0], ".kafka_cleanshutdown"))
+    lm = load()                                           # as after a crash
+    assert threading.current_thread() not in threads
+    assert all(t.name.startswith("kbroker-log-recovery") for t in threads)
+    lm.shutdown()
