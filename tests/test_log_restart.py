@@ -234,3 +234,43 @@ def test_a_clean_dir_loads_on_one_thread_an_unclean_one_on_the_recovery_threads(
     assert threading.current_thread() not in threads
     assert all(t.name.startswith("kbroker-log-recovery") for t in threads)
     lm.shutdown()
+
+
+def test_a_crash_recovery_that_rebuilds_the_same_epochs_rewrites_no_epoch_checkpoint(tmp_path):
+    """Recovery drops the leader-epoch entries of the segments it scans and assigns them
+    again from the batches: mostly the same ones. The close after it writes the file only
+    if they differ (each write is a file creation and an fsync, per log)."""
+    dirs = [str(tmp_path)]
+    lm = LogManager(dirs, LogConfig(), background=False)
+    lm.startup()
+    for p in range(3):
+        lg = lm.get_or_create_log(("t", p))
+        lg.append(batch(2), leader_epoch=0)
+        lg.append(batch(1), leader_epoch=5)
+    lm.shutdown()
+    lm = LogManager(dirs, LogConfig(), background=False)
+    lm.startup()
+    for p in range(3):
+        lm.get_log(("t", p)).append(batch(1), leader_epoch=5)    # no new epoch entry
+    lm.get_log(("t", 2)).append(batch(1), leader_epoch=7)        # a new one, not in the file yet
+    for lg in lm.all_logs():
+        for s in lg.segments:
+            s.flush()                     # a crash: no close, no checkpoints, no marker
+    files = [os.path.join(dirs[0], f"t-{p}", "leader-epoch-checkpoint") for p in range(3)]
+    before = [(os.stat(f).st_ino, os.stat(f).st_mtime_ns) for f in files]
+
+    lm2 = LogManager(dirs, LogConfig(), background=False)
+    lm2.startup()
+    assert [lm2.get_log(("t", p)).log_end_offset for p in range(3)] == [4, 4, 5]
+    lm2.shutdown()
+    after = [(os.stat(f).st_ino, os.stat(f).st_mtime_ns) for f in files]
+    assert after[:2] == before[:2]                        # same entries: not rewritten
+    assert after[2] != before[2]
+
+    lm3 = LogManager(dirs, LogConfig(), background=False)
+    lm3.startup()
+    try:
+        assert [lm3.get_log(("t", p)).leader_epoch_cache.epoch_entries() for p in range(3)] == \
+            [[(0, 0), (5, 2)], [(0, 0), (5, 2)], [(0, 0), (5, 2), (7, 4)]]
+    finally:
+        lm3.shutdown()
