@@ -204,18 +204,31 @@ def test_loading_many_logs_runs_no_cyclic_garbage_collection(tmp_path):
         gc.enable()
 
 
-def test_a_clean_dir_loads_on_one_thread_an_unclean_one_on_the_recovery_threads(tmp_path, monkeypatch):
+def test_logs_with_little_to_scan_load_on_one_thread_large_recoveries_on_the_recovery_threads(
+        tmp_path, monkeypatch):
     """After a clean shutdown nothing is recovered and the load is interpreter work, which a
-    second thread only slows (the GIL); recovery after a crash uses the recovery threads."""
+    second thread only slows (the GIL): every log loads on the calling thread. After a crash
+    the logs with a megabyte or more to scan (CRC scans release the GIL) go to the recovery
+    threads; the small ones load on the calling thread meanwhile."""
     import threading
     from kbroker.log import log as log_module
     from kbroker.log.config import LogManagerConfig
     dirs = [str(tmp_path)]
     _restart_with_new_data(dirs, 1)
-    threads = []
+    lm = LogManager(dirs, LogConfig(), background=False)
+    lm.startup()
+    for p in (0, 1):                                      # ~1.2 MB each past the recovery point
+        big = lm.get_log(("t", p))
+        for _ in range(12):
+            big.append(batch(1, value=b"x" * 100_000))
+    lm.shutdown()
+    threads = {}
     real_open = log_module.Log.open.__func__
-    monkeypatch.setattr(log_module.Log, "open", classmethod(
-        lambda cls, *a, **kw: (threads.append(threading.current_thread()), real_open(cls, *a, **kw))[1]))
+
+    def spy(cls, path, *a, **kw):
+        threads[os.path.basename(path)] = threading.current_thread()
+        return real_open(cls, path, *a, **kw)
+    monkeypatch.setattr(log_module.Log, "open", classmethod(spy))
 
     def load():
         threads.clear()
@@ -223,16 +236,20 @@ def test_a_clean_dir_loads_on_one_thread_an_unclean_one_on_the_recovery_threads(
                         manager_config=LogManagerConfig(log_dirs=tuple(dirs), recovery_threads_per_data_dir=2))
         lm.load_logs()
         assert len(lm.logs) == PARTITIONS
-        assert all(lg.log_end_offset == 1 for lg in lm.logs.values())
+        assert [lg.log_end_offset for _, lg in sorted(lm.logs.items())][:3] == [13, 13, 1]
         return lm
 
+    me = threading.current_thread()
     lm = load()                                           # after a clean shutdown
-    assert set(threads) == {threading.current_thread()}
+    assert set(threads.values()) == {me}
     lm.shutdown()
     os.unlink(os.path.join(dirs[0], ".kafka_cleanshutdown"))
-    lm = load()                                           # as after a crash
-    assert threading.current_thread() not in threads
-    assert all(t.name.startswith("kbroker-log-recovery") for t in threads)
+    rp = os.path.join(dirs[0], "recovery-point-offset-checkpoint")
+    with open(rp, "w") as f:                              # as after a crash: everything to recover
+        f.write("0\n0\n")
+    lm = load()
+    assert {n for n, t in threads.items() if t is not me} == {"t-0", "t-1"}
+    assert all(threads[n].name.startswith("kbroker-log-recovery") for n in ("t-0", "t-1"))
     lm.shutdown()
 
 
