@@ -275,3 +275,46 @@ def test_rename_dir_moves_snapshots(tmp_path):
     lg.truncate_to(3)      # deletes the snapshots above 3 through their new paths
     assert snapshots(lg) == [3]
     lg.close()
+
+
+def test_crash_reopen_of_a_small_segment_opens_no_index_and_reads_no_txnindex(tmp_path, monkeypatch):
+    """A restart after a crash replays the batches after the newest snapshot: in a small
+    active segment they are found by its one read, not through the offset index (Kafka's
+    lazy indexes stay unopened), and a segment the listing shows without a .txnindex has
+    none to read. The replayed batches are known again."""
+    from kbroker.log import txn_index
+    lg = open_log(tmp_path / "t-0", **{"index.interval.bytes": 1})
+    for i in range(3):
+        lg.append(ibatch(i))
+    lg.close()                                            # snapshot at 3
+    lg = open_log(tmp_path / "t-0", **{"index.interval.bytes": 1})
+    for i in range(3, 6):
+        lg.append(ibatch(i))
+    for s in lg.segments:                                 # "crash": no close, no snapshot at 6
+        s.flush()
+    assert snapshots(lg) == [3]
+    opened = []
+    monkeypatch.setattr(txn_index, "open", lambda p, *a: (opened.append(p), open(p, *a))[1], raising=False)
+    lg2 = Log.open(lg.dir, LogConfig({"index.interval.bytes": 1}), had_clean_shutdown=False, time_ms=Clock())
+    seg = lg2.segments[-1]
+    assert lg2.log_end_offset == 6
+    assert not seg.offset_index.is_loaded and not seg.time_index.is_loaded
+    assert opened == []
+    for i in range(3, 6):                                 # each replayed batch: a duplicate
+        info = lg2.append(ibatch(i))
+        assert (info.first_offset, info.batch_count) == (i, 0)
+    assert lg2.log_end_offset == 6
+    assert lg2.append(ibatch(6)).first_offset == 6
+    assert [o for o, _ in read_all(lg2, 4)] == [4, 5, 6]
+    lg2.close()
+
+
+def test_batch_headers_of_a_small_segment_start_at_the_batch_holding_the_offset(tmp_path):
+    lg = open_log(tmp_path / "t-0", **{"index.interval.bytes": 1})
+    for i in range(4):
+        lg.append(ibatch(2 * i, n=2))                     # offsets [0,1] [2,3] [4,5] [6,7]
+    seg = lg.segments[-1]
+    for start in range(0, 9):
+        got = [(h.base_offset, h.last_offset) for h in seg.batch_headers(start)]
+        assert got == [(b, b + 1) for b in range(0, 8, 2) if b + 1 >= start], start
+    lg.close()

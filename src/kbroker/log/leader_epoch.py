@@ -41,7 +41,7 @@ class LeaderEpochFileCache:
         self._sync = sync
         self._deferred = deferred
         self._write_lock = threading.Lock()
-        self._dirty = False          # entries differ from the file
+        self._dirty = False          # entries may differ from the file
         entries = checkpoint.read() if checkpoint is not None else []
         #: (epochs, offsets): tuples, strictly increasing, replaced together
         self._state: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
@@ -51,6 +51,11 @@ class LeaderEpochFileCache:
             epochs.append(e)
             offsets.append(o)
         self._set(epochs, offsets)
+        #: the state the file holds (None: unknown); read and replaced under _write_lock.
+        #: A flush of a state equal to it writes nothing: recovery after a crash drops the
+        #: entries of the segments it scans and assigns them again from the batches,
+        #: mostly the same ones (each write is a file creation and an fsync per log).
+        self._persisted = self._state if checkpoint is not None else None
 
     # -- helpers ----------------------------------------------------------------
     def _set(self, epochs, offsets) -> None:
@@ -63,7 +68,9 @@ class LeaderEpochFileCache:
             return
         self._dirty = True
         if not self._deferred:
+            self._persisted = None
             self._checkpoint.write(self.epoch_entries(), sync=self._sync)
+            self._persisted = self._state
             self._dirty = False
 
     @property
@@ -79,18 +86,24 @@ class LeaderEpochFileCache:
             if not self._dirty or self._checkpoint is None:
                 return
             self._dirty = False
-            entries = self.epoch_entries()
+            state = self._state
+            if state == self._persisted:
+                return
+            self._persisted = None
+            entries = list(zip(state[0], state[1]))
             try:
                 self._checkpoint.write(entries, sync=self._sync and sync)
             except BaseException:
                 self._dirty = True
                 raise
+            self._persisted = state
 
     def moved(self, path: str) -> None:
         """The partition directory was renamed: later writes go to ``path``."""
         with self._write_lock:
             if self._checkpoint is not None:
                 self._checkpoint = LeaderEpochCheckpointFile(path)
+                self._persisted = None
 
     def discard(self) -> None:
         """The log is being deleted: never write the file again."""

@@ -190,6 +190,8 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
     for base in sorted(logs):
         seg = make(base)
         prefix = f"{base:020d}"
+        if prefix + TXN_INDEX_SUFFIX not in names:
+            seg.txn_index.known_absent()
         if prefix + INDEX_SUFFIX not in names or prefix + TIME_INDEX_SUFFIX not in names:
             log.info("Could not find index files of %s, rebuilding them", seg.log_path)
             t, _ = seg.recover(leader_epoch_cache if not had_clean_shutdown else None)

@@ -520,6 +520,16 @@ class LogSegment:
         of the segment (producer-state rebuild). The file is mapped while iterating."""
         if self.size == 0:
             return
+        size = self.size
+        if size <= _SCAN_WITHOUT_INDEX:
+            # one pread instead of mmap, madvise, faults, munmap; the batches below
+            # start_offset are skipped here rather than found through the offset index,
+            # which a restart's producer-state replay would otherwise open for every
+            # partition (Kafka's lazy indexes)
+            for h in iter_batch_headers(_pread_exactly(self.fd, size), 0, size):
+                if h.base_offset + h.last_offset_delta >= start_offset:
+                    yield h
+            return
         if start_offset <= self.base_offset:
             pos = 0
         else:
@@ -527,10 +537,6 @@ class LogSegment:
             if mapping is None:
                 return
             pos = mapping[2]
-        size = self.size
-        if size <= _SCAN_WITHOUT_INDEX:   # one pread instead of mmap, madvise, faults, munmap
-            yield from iter_batch_headers(_pread_exactly(self.fd, size), pos, size)
-            return
         with mmap.mmap(self.fd, size, access=mmap.ACCESS_READ) as m:
             yield from iter_batch_headers(m, pos, size)
 

@@ -85,6 +85,13 @@ class TransactionIndex:
                     self._entries = e
         return e
 
+    def known_absent(self) -> None:
+        """The caller just listed the directory and found no file: no entries, and no
+        read on first use (a restart after a crash truncates every active segment's
+        index, mostly of logs without transactions)."""
+        if self._entries is None:
+            self._entries = ()
+
     def append(self, txn: AbortedTxn) -> None:
         """Add an entry (its last offset must be above every entry's: markers come in
         offset order). Appended to the file, created if needed."""
