@@ -282,3 +282,68 @@ def test_lookups_race_remaps_truncation_and_close(tmp_path, impl, kind):
     assert not errors, errors[0]
     assert not any(t.is_alive() for t in readers)
     assert counts[1] > 100
+
+
+@pytest.mark.parametrize("finish", ["flush", "trim", "close", "resize"])
+def test_an_active_segments_new_index_is_memory_until_it_must_be_on_disk(tmp_path, impl, finish):
+    """A growable (active segment's) index without a file maps anonymous memory on first
+    use: appends and lookups create no file. flush writes the file at its mapped length,
+    trim and close at exactly the valid entries, resize at the new length; the entries
+    are then the file's and stay usable (both index kinds)."""
+    oi_mod, ti_mod = impl
+    p = tmp_path / "00000000000000000100.index"
+    tp = tmp_path / "00000000000000000100.timeindex"
+    idx = oi_mod.OffsetIndex(str(p), 100, 80)
+    ti = ti_mod.TimeIndex(str(tp), 100, 120)
+    idx.growable = ti.growable = True
+    idx.append(105, 0)
+    idx.append(110, 4096)
+    ti.maybe_append(1000, 105, False)
+    ti.maybe_append(2000, 110, False)
+    assert idx.is_loaded and idx.entries == 2 and idx.lookup(150) == (110, 4096)
+    assert ti.lookup(1500) == (1000, 105)
+    assert not p.exists() and not tp.exists()           # nothing on disk yet
+    want_oi = struct.pack(">iiii", 5, 0, 10, 4096)
+    want_ti = struct.pack(">qiqi", 1000, 5, 2000, 10)
+    for x in (idx, ti):
+        if finish == "flush":
+            x.flush()
+        elif finish == "trim":
+            assert x.trim_to_valid_size()
+        elif finish == "close":
+            x.close()
+        else:
+            x.resize(64)
+    if finish == "flush":
+        assert p.read_bytes() == want_oi + bytes(80 - 16) and tp.read_bytes() == want_ti + bytes(120 - 24)
+    elif finish == "resize":
+        assert p.read_bytes() == want_oi + bytes(64 - 16) and tp.read_bytes() == want_ti + bytes(60 - 24)
+    else:
+        assert p.read_bytes() == want_oi and tp.read_bytes() == want_ti
+    if finish != "close":
+        idx.append(120, 8000)
+        assert idx.lookup(10**9) == (120, 8000) and idx.entries == 3
+        idx.flush()
+        assert p.read_bytes()[:24] == want_oi + struct.pack(">ii", 20, 8000)
+        idx.close()
+        ti.close()
+    again = oi_mod.OffsetIndex(str(p), 100, 80)
+    assert again.lookup(110) == (110, 4096)
+    again.close()
+
+
+def test_an_anonymous_index_renamed_or_deleted_leaves_no_file(tmp_path, impl):
+    oi_mod, _ = impl
+    p = tmp_path / "00000000000000000000.index"
+    idx = oi_mod.OffsetIndex(str(p), 0, 80)
+    idx.growable = True
+    idx.append(3, 100)
+    idx.rename_to(str(p) + ".deleted")
+    assert not p.exists() and not os.path.exists(str(p) + ".deleted")
+    idx.close()                                         # written under its new name
+    assert open(str(p) + ".deleted", "rb").read() == struct.pack(">ii", 3, 100)
+    q = tmp_path / "00000000000000000050.index"
+    other = oi_mod.OffsetIndex(str(q), 50, 80)
+    other.growable = True
+    other.append(51, 0)
+    assert other.delete_if_exists() is False and not q.exists()

@@ -46,3 +46,40 @@ def test_broker_appends_take_the_one_call_path_unless_producer_state_must_be_che
     assert read_all(lg) == read_all(other)
     lg.close()
     other.close()
+
+
+def test_index_entries_of_the_active_segment_create_no_file_until_roll_flush_or_close(tmp_path):
+    """The active segment's index entries live in anonymous memory (no file created on the
+    append path). A crash (no close) loses them and recovery rebuilds the same entries;
+    a roll, a flush and a clean close write exactly the entries."""
+    import os
+
+    clock = Clock()
+    d = str(tmp_path / "t-0")
+    lg = Log.open(d, LogConfig({"segment.ms": 1000}), time_ms=clock)
+    big = batch(60, ts=clock.now)                         # ~7 KB: an index entry every append
+    for _ in range(5):
+        lg.append(bytearray(big), records.validate_batches(big))
+    seg = lg.segments[-1]
+    assert seg.offset_index.entries == 4
+    assert not os.path.exists(seg.offset_index.path) and not os.path.exists(seg.time_index.path)
+    want = seg.offset_index.raw_entries()
+    # "crash": reopen without closing; the unflushed segment is recovered from the log
+    again = Log.open(d, LogConfig({"segment.ms": 1000}), time_ms=clock, recovery_point=0,
+                     had_clean_shutdown=False)
+    assert again.segments[-1].offset_index.raw_entries() == want
+    assert [len(b) for b in read_all(again)] == [len(b) for b in read_all(lg)]
+    again.close()
+    lg.flush()
+    assert open(seg.offset_index.path, "rb").read(len(want)) == want
+    late = batch(60, ts=clock.now + 5000)
+    lg.append(bytearray(late), records.validate_batches(late))     # roll: trimmed file
+    assert open(seg.offset_index.path, "rb").read() == want
+    lg.append(bytearray(big), records.validate_batches(big))
+    lg.append(bytearray(big), records.validate_batches(big))
+    seg2 = lg.segments[-1]
+    assert seg2.offset_index.entries == 2 and not os.path.exists(seg2.offset_index.path)
+    want2 = seg2.offset_index.raw_entries()
+    lg.close()
+    assert open(seg2.offset_index.path, "rb").read() == want2
+    assert os.path.getsize(seg2.time_index.path) % 12 == 0 and os.path.getsize(seg2.time_index.path) > 0

@@ -132,6 +132,56 @@ def test_pipelined_frames_are_served_back_to_back_by_the_answering_handler(monke
     assert len(wakes) <= 1, wakes
 
 
+def test_pipelined_frames_still_in_the_socket_are_read_by_the_answering_handler(monkeypatch):
+    """Frames a client pipelines while its connection is muted stay in the socket (the
+    processor does not read a muted connection). The thread that answers the in-flight
+    request reads them itself (one non-blocking read of the muted connection) and takes
+    the next whole frame: more than one read buffer of pipelined frames is served by one
+    handler, in order, without waking the processor, and every byte is counted once."""
+    wakes = []
+    real_wake = processor_mod._Waker.wake
+    threads = []
+    first = threading.Event()
+
+    def counting_wake(self):
+        wakes.append(threading.current_thread().name)
+        real_wake(self)
+
+    def handle(channel, request):
+        if request.correlation_id == 1:
+            assert first.wait(10)
+        threads.append(threading.current_thread().name)
+        channel.send_response(request, [struct.pack(">ii", 4, request.correlation_id)])
+
+    n = 40
+    body = b"x" * 4000                      # 40 frames: more than two 64 KiB reads
+    with running_server(handle, io_threads=4, num_network_threads=1) as server:
+        with connect(server.bound_port()) as s:
+            s.sendall(frame(0, b"warm-up"))
+            assert read_echo(s) == (0, b"")
+            threads.clear()
+            s.sendall(frame(1, body))
+            wait_until(lambda: server.channel.request_queue_size() == 0 and not threads
+                       and any(c.inflight is not None for c in server.processors[0]._connections.values()),
+                       what="request 1 in flight")
+            s.sendall(b"".join(frame(i, body) for i in range(2, n + 1)))
+            conn = next(iter(server.processors[0]._connections.values()))
+            wait_until(lambda: conn.readable, what="the processor saw the pipelined bytes arrive")
+            monkeypatch.setattr(processor_mod._Waker, "wake", counting_wake)
+            first.set()
+            for i in range(1, n + 1):
+                assert read_echo(s) == (i, b"")
+            monkeypatch.setattr(processor_mod._Waker, "wake", real_wake)
+        wait_until(lambda: server.metrics.totals()["responses_sent"] == n + 1,
+                   what="all responses counted")
+        totals = server.metrics.totals()
+        assert totals["requests_received"] == n + 1
+        assert totals["bytes_in"] == len(frame(0, b"warm-up")) + n * len(frame(1, body))
+    assert len(threads) == n
+    assert len(set(threads)) == 1, collections.Counter(threads)
+    assert wakes == []
+
+
 def test_pipelined_frames_with_a_full_request_queue_are_kept_by_the_processor():
     """A pipelined frame taken by the answering thread while the request queue is full
     goes back to the processor (as a blocked request) and is still answered in order."""

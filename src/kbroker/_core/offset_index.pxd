@@ -22,12 +22,14 @@ cdef class MmapIndex:
     cdef Py_ssize_t _entry_size
     cdef bint _loaded
     cdef bint _closed
+    cdef bint _anon
     cdef PyThread_type_lock _mutex
 
     cdef int _lock(self) except -1
     cdef void _unlock(self) noexcept
     cdef int _ensure(self) except -1
     cdef int _remap(self, Py_ssize_t new_length) except -1
+    cdef int _materialize(self, Py_ssize_t new_length) except -1
     cdef void _unmap(self) noexcept
     cdef int _after_load(self) except -1
     cdef int _check_capacity(self, bint skip_full_check) except -1

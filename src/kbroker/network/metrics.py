@@ -31,10 +31,11 @@ API_FIELD_NAMES = ("count", "total_ns", "request_queue_ns", "handle_ns",
 class ProcessorStats:
     """Counters of one network processor.
 
-    Written by that processor's thread, except ``bytes_out``, ``responses_sent``,
-    ``responses_no_op``, ``responses_dropped``, ``requests_received`` and ``api``, which
-    any thread writing a response for that processor (and taking the next pipelined
-    request) updates: every writer of those holds ``lock``.
+    Written by that processor's thread, except ``bytes_in``, ``bytes_out``,
+    ``responses_sent``, ``responses_no_op``, ``responses_dropped``, ``requests_received``
+    and ``api``, which any thread writing a response for that processor (and reading
+    ahead or taking the next pipelined request) updates: every writer of those holds
+    ``lock``.
     """
 
     __slots__ = ("processor_id", "started_ns", "idle_ns", "blocked_since_ns",

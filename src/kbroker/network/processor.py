@@ -56,6 +56,11 @@ while another thread waits for the GIL is a GIL hand-over, i.e. a context switch
   handler thread, keeps it for its own next turn (``RequestChannel`` next slot). A
   client that pipelines (librdkafka with ``linger.ms=0``) is then served back to back,
   still one request at a time and in order, without two thread hand-overs per request.
+  If the next frame is not whole in the read buffer, the responding thread first reads
+  the muted connection's socket once itself (``_read_ahead``: PLAINTEXT, small frames,
+  non-blocking), so pipelined requests still in the socket (librdkafka sends one
+  ProduceRequest per partition, back to back) are taken the same way; measured on
+  1,000 partitions: request-queue time per Produce 67 -> 27 µs.
 
 Memory (Kafka's ``NetworkReceive`` and ``SimpleMemoryPool``, see ``memory_pool.py``): the
 size prefix is a claim, not a fact, so nothing is allocated for it. A frame's bytes live in
@@ -125,6 +130,17 @@ _ZEROS = bytes(1 << 20)       # source for growing a frame buffer (bytearray has
 _ZEROS_VIEW = memoryview(_ZEROS)
 _monotonic_ns = time.monotonic_ns
 _unpack_size = struct.Struct(">i").unpack_from
+_thread_local = threading.local()
+
+
+def _read_ahead_buffer() -> tuple:
+    """This thread's (bytearray, memoryview) of ``_READ_CHUNK`` bytes for read-ahead."""
+    try:
+        return _thread_local.read_ahead
+    except AttributeError:
+        b = bytearray(_READ_CHUNK)
+        t = _thread_local.read_ahead = (b, memoryview(b))
+        return t
 
 _TLS_CHUNK = 1 << 18          # plaintext bytes handed to one SSL_write (FileRegions are read into it)
 _TLS_WANT = (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, InterruptedError)
@@ -550,9 +566,12 @@ class Processor(threading.Thread):
             if not handover:
                 if request.pool_bytes:
                     self._pool.release_request(request)
-                following = (self._take_buffered_request(conn)
-                             if conn.rbuf is not None and self._running
-                             and not self._blocked and not conn.read_paused else None)
+                following = None
+                if self._running and not self._blocked and not conn.read_paused:
+                    if conn.rbuf is not None:
+                        following = self._take_buffered_request(conn)
+                    if following is None and self._read_ahead(conn):
+                        following = self._take_buffered_request(conn)
                 conn.inflight = following    # unmute, or stay muted for the next request
         if handover:
             self._responses.append(response)
@@ -568,6 +587,50 @@ class Processor(threading.Thread):
             self._resumed.append(conn)
             if self._selecting:
                 self._waker.wake()
+        return True
+
+    def _read_ahead(self, conn: _Connection) -> bool:
+        """One non-blocking read of a muted connection's socket on the responding thread
+        (``conn.lock`` held, ``conn.inflight`` still set, so the processor does not touch
+        the read side), appended to ``rbuf``: a client that pipelines (librdkafka sends
+        one ProduceRequest per partition, back to back) then has its next request taken
+        here without waking the processor and a second thread. True if bytes were read.
+
+        Only a PLAINTEXT connection between frames or with a small frame begun in
+        ``rbuf`` (a frame larger than the read chunk, a TLS or SASL connection stay with
+        the processor), and only if the socket may hold bytes (``readable``). So ``rbuf``
+        stays below one small frame plus one read. ``readable`` is cleared *before* the
+        read: bytes that arrive after it raise a new edge, whose event sets it again; a
+        full read sets it back (more may wait); EOF and errors leave it set, for the
+        processor to find."""
+        if (not conn.readable or conn.tls or conn.session is not None or conn.payload is not None
+                or conn.closed):
+            return False
+        rbuf = conn.rbuf
+        if rbuf is not None and (len(rbuf) >= _READ_CHUNK
+                                 or (len(rbuf) >= 4 and _unpack_size(rbuf, 0)[0] > _READ_CHUNK)):
+            return False
+        buf = _read_ahead_buffer()
+        conn.readable = False
+        try:
+            n = conn.sock.recv_into(buf[1])
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            conn.readable = True
+            return False
+        if n == 0:
+            conn.readable = True
+            return False
+        if n == _READ_CHUNK:
+            conn.readable = True
+        stats = self._stats
+        with stats.lock:
+            stats.bytes_in += n
+        if rbuf is None:
+            conn.rbuf = buf[0][:n]
+        else:
+            rbuf += buf[1][:n]
         return True
 
     def _take_buffered_request(self, conn: _Connection) -> Optional[Request]:
@@ -1037,7 +1100,8 @@ class Processor(threading.Thread):
                     if n == 0:
                         self._disconnected.append((conn, "peer closed the connection mid-frame"))
                         return
-                    stats.bytes_in += n
+                    with stats.lock:
+                        stats.bytes_in += n
                     read = conn.payload_read = read + n
                     if n < want and not conn.tls:
                         conn.readable = False
@@ -1063,7 +1127,8 @@ class Processor(threading.Thread):
                                                if rbuf is None else
                                                "peer closed the connection mid-frame"))
                     return
-                stats.bytes_in += n
+                with stats.lock:
+                    stats.bytes_in += n
                 if n < _READ_CHUNK and not conn.tls:
                     # (TLS: a read returns at most one record, and OpenSSL may hold more
                     # bytes; read on until it wants more from the socket)

@@ -75,6 +75,7 @@ class MmapIndex:
         self._max_entries = 0
         self._loaded = False
         self._closed = False
+        self._anon = False          # mapped as anonymous memory, no file yet
         #: an active segment's index: extended to max_index_size when an entry needs room
         self.growable = False
         self._mutex = threading.RLock()
@@ -93,6 +94,17 @@ class MmapIndex:
                 raise ValueError(f"invalid max index size {self.max_index_size}")
             created = True
             length = self.max_index_size - self.max_index_size % self._entry_size
+            if self.growable:
+                # an active segment's new index: anonymous memory until it must be on disk
+                self._unmap()
+                self._map = mmap.mmap(-1, length)
+                self._anon = True
+                self._length = length
+                self._max_entries = length // self._entry_size
+                self._entries = 0
+                self._loaded = True
+                self._after_load()
+                return
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 os.ftruncate(fd, length)
@@ -105,7 +117,24 @@ class MmapIndex:
         self._loaded = True
         self._after_load()
 
+    def _materialize(self, new_length: int) -> None:
+        """An anonymous index gets its file: ``new_length`` bytes, the valid entries
+        that fit written (the caller then maps it)."""
+        valid = min(self._entries * self._entry_size, new_length)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, new_length)
+            data = self._map[:valid]
+            done = 0
+            while done < valid:
+                done += os.pwrite(fd, data[done:], done)
+        finally:
+            os.close(fd)
+        self._unmap()
+
     def _remap(self, new_length: int) -> None:
+        if self._anon:
+            self._materialize(new_length)
         self._unmap()
         fd = os.open(self._path, os.O_RDWR if self.writable else os.O_RDONLY)
         try:
@@ -126,6 +155,7 @@ class MmapIndex:
         if self._map is not None:
             self._map.close()
             self._map = None
+        self._anon = False
 
     def _after_load(self) -> None:
         pass
@@ -211,6 +241,8 @@ class MmapIndex:
         self._ensure()
         rounded = new_size - new_size % self._entry_size
         if rounded == self._length:
+            if self._anon:
+                self._remap(rounded)        # same length, but now on disk
             return False
         self._remap(rounded)
         return True
@@ -234,12 +266,14 @@ class MmapIndex:
 
     @locked
     def flush(self) -> None:
+        if self._anon:
+            self._remap(self._length)       # the file, as it would have been
         if self._loaded and self._map is not None and self.writable:
             self._map.flush()
 
     @locked
     def close(self) -> None:
-        if self._loaded and self.writable and os.path.exists(self._path):
+        if self._loaded and self.writable and (self._anon or os.path.exists(self._path)):
             self.trim_to_valid_size()
         self.close_handler()
 
