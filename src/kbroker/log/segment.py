@@ -290,6 +290,10 @@ class LogSegment:
         #: guards the lazy state readers may fill in: index check, fd, largest timestamp
         self._lazy_lock = threading.RLock()
         self._indexes_checked = create
+        #: the indexes may still have no file (a new segment, or a small one loaded
+        #: without any): a lookup answers position 0 rather than create one, until
+        #: ``_position_before`` sees a mapped index or its file
+        self._indexes_maybe_absent = create
         self._writable_indexes = False
         if create:
             self._file = SegmentFile(self.log_path, create=True)
@@ -351,6 +355,17 @@ class LogSegment:
     def index_files_exist(self) -> bool:
         return os.path.exists(self.offset_index.path) and os.path.exists(self.time_index.path)
 
+    def index_files_absent(self) -> bool:
+        """Neither index is mapped or has a file: both are empty."""
+        return self._unopened(self.offset_index) and self._unopened(self.time_index)
+
+    def mark_index_files_absent(self) -> None:
+        """Load: both index files are missing and the segment is at most
+        index.interval.bytes (a clean ``close`` leaves such a segment without any): the
+        indexes are empty, nothing to check or rebuild; each is created on first use."""
+        self._indexes_checked = True
+        self._indexes_maybe_absent = True
+
     # -- append ------------------------------------------------------------------
     def prepare_writable(self) -> None:
         """Make this the active segment: indexes checked and made ``growable``: each
@@ -367,6 +382,16 @@ class LogSegment:
             self.offset_index.growable = True
             self.time_index.growable = True
             self._writable_indexes = True
+
+    def _position_before(self, offset: int) -> int:
+        """The offset index's position for ``offset``; 0 (the segment's start, where a
+        scan finds it too) while the index is empty and has no file, instead of
+        creating one at segment.index.bytes and mapping it for a read."""
+        if self._indexes_maybe_absent:
+            if self._unopened(self.offset_index):
+                return 0
+            self._indexes_maybe_absent = False
+        return self.offset_index.lookup(offset)[1]
 
     @staticmethod
     def _unopened(idx) -> bool:
@@ -481,7 +506,7 @@ class LogSegment:
         f = self._file or self.file
         fd = f.pin()
         try:
-            pos = self.offset_index.lookup(offset)[1]
+            pos = self._position_before(offset)
             if pos < starting_position:
                 pos = starting_position
             return _scan.search_offset(fd, pos, self.size, offset)
@@ -626,8 +651,11 @@ class LogSegment:
             f = self.file
             fd = f.pin()
             try:
-                ts, off = self.time_index.last_entry
-                pos = self.offset_index.lookup(off)[1]
+                if self.index_files_absent():    # empty: the whole (small) .log, not a new file
+                    ts, off, pos = -1, self.base_offset, 0
+                else:
+                    ts, off = self.time_index.last_entry
+                    pos = self.offset_index.lookup(off)[1]
                 size = self.size
                 if pos > size:
                     pos = 0
@@ -749,6 +777,13 @@ class LogSegment:
         if the entries do not fit the max index size; the caller then fills the maps."""
         oi_bytes = bytes(r.offset_index_entries)
         ti_bytes = bytes(r.time_index_entries)
+        if not oi_bytes and not ti_bytes and r.valid_bytes <= self.index_interval_bytes \
+                and self.index_files_absent():
+            # a small segment without index files (LogSegment.close): it stays without
+            self._max_ts, self._offset_of_max_ts = r.max_timestamp, r.offset_of_max_timestamp
+            self._max_ts_loaded = True
+            self._indexes_maybe_absent = True
+            return True
         if r.max_timestamp >= 0:
             last_ts = _MAX_TS.unpack_from(ti_bytes, len(ti_bytes) - 12)[0] if ti_bytes else -1
             if r.max_timestamp > last_ts:
@@ -894,8 +929,17 @@ class LogSegment:
         self.txn_index.path = new_dir + self.txn_index.path[len(old_dir):]
 
     def close(self) -> None:
-        """Clean close: trim indexes, unmap, close the fd."""
-        if self._writable_indexes:
+        """Clean close: trim indexes, unmap, close the fd. A segment of at most
+        index.interval.bytes whose indexes have no file yet gets none: they hold no
+        entry (the index rule adds the first only after index.interval.bytes), the time
+        index's final entry is its max timestamp, which a load reads back from the
+        ``.log`` in one small read, and ``recovery.load_log`` takes the two missing
+        files of such a segment for empty ones (``mark_index_files_absent``), not lost
+        ones. (Creating two files per partition was most of a clean stop at 10,000.)"""
+        if self.size <= self.index_interval_bytes and self.index_files_absent():
+            self.trim()
+            self._writable_indexes = False
+        elif self._writable_indexes:
             self.on_become_inactive()
         else:
             self.trim()
