@@ -325,6 +325,10 @@ class Log:
             lg.update_high_watermark(high_watermark)
         return lg
 
+    #: set by a LogManager: a one-element counter bumped whenever the high watermark is
+    #: set, so that its checkpoint task skips the scan of every log when none moved
+    hw_changes: list | None = None
+
     def _publish(self) -> None:
         """Replace the readers' view by the writer state. Append lock held (or the log
         not yet shared); called once a change is complete (module docstring)."""
@@ -892,6 +896,8 @@ class Log:
             old_off = old.message_offset
             if old_off < off or (old_off == off and new_hw.segment_base_offset > old.segment_base_offset):
                 self._hw = new_hw if new_hw.segment_base_offset >= 0 else LogOffsetMetadata(off)
+                if self.hw_changes is not None:
+                    self.hw_changes[0] += 1
                 if self._first_unstable is not None:
                     self.producer_state.on_high_watermark_updated(off)
                     self._update_first_unstable_locked()
@@ -918,6 +924,8 @@ class Log:
             self._hw = LogOffsetMetadata(hw, seg.base_offset, seg.size)
         else:
             self._hw = LogOffsetMetadata(hw)
+        if self.hw_changes is not None:
+            self.hw_changes[0] += 1
         self.producer_state.on_high_watermark_updated(hw)
         self._update_first_unstable_locked()
         return hw
