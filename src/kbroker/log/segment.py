@@ -294,6 +294,7 @@ class LogSegment:
         #: without any): a lookup answers position 0 rather than create one, until
         #: ``_position_before`` sees a mapped index or its file
         self._indexes_maybe_absent = create
+        self._preallocated = create and preallocate_bytes > 0
         self._writable_indexes = False
         if create:
             self._file = SegmentFile(self.log_path, create=True)
@@ -888,9 +889,11 @@ class LogSegment:
         self._writable_indexes = False
 
     def trim(self) -> None:
-        """Cut a preallocated ``.log`` back to its ``size`` (Kafka's FileRecords.trim)."""
+        """Cut a preallocated ``.log`` back to its ``size`` (Kafka's FileRecords.trim).
+        Only a segment created preallocated can be longer: a loaded one starts at its
+        file's length and every append or truncation keeps the two equal."""
         f = self._file
-        if f is not None and not f.closed and os.fstat(f.fd).st_size > self.size:
+        if self._preallocated and f is not None and not f.closed and os.fstat(f.fd).st_size > self.size:
             os.ftruncate(f.fd, self.size)
 
     # -- durability / lifecycle ----------------------------------------------------
