@@ -290,9 +290,10 @@ class LogSegment:
         #: guards the lazy state readers may fill in: index check, fd, largest timestamp
         self._lazy_lock = threading.RLock()
         self._indexes_checked = create
-        #: the indexes may still have no file (a new segment, or a small one loaded
-        #: without any): a lookup answers position 0 rather than create one, until
-        #: ``_position_before`` sees a mapped index or its file
+        #: no index entry exists outside the index objects' own maps (a new segment, or a
+        #: small one loaded without index files): while the offset index is not mapped, a
+        #: lookup answers position 0 rather than create and map a file. Cleared where
+        #: index files are written directly (on_become_inactive, _replace_index_files).
         self._indexes_maybe_absent = create
         self._preallocated = create and preallocate_bytes > 0
         self._writable_indexes = False
@@ -388,10 +389,8 @@ class LogSegment:
         """The offset index's position for ``offset``; 0 (the segment's start, where a
         scan finds it too) while the index is empty and has no file, instead of
         creating one at segment.index.bytes and mapping it for a read."""
-        if self._indexes_maybe_absent:
-            if self._unopened(self.offset_index):
-                return 0
-            self._indexes_maybe_absent = False
+        if self._indexes_maybe_absent and not self.offset_index.is_loaded:
+            return 0
         return self.offset_index.lookup(offset)[1]
 
     @staticmethod
@@ -799,6 +798,7 @@ class LogSegment:
     def _replace_index_files(self, oi_bytes: bytes | None, ti_bytes: bytes | None) -> None:
         """Replace the offset index (and/or the time index) file by exactly these
         entries (None: leave that one alone); the new index objects load lazily."""
+        self._indexes_maybe_absent = False
         if oi_bytes is not None:
             path = self.offset_index.path
             self.offset_index.close_handler()
@@ -868,6 +868,7 @@ class LogSegment:
         An index still without a file (``prepare_writable``) gets one of exactly its
         entries (none, or the final time entry), created only if no reader created it
         meanwhile; the index objects stay (lock-free readers may hold them)."""
+        self._indexes_maybe_absent = False
         final = None
         if self._max_ts_loaded or self.time_index.is_loaded:
             ts = self.max_timestamp_so_far
