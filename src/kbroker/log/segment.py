@@ -358,7 +358,11 @@ class LogSegment:
         return os.path.exists(self.offset_index.path) and os.path.exists(self.time_index.path)
 
     def index_files_absent(self) -> bool:
-        """Neither index is mapped or has a file: both are empty."""
+        """Neither index is mapped or has a file: both are empty. Without a stat when
+        ``_indexes_maybe_absent`` (files of such a segment come only from its index
+        objects, which are then mapped, or from the writers that clear the flag)."""
+        if self._indexes_maybe_absent:
+            return not self.offset_index.is_loaded and not self.time_index.is_loaded
         return self._unopened(self.offset_index) and self._unopened(self.time_index)
 
     def mark_index_files_absent(self) -> None:
