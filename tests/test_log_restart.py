@@ -6,6 +6,7 @@ import os
 import shutil
 import time
 
+from kbroker.kernels import records
 from kbroker.log import LogConfig, LogManager
 from kbroker.log.segment import LogSegment
 from _log_util import batch, read_all
@@ -17,14 +18,20 @@ def _snapshots(d):
     return sorted(n for n in os.listdir(d) if n.endswith(".snapshot"))
 
 
+def _idempotent_batch(producer_id, seq):
+    return bytearray(records.encode_batch([(1000, b"k", b"v" * 100, [])], producer_id=producer_id,
+                                          producer_epoch=0, base_sequence=seq))
+
+
 def _restart_with_new_data(dirs, rounds):
-    """``rounds`` clean restarts, one record per log in between: each clean stop leaves a
-    snapshot at the log end, so every start-up finds the previous one stale."""
-    for _ in range(rounds):
+    """``rounds`` clean restarts, one idempotent record per log in between: each clean
+    stop leaves a snapshot at the log end (a log with producer state), so every
+    start-up finds the previous one stale."""
+    for r in range(rounds):
         lm = LogManager(dirs, LogConfig(), background=False)
         lm.startup()
         for p in range(PARTITIONS):
-            lm.get_or_create_log(("t", p)).append(batch(1))
+            lm.get_or_create_log(("t", p)).append(_idempotent_batch(1000 + p, r))
         lm.shutdown()
 
 

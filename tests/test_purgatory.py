@@ -426,3 +426,58 @@ def test_real_reaper_expires_and_shuts_down_fast():
     purgatory.shutdown()
     assert time.monotonic() - t0 < 1.0
     assert purgatory.timer.closed
+
+
+class CountingClock:
+    """The monotonic clock, counting reads: each reaper round reads it."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def __call__(self):
+        self.reads += 1
+        return time.monotonic_ns() // 1_000_000
+
+
+def test_idle_purgatory_reaper_sleeps_until_an_operation_is_added():
+    """An empty purgatory's reaper does not wake every reaper_poll_ms (an idle broker has
+    five of them); the first watched operation wakes it and still expires on time."""
+    clock = CountingClock()
+    purgatory = DelayedOperationPurgatory("idle", SystemTimer("idle", clock_ms=clock), reaper_poll_ms=20)
+    try:
+        time.sleep(0.05)
+        before = clock.reads
+        time.sleep(0.5)
+        assert clock.reads - before <= 2, f"{clock.reads - before} clock reads: the reaper polled"
+        op = Op(30)
+        t0 = time.monotonic()
+        assert not purgatory.try_complete_else_watch(op, [("t", 0)])
+        assert op.done.wait(2.0)
+        assert 0.028 <= time.monotonic() - t0 < 1.0
+        assert op.events[-1] == "expire" or op.events == ["complete"]
+    finally:
+        t0 = time.monotonic()
+        purgatory.shutdown()
+        assert time.monotonic() - t0 < 1.0
+
+
+def test_idle_reaper_sleeps_until_a_far_task_not_its_poll_timeout():
+    """A timer holding only a far task (a coordinator's periodic check) is not polled every
+    poll_timeout_ms; an earlier task added meanwhile still runs on time."""
+    clock = CountingClock()
+    reaper = SystemTimerReaper("reaper-far", SystemTimer("far", clock_ms=clock), poll_timeout_ms=20)
+    try:
+        reaper.add(Task(60_000, lambda: None))
+        time.sleep(0.05)
+        before = clock.reads
+        time.sleep(0.5)
+        assert clock.reads - before <= 3, f"{clock.reads - before} clock reads: the reaper polled"
+        near = threading.Event()
+        t0 = time.monotonic()
+        reaper.add(Task(30, near.set))
+        assert near.wait(2.0)
+        assert 0.028 <= time.monotonic() - t0 < 1.0
+    finally:
+        t0 = time.monotonic()
+        reaper.close()
+        assert time.monotonic() - t0 < 1.0

@@ -415,7 +415,7 @@ class CoordinatorRuntime:
         while True:
             with self._lock:
                 while not self._load_queue and self._active:
-                    self._load_cond.wait(0.5)
+                    self._load_cond.wait()     # every queue change and shutdown notify
                 if not self._active:
                     self._loader = None
                     return

@@ -325,6 +325,10 @@ class Log:
             lg.update_high_watermark(high_watermark)
         return lg
 
+    #: set by a LogManager: a one-element counter bumped whenever the high watermark is
+    #: set, so that its checkpoint task skips the scan of every log when none moved
+    hw_changes: list | None = None
+
     def _publish(self) -> None:
         """Replace the readers' view by the writer state. Append lock held (or the log
         not yet shared); called once a change is complete (module docstring)."""
@@ -892,6 +896,8 @@ class Log:
             old_off = old.message_offset
             if old_off < off or (old_off == off and new_hw.segment_base_offset > old.segment_base_offset):
                 self._hw = new_hw if new_hw.segment_base_offset >= 0 else LogOffsetMetadata(off)
+                if self.hw_changes is not None:
+                    self.hw_changes[0] += 1
                 if self._first_unstable is not None:
                     self.producer_state.on_high_watermark_updated(off)
                     self._update_first_unstable_locked()
@@ -918,6 +924,8 @@ class Log:
             self._hw = LogOffsetMetadata(hw, seg.base_offset, seg.size)
         else:
             self._hw = LogOffsetMetadata(hw)
+        if self.hw_changes is not None:
+            self.hw_changes[0] += 1
         self.producer_state.on_high_watermark_updated(hw)
         self._update_first_unstable_locked()
         return hw
@@ -1343,8 +1351,10 @@ class Log:
         """Open: Kafka's rebuildProducerState. The newest snapshot in
         ``(log_start_offset, log_end_offset]`` plus a replay of the batches after it;
         a cleanly shut down log without any snapshot (written before producer state
-        was kept) is not scanned: empty snapshots are written instead, at the last
-        two segments' base offsets and the log end, as Kafka does on upgrade."""
+        was kept, or closed without producers: ``close``) is not scanned: its state is
+        empty; with more than one segment empty snapshots are written, at the last
+        two segments' base offsets and the log end, as Kafka does on upgrade (a crash
+        then replays from there, not from the log start)."""
         psm = self.producer_state
         # its directory was just listed; the strays' files go on the background thread
         stale = psm.remove_stray_snapshots(self._bases, rescan=False, defer=self._scheduler is not None)
@@ -1355,6 +1365,11 @@ class Log:
             # recovery may have cut the last segment: its markers past the end are gone
             self._segments[-1].txn_index.truncate_to(leo)
         if had_clean_shutdown and psm.latest_snapshot_offset() is None:
+            if len(self._bases) == 1:
+                # no producer state (close took no snapshot of an empty one, see
+                # _no_producer_state_to_keep_locked): nothing to write either
+                psm.update_map_end_offset(leo)
+                return
             for offset in list(self._bases[-2:]) + [leo]:
                 psm.update_map_end_offset(offset)
                 psm.take_snapshot()
@@ -1430,8 +1445,10 @@ class Log:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self, sync: bool = True) -> None:
-        """Clean close: snapshot the producer state at the log end offset, trim the
-        active segment's indexes, close every fd and map. Pending deletions are
+        """Clean close: snapshot the producer state at the log end offset (unless there
+        is none to keep: ``_no_producer_state_to_keep_locked``), trim the active
+        segment's indexes (a small one without index files gets none:
+        ``LogSegment.close``), close every fd and map. Pending deletions are
         completed (their files are already ``.deleted``). ``sync=False``: nothing is
         fsynced (see ``flush``)."""
         try:
@@ -1448,7 +1465,8 @@ class Log:
             self._closed = True
             segs = self._segments
             try:
-                self.producer_state.take_snapshot(sync)
+                if not self._no_producer_state_to_keep_locked():
+                    self.producer_state.take_snapshot(sync)
                 snapshot_error = None
             except OSError as e:
                 snapshot_error = e
@@ -1457,6 +1475,14 @@ class Log:
             s.close()
         if snapshot_error is not None:
             raise KafkaStorageError(f"error writing the producer snapshot of {self.name}: {snapshot_error}")
+
+    def _no_producer_state_to_keep_locked(self) -> bool:
+        """No producer id, no snapshot file and one segment: the clean-shutdown snapshot
+        would be an empty one that no load needs. A clean load without any snapshot
+        takes the state as empty (``_load_producer_state_locked``), and a crash replays
+        from the log start, through the one segment recovery scans anyway."""
+        psm = self.producer_state
+        return len(self._segments) == 1 and psm.is_empty() and psm.latest_snapshot_offset() is None
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""

@@ -185,6 +185,10 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_counts: dict[str, int] = {}   # log dir -> logs in it (guarded by _lock)
         self._last_checkpoints: dict[str, dict] = {}   # file path -> offsets last written
+        #: bumped by every log's high-watermark change and by every log added or removed
+        #: (Log.hw_changes); the HW checkpoint task scans the logs only when it moved
+        self._hw_changes = [0]
+        self._hw_checkpointed = -1     # _hw_changes[0] as of the last HW checkpoint
         self._loading = False
         self._pending_logs: set = set()    # logs the retention pass left deletions in (guarded by _lock)
         self._last_full_delete_sweep_ms = self._time_ms()
@@ -378,20 +382,34 @@ class LogManager:
             for item in itertools.chain(items, caller_items):
                 fn(item)
             return []
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=min(threads, len(items)),
-                                thread_name_prefix="kbroker-log-recovery") as pool:
-            futures = [pool.submit(fn, item) for item in items]
-            caller_error = None
-            for item in caller_items:
+        # Each thread takes the next item from one shared iterator (its next() runs under
+        # the GIL): no Future per item for the calling thread to build (10,000 of them
+        # competed for the GIL with the workers at a clean stop).
+        it = iter(items)
+        errors: list = []
+
+        def work() -> None:
+            for item in it:
                 try:
                     fn(item)
-                except Exception as e:
-                    caller_error = e
-                    break
+                except BaseException as e:
+                    errors.append(e)
+
+        workers = [threading.Thread(target=work, name=f"kbroker-log-recovery-{i}", daemon=True)
+                   for i in range(min(threads, len(items)))]
+        for t in workers:
+            t.start()
+        caller_error = None
+        for item in caller_items:
+            try:
+                fn(item)
+            except Exception as e:
+                caller_error = e
+                break
+        for t in workers:
+            t.join()
         if caller_error is not None:
             raise caller_error
-        errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:
             raise errors[0]
         return errors
@@ -462,8 +480,11 @@ class LogManager:
         return min(self.log_dirs, key=lambda d: (counts.get(d, 0), self.log_dirs.index(d)))
 
     def _count(self, lg: Log, delta: int) -> None:
+        """A log added (+1) or removed (-1), lock held."""
         parent = os.path.dirname(lg.dir)
         self._dir_counts[parent] = self._dir_counts.get(parent, 0) + delta
+        lg.hw_changes = self._hw_changes
+        self._hw_changes[0] += 1
 
     def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None, *, topic_id=None) -> Log:
         """The log of ``tp``, created (in the dir with the fewest logs) if absent."""
@@ -639,8 +660,15 @@ class LogManager:
         self._write_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda lg: lg.log_start_offset)
 
     def checkpoint_high_watermarks(self) -> None:
-        """replication-offset-checkpoint (Kafka: ReplicaManager's HW checkpoint)."""
+        """replication-offset-checkpoint (Kafka: ReplicaManager's HW checkpoint, every
+        replica.high.watermark.checkpoint.interval.ms). Nothing is scanned unless a high
+        watermark moved or a log came or went since the last one (an idle broker with
+        10,000 partitions spent most of its idle CPU here)."""
+        changes = self._hw_changes[0]        # read first: a later change is seen next time
+        if changes == self._hw_checkpointed:
+            return
         self._write_checkpoints(REPLICATION_OFFSET_CHECKPOINT, lambda lg: lg.high_watermark)
+        self._hw_checkpointed = changes
 
     # -- shutdown ------------------------------------------------------------------------------------
     def shutdown(self) -> None:

@@ -12,7 +12,9 @@ Steps, in order:
    ``*.tmp`` checkpoint leftovers are removed. Index files without a
    ``.log`` are removed (orphans).
 2. Every ``.log`` becomes a LogSegment; one whose index files are missing is
-   recovered (indexes rebuilt) at once.
+   recovered (indexes rebuilt) at once, unless both are missing and it holds at
+   most ``index.interval.bytes``: its indexes are empty (a clean close creates
+   no files for them, LogSegment.close).
 3. Without a clean-shutdown marker, every segment from the one holding the
    recovery point on is recovered: CRC + structure scan with the log_scan
    kernel, truncation at the first invalid byte, indexes rebuilt, and the
@@ -192,7 +194,10 @@ def load_log(dir: str, config: LogConfig, *, log_start_offset: int, recovery_poi
         prefix = f"{base:020d}"
         if prefix + TXN_INDEX_SUFFIX not in names:
             seg.txn_index.known_absent()
-        if prefix + INDEX_SUFFIX not in names or prefix + TIME_INDEX_SUFFIX not in names:
+        if (prefix + INDEX_SUFFIX not in names and prefix + TIME_INDEX_SUFFIX not in names
+                and seg.size <= config.index_interval_bytes):
+            seg.mark_index_files_absent()      # empty indexes: see LogSegment.close
+        elif prefix + INDEX_SUFFIX not in names or prefix + TIME_INDEX_SUFFIX not in names:
             log.info("Could not find index files of %s, rebuilding them", seg.log_path)
             t, _ = seg.recover(leader_epoch_cache if not had_clean_shutdown else None)
             truncated_total += t

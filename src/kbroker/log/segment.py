@@ -290,6 +290,12 @@ class LogSegment:
         #: guards the lazy state readers may fill in: index check, fd, largest timestamp
         self._lazy_lock = threading.RLock()
         self._indexes_checked = create
+        #: no index entry exists outside the index objects' own maps (a new segment, or a
+        #: small one loaded without index files): while the offset index is not mapped, a
+        #: lookup answers position 0 rather than create and map a file. Cleared where
+        #: index files are written directly (on_become_inactive, _replace_index_files).
+        self._indexes_maybe_absent = create
+        self._preallocated = create and preallocate_bytes > 0
         self._writable_indexes = False
         if create:
             self._file = SegmentFile(self.log_path, create=True)
@@ -351,6 +357,21 @@ class LogSegment:
     def index_files_exist(self) -> bool:
         return os.path.exists(self.offset_index.path) and os.path.exists(self.time_index.path)
 
+    def index_files_absent(self) -> bool:
+        """Neither index is mapped or has a file: both are empty. Without a stat when
+        ``_indexes_maybe_absent`` (files of such a segment come only from its index
+        objects, which are then mapped, or from the writers that clear the flag)."""
+        if self._indexes_maybe_absent:
+            return not self.offset_index.is_loaded and not self.time_index.is_loaded
+        return self._unopened(self.offset_index) and self._unopened(self.time_index)
+
+    def mark_index_files_absent(self) -> None:
+        """Load: both index files are missing and the segment is at most
+        index.interval.bytes (a clean ``close`` leaves such a segment without any): the
+        indexes are empty, nothing to check or rebuild; each is created on first use."""
+        self._indexes_checked = True
+        self._indexes_maybe_absent = True
+
     # -- append ------------------------------------------------------------------
     def prepare_writable(self) -> None:
         """Make this the active segment: indexes checked and made ``growable``: each
@@ -367,6 +388,14 @@ class LogSegment:
             self.offset_index.growable = True
             self.time_index.growable = True
             self._writable_indexes = True
+
+    def _position_before(self, offset: int) -> int:
+        """The offset index's position for ``offset``; 0 (the segment's start, where a
+        scan finds it too) while the index is empty and has no file, instead of
+        creating one at segment.index.bytes and mapping it for a read."""
+        if self._indexes_maybe_absent and not self.offset_index.is_loaded:
+            return 0
+        return self.offset_index.lookup(offset)[1]
 
     @staticmethod
     def _unopened(idx) -> bool:
@@ -481,7 +510,7 @@ class LogSegment:
         f = self._file or self.file
         fd = f.pin()
         try:
-            pos = self.offset_index.lookup(offset)[1]
+            pos = self._position_before(offset)
             if pos < starting_position:
                 pos = starting_position
             return _scan.search_offset(fd, pos, self.size, offset)
@@ -632,8 +661,11 @@ class LogSegment:
             f = self.file
             fd = f.pin()
             try:
-                ts, off = self.time_index.last_entry
-                pos = self.offset_index.lookup(off)[1]
+                if self.index_files_absent():    # empty: the whole (small) .log, not a new file
+                    ts, off, pos = -1, self.base_offset, 0
+                else:
+                    ts, off = self.time_index.last_entry
+                    pos = self.offset_index.lookup(off)[1]
                 size = self.size
                 if pos > size:
                     pos = 0
@@ -755,6 +787,13 @@ class LogSegment:
         if the entries do not fit the max index size; the caller then fills the maps."""
         oi_bytes = bytes(r.offset_index_entries)
         ti_bytes = bytes(r.time_index_entries)
+        if not oi_bytes and not ti_bytes and r.valid_bytes <= self.index_interval_bytes \
+                and self.index_files_absent():
+            # a small segment without index files (LogSegment.close): it stays without
+            self._max_ts, self._offset_of_max_ts = r.max_timestamp, r.offset_of_max_timestamp
+            self._max_ts_loaded = True
+            self._indexes_maybe_absent = True
+            return True
         if r.max_timestamp >= 0:
             last_ts = _MAX_TS.unpack_from(ti_bytes, len(ti_bytes) - 12)[0] if ti_bytes else -1
             if r.max_timestamp > last_ts:
@@ -769,6 +808,7 @@ class LogSegment:
     def _replace_index_files(self, oi_bytes: bytes | None, ti_bytes: bytes | None) -> None:
         """Replace the offset index (and/or the time index) file by exactly these
         entries (None: leave that one alone); the new index objects load lazily."""
+        self._indexes_maybe_absent = False
         if oi_bytes is not None:
             path = self.offset_index.path
             self.offset_index.close_handler()
@@ -838,6 +878,7 @@ class LogSegment:
         An index still without a file (``prepare_writable``) gets one of exactly its
         entries (none, or the final time entry), created only if no reader created it
         meanwhile; the index objects stay (lock-free readers may hold them)."""
+        self._indexes_maybe_absent = False
         final = None
         if self._max_ts_loaded or self.time_index.is_loaded:
             ts = self.max_timestamp_so_far
@@ -859,9 +900,11 @@ class LogSegment:
         self._writable_indexes = False
 
     def trim(self) -> None:
-        """Cut a preallocated ``.log`` back to its ``size`` (Kafka's FileRecords.trim)."""
+        """Cut a preallocated ``.log`` back to its ``size`` (Kafka's FileRecords.trim).
+        Only a segment created preallocated can be longer: a loaded one starts at its
+        file's length and every append or truncation keeps the two equal."""
         f = self._file
-        if f is not None and not f.closed and os.fstat(f.fd).st_size > self.size:
+        if self._preallocated and f is not None and not f.closed and os.fstat(f.fd).st_size > self.size:
             os.ftruncate(f.fd, self.size)
 
     # -- durability / lifecycle ----------------------------------------------------
@@ -900,8 +943,17 @@ class LogSegment:
         self.txn_index.path = new_dir + self.txn_index.path[len(old_dir):]
 
     def close(self) -> None:
-        """Clean close: trim indexes, unmap, close the fd."""
-        if self._writable_indexes:
+        """Clean close: trim indexes, unmap, close the fd. A segment of at most
+        index.interval.bytes whose indexes have no file yet gets none: they hold no
+        entry (the index rule adds the first only after index.interval.bytes), the time
+        index's final entry is its max timestamp, which a load reads back from the
+        ``.log`` in one small read, and ``recovery.load_log`` takes the two missing
+        files of such a segment for empty ones (``mark_index_files_absent``), not lost
+        ones. (Creating two files per partition was most of a clean stop at 10,000.)"""
+        if self.size <= self.index_interval_bytes and self.index_files_absent():
+            self.trim()
+            self._writable_indexes = False
+        elif self._writable_indexes:
             self.on_become_inactive()
         else:
             self.trim()

@@ -269,9 +269,9 @@ class Acceptor(threading.Thread):
                 self._close_throttled()
                 if not self._quotas.wait_for_slot(0.3):
                     continue
-                timeout = 0.5
+                timeout = None      # shutdown wakes the select through _wake_w
                 if self._delayed_close:
-                    timeout = min(timeout, max(0.0, (self._delayed_close[0][0] - time.monotonic_ns()) / 1e9))
+                    timeout = max(0.0, (self._delayed_close[0][0] - time.monotonic_ns()) / 1e9)
                 for key, _ in sel.select(timeout):
                     if key.data == "wake":
                         _drain(self._wake_r)

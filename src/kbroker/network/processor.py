@@ -928,6 +928,8 @@ class Processor(threading.Thread):
                 timeout = min(timeout, max(0, (first - self._now_ns) / 1e9))
             if self._throttled:
                 timeout = min(timeout, max(0, (self._throttled[0][0] - self._now_ns) / 1e9))
+            elif not self._connections and not self._delayed_closes and max_timeout_s == _POLL_TIMEOUT_S:
+                timeout = -1      # nothing to time out: sleep until accept() or shutdown wakes us
         t0 = _monotonic_ns()
         stats.blocked_since_ns = t0
         try:

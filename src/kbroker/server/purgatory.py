@@ -359,13 +359,16 @@ class DelayedOperationPurgatory:
                         del shard.watchers[key]
         return purged
 
-    def advance_clock(self, timeout_ms: int) -> None:
+    def advance_clock(self, timeout_ms: int, idle: bool = False) -> None:
         """One reaper round: expire what is due (waiting up to timeout_ms), maybe purge.
 
         Purges once more than ``purge_interval`` operations watched since the
         last purge have left the timer (completed, so maybe still in lists).
+        ``idle=True`` (the reaper, with the timer enabled): see SystemTimer.advance_clock;
+        an empty timer waits for the next ``add`` (every watched operation is added, so
+        no purge can come due before one), a non-empty one at most IDLE_MAX_WAIT_MS.
         """
-        self._timer.advance_clock(timeout_ms)
+        self._timer.advance_clock(timeout_ms, idle)
         delayed = self.num_delayed()
         with self._estimate_lock:
             if self._estimated_total - delayed <= self.purge_interval:
@@ -377,7 +380,7 @@ class DelayedOperationPurgatory:
     def _reap(self) -> None:
         while not self._stopping.is_set():
             try:
-                self.advance_clock(self._reaper_poll_ms)
+                self.advance_clock(self._reaper_poll_ms, self._timer_enabled)
             except Exception:
                 log.exception("purgatory %s: expiration reaper round failed", self.name)
 

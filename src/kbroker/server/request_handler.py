@@ -20,7 +20,6 @@ from kbroker.network.metrics import HandlerStats, NetworkMetrics
 
 log = logging.getLogger(__name__)
 
-_POLL_TIMEOUT_S = 0.3      # Kafka's KafkaRequestHandler receiveRequest(300)
 _monotonic_ns = time.monotonic_ns
 
 
@@ -45,7 +44,7 @@ class KafkaRequestHandler(threading.Thread):
         while True:
             t0 = _monotonic_ns()
             stats.blocked_since_ns = t0
-            request = receive(_POLL_TIMEOUT_S)
+            request = receive()     # no timeout: shutdown hands each thread SHUTDOWN
             t1 = _monotonic_ns()
             stats.blocked_since_ns = 0
             stats.idle_ns += t1 - t0

@@ -35,6 +35,12 @@ TimerTask = _tw.TimerTask
 __all__ = ["SystemTimer", "SystemTimerReaper", "TimerTask", "monotonic_ms"]
 
 
+#: the wait deadline of a reaper sleeping on an empty timer (advance_clock(idle=True))
+_IDLE_DEADLINE_MS = 1 << 62
+#: the longest an idle reaper sleeps while tasks wait (a purgatory purges on its rounds)
+IDLE_MAX_WAIT_MS = 5000
+
+
 def monotonic_ms() -> int:
     """Milliseconds of the monotonic clock (the default timer clock)."""
     return time.monotonic_ns() // 1_000_000
@@ -109,9 +115,12 @@ class SystemTimer:
                 return self._wheel.current_ms
             return self._wheel.next_expiration_ms()
 
-    def advance_clock(self, timeout_ms: int) -> bool:
+    def advance_clock(self, timeout_ms: int, idle: bool = False) -> bool:
         """Wait up to ``timeout_ms`` for a due bucket, then run what is due.
 
+        ``idle=True``: wait for the next due bucket up to IDLE_MAX_WAIT_MS, and with no
+        task at all until an ``add``, ``wakeup`` or ``close`` (an idle broker's reapers
+        do not wake every ``timeout_ms``; an ``add`` of an earlier task still wakes them).
         Returns True iff any task ran. Called by one reaper thread at a time.
         """
         with self._cond:
@@ -122,8 +131,18 @@ class SystemTimer:
             elif not self._ready and timeout_ms > 0:
                 now = self._clock_ms()
                 nxt = self._wheel.next_expiration_ms()
-                if nxt is None or nxt > now:
-                    deadline = now + timeout_ms if nxt is None else min(nxt, now + timeout_ms)
+                if nxt is None and idle:
+                    self._wait_deadline_ms = _IDLE_DEADLINE_MS     # any add wakes it
+                    try:
+                        self._cond.wait()
+                    finally:
+                        self._wait_deadline_ms = None
+                        self._wakeup_pending = False
+                    if self._closed:
+                        return False
+                elif nxt is None or nxt > now:
+                    cap = now + (max(timeout_ms, IDLE_MAX_WAIT_MS) if idle else timeout_ms)
+                    deadline = cap if nxt is None else min(nxt, cap)
                     self._wait_deadline_ms = deadline
                     try:
                         self._cond.wait((deadline - now) / 1000.0)
@@ -193,7 +212,7 @@ class SystemTimerReaper:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                self.timer.advance_clock(self._poll_timeout_ms)
+                self.timer.advance_clock(self._poll_timeout_ms, idle=True)
             except Exception:
                 log.exception("timer reaper %s failed", self._thread.name)
 
