@@ -25,24 +25,53 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+#: ports this process handed out recently: never handed out twice while a broker may
+#: still hold (or be about to bind) the first one
+_handed_out: set[int] = set()
+
+
+def _port_span(lo: int, hi: int) -> tuple[int, int]:
+    """This process's share of [lo, hi]: under pytest-xdist each worker draws from its
+    own slice, so two workers never pick the same port between the check and the bind."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    except ValueError:
+        count = 1
+    if count > 1 and worker.startswith("gw") and worker[2:].isdigit():
+        width = (hi - lo + 1) // count
+        lo += int(worker[2:]) % count * width
+        hi = lo + width - 1
+    return lo, hi
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on, for a broker to bind soon after.
 
     Picked outside the kernel's ephemeral range (ip_local_port_range) when there is room
     below it: a port from bind(0) is an ephemeral one, and any outgoing connection of a
     concurrent test could take it as its local port before the broker binds it (it
-    happened: "Address already in use" for a listener picked that way)."""
+    happened: "Address already in use" for a listener picked that way). Each pytest-xdist
+    worker picks from its own slice of that room, and a process never hands out a port
+    twice (until half its slice is used), so neither another worker nor another fixture
+    of the same test can be given a port that is about to be bound."""
     lo, _hi = _ephemeral_range()
     if lo > 12000:
+        span_lo, span_hi = _port_span(10000, lo - 1)
+        if len(_handed_out) > (span_hi - span_lo) // 2:
+            _handed_out.clear()
         rnd = random.SystemRandom()
         for _ in range(200):
-            port = rnd.randint(10000, lo - 1)
+            port = rnd.randint(span_lo, span_hi)
+            if port in _handed_out:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     continue
-                return port
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -170,9 +170,10 @@ def live_preallocate(b):
 
 
 def live_segment_index_bytes(b):
-    t = _create(b.bootstrap, {"segment.index.bytes": "4096"})
-    # The active segment's offset index is created, at segment.index.bytes, when its first
-    # entry is due: the batch after index.interval.bytes (4096) of log.
+    t = _create(b.bootstrap, {"segment.index.bytes": "4096", "flush.messages": "1"})
+    # The active segment's offset index is mapped, at segment.index.bytes, when its first
+    # entry is due (the batch after index.interval.bytes (4096) of log), in memory; the
+    # flush after each append (flush.messages 1) puts it on disk at that size.
     _produce(b.bootstrap, t, [(None, b"v" * 5000, None), (None, b"v", None)])
     assert list(_segment_files(b, t, ".index").values()) == [4096]
 
