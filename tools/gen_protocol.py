@@ -820,7 +820,11 @@ class ModuleGen:
             c("if %s:" % cond)
             c.indent()
         if not tagged:
-            c("w_tags(w, None, self._unknown_tagged_fields)")
+            # the usual empty section inline (one byte, no call); w_tags writes the rest
+            c("if self._unknown_tagged_fields:")
+            c("    w_tags(w, None, self._unknown_tagged_fields)")
+            c("else:")
+            c("    w.append(0)")
         else:
             c("tg = []")
             for f in tagged:
@@ -997,7 +1001,12 @@ class ModuleGen:
             c("if %s:" % cond)
             c.indent()
         if not tagged:
-            c("o._unknown_tagged_fields, pos = r_tags(buf, pos)")
+            # the usual empty section inline (a zero count, no call); r_tags reads the rest
+            c("if buf[pos] == 0:")
+            c("    o._unknown_tagged_fields = None")
+            c("    pos += 1")
+            c("else:")
+            c("    o._unknown_tagged_fields, pos = r_tags(buf, pos)")
         else:
             c("unk = None")
             c("n, pos = r_tag_header(buf, pos)")

@@ -19,6 +19,8 @@ write side. Models Kafka's RequestHeader.parse / RequestContext / AbstractRespon
 """
 from __future__ import annotations
 
+import struct
+
 from kbroker.protocol.api_keys import API_INFO
 from kbroker.protocol.headers import RequestHeader, ResponseHeader
 from kbroker.protocol.primitives import (
@@ -88,14 +90,32 @@ def encode_response_parts(correlation_id: int, api_key: int, api_version: int, r
 
     The first item always holds size + header + the start of the body, so a network layer
     can write the list with writev/sendfile without further copies."""
-    info = API_INFO[api_key]
-    hv = info.response_header_version(api_version)
+    pack = _RESPONSE_HEADER_PACK.get((api_key, api_version))
+    if pack is None:
+        pack = _response_header_pack(api_key, api_version)
     try:
-        header = _i32_pack(correlation_id) + b"\x00" if hv == 1 else _i32_pack(correlation_id)
+        header = pack(correlation_id)
     except ENCODE_ERRORS as e:
         raise ProtocolEncodeError("bad correlation id %r" % (correlation_id,)) from e
     body = response.encode_parts(api_version)
     return _frame(header, body)
+
+
+#: {(api key, version): correlation id -> response header bytes}, filled on first use
+_RESPONSE_HEADER_PACK: dict = {}
+_S_HEADER_V1 = struct.Struct(">iB")
+
+
+def _header_v1(correlation_id: int) -> bytes:
+    return _S_HEADER_V1.pack(correlation_id, 0)   # correlation id + empty tagged fields
+
+
+def _response_header_pack(api_key: int, api_version: int):
+    info = API_INFO[api_key]
+    pack = _header_v1 if info.response_header_version(api_version) == 1 else _i32_pack
+    if info.is_version_supported(api_version):      # keeps the table bounded
+        _RESPONSE_HEADER_PACK[(api_key, api_version)] = pack
+    return pack
 
 
 def encode_response(correlation_id: int, api_key: int, api_version: int, response) -> bytes:

@@ -145,7 +145,10 @@ class RequestHeader(ProtocolStruct):
         if v >= 1:
             w_nstr(w, self.client_id)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'RequestHeader', v)
 
@@ -159,7 +162,11 @@ def _read_RequestHeader(buf, pos, v):
     else:
         o.client_id = ''
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -232,7 +239,10 @@ class ResponseHeader(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_i.pack(self.correlation_id)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ResponseHeader', v)
 
@@ -242,7 +252,11 @@ def _read_ResponseHeader(buf, pos, v):
     o.correlation_id = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

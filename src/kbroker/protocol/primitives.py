@@ -350,33 +350,64 @@ def _encode_text(s):
     return b
 
 
+#: Encoded forms (length prefix + UTF-8) of short strings, per wire form: topic names,
+#: client ids, group ids and hosts repeat in every request and response, so each is
+#: encoded once. Keys are exact ``str`` objects of at most _CACHE_MAX_CHARS characters;
+#: a table is cleared when it reaches _CACHE_MAX_ENTRIES (bounded memory under clients
+#: that send ever new names). Lock-free: a racing miss only encodes twice.
+_STR_CACHE: dict = {}
+_CSTR_CACHE: dict = {}
+_CACHE_MAX_CHARS = 255
+_CACHE_MAX_ENTRIES = 8192
+
+
+def _remember(cache, s, encoded):
+    if type(s) is str and len(s) <= _CACHE_MAX_CHARS:
+        if len(cache) >= _CACHE_MAX_ENTRIES:
+            cache.clear()
+        cache[s] = encoded
+
+
+def _str_bytes(s):
+    """``s`` as a non-compact string (int16 length + UTF-8); ``s`` not None."""
+    b = _encode_text(s)
+    e = _i16_pack(len(b)) + b
+    _remember(_STR_CACHE, s, e)
+    return e
+
+
+def _cstr_bytes(s):
+    """``s`` as a compact string (uvarint length + 1, then UTF-8); ``s`` not None."""
+    b = _encode_text(s)
+    n = len(b) + 1
+    if n < 0x80:
+        e = bytes((n,)) + b
+    else:
+        e = uvarint_bytes(n) + b
+    _remember(_CSTR_CACHE, s, e)
+    return e
+
+
 def w_str(w, s):
     if s is None:
         raise ProtocolEncodeError("null in a non-nullable string field")
-    b = _encode_text(s)
-    w += _i16_pack(len(b))
-    w += b
+    e = _STR_CACHE.get(s) if type(s) is str else None
+    w += e if e is not None else _str_bytes(s)
 
 
 def w_nstr(w, s):
     if s is None:
         w += b"\xff\xff"
         return
-    b = _encode_text(s)
-    w += _i16_pack(len(b))
-    w += b
+    e = _STR_CACHE.get(s) if type(s) is str else None
+    w += e if e is not None else _str_bytes(s)
 
 
 def w_cstr(w, s):
     if s is None:
         raise ProtocolEncodeError("null in a non-nullable string field")
-    b = _encode_text(s)
-    n = len(b) + 1
-    if n < 0x80:
-        w.append(n)
-    else:
-        w_uvarint(w, n)
-    w += b
+    e = _CSTR_CACHE.get(s) if type(s) is str else None
+    w += e if e is not None else _cstr_bytes(s)
 
 
 def w_cnstr(w, s):

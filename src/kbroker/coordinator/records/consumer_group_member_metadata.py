@@ -167,14 +167,21 @@ class ClassicProtocol(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w_cbytes(w, self.metadata)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ClassicProtocol(buf, pos, v):
     o = _new(ClassicProtocol)
     o.name, pos = r_cstr(buf, pos)
     o.metadata, pos = r_cbytes(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -214,7 +221,10 @@ class ClassicMemberMetadata(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ClassicMemberMetadata(buf, pos, v):
@@ -230,7 +240,11 @@ def _read_ClassicMemberMetadata(buf, pos, v):
             e, pos = _read_ClassicProtocol(buf, pos, v)
             a.append(e)
         o.supported_protocols = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -170,7 +170,10 @@ class PartitionMetadata(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 w_cstr(w, e)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PartitionMetadata(buf, pos, v):
@@ -186,7 +189,11 @@ def _read_PartitionMetadata(buf, pos, v):
             e, pos = r_cstr(buf, pos)
             a.append(e)
         o.racks = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -223,7 +230,10 @@ class TopicMetadata(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TopicMetadata(buf, pos, v):
@@ -243,7 +253,11 @@ def _read_TopicMetadata(buf, pos, v):
             e, pos = _read_PartitionMetadata(buf, pos, v)
             a.append(e)
         o.partition_metadata = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -319,7 +333,10 @@ class ConsumerGroupPartitionMetadataValue(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConsumerGroupPartitionMetadataValue(buf, pos, v):
@@ -333,7 +350,11 @@ def _read_ConsumerGroupPartitionMetadataValue(buf, pos, v):
             e, pos = _read_TopicMetadata(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -172,7 +172,10 @@ class TopicPartition(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TopicPartition(buf, pos, v):
@@ -185,7 +188,11 @@ def _read_TopicPartition(buf, pos, v):
         raise null_error('array partitions')
     else:
         o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -261,7 +268,10 @@ class ConsumerGroupTargetAssignmentMemberValue(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConsumerGroupTargetAssignmentMemberValue(buf, pos, v):
@@ -275,7 +285,11 @@ def _read_ConsumerGroupTargetAssignmentMemberValue(buf, pos, v):
             e, pos = _read_TopicPartition(buf, pos, v)
             a.append(e)
         o.topic_partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -209,14 +209,21 @@ class ConsumerGroupTargetAssignmentMetadataValue(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_i.pack(self.assignment_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConsumerGroupTargetAssignmentMetadataValue(buf, pos, v):
     o = _new(ConsumerGroupTargetAssignmentMetadataValue)
     o.assignment_epoch = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -241,7 +241,10 @@ class OffsetCommitValue(ProtocolStruct):
         else:
             w += _S_qq.pack(self.commit_timestamp, self.expire_timestamp)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetCommitValue', v)
 
@@ -267,7 +270,11 @@ def _read_OffsetCommitValue(buf, pos, v):
         o.commit_timestamp, o.expire_timestamp = _S_qq.unpack_from(buf, pos)
         pos += 16
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -227,7 +227,10 @@ class ShareGroupMemberMetadataValue(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 w_cstr(w, e)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareGroupMemberMetadataValue(buf, pos, v):
@@ -244,7 +247,11 @@ def _read_ShareGroupMemberMetadataValue(buf, pos, v):
             e, pos = r_cstr(buf, pos)
             a.append(e)
         o.subscribed_topic_names = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -171,7 +171,10 @@ class TopicPartitionsInfo(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TopicPartitionsInfo(buf, pos, v):
@@ -185,7 +188,11 @@ def _read_TopicPartitionsInfo(buf, pos, v):
         raise null_error('array partitions')
     else:
         o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -209,7 +216,10 @@ class TopicInfo(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_U.pack(self.topic_id.bytes)
         w_cstr(w, self.topic_name)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TopicInfo(buf, pos, v):
@@ -218,7 +228,11 @@ def _read_TopicInfo(buf, pos, v):
     o.topic_id = _UUID(bytes=t[0])
     pos += 16
     o.topic_name, pos = r_cstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -304,7 +318,10 @@ class ShareGroupPartitionMetadataValue(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareGroupPartitionMetadataValue(buf, pos, v):
@@ -327,7 +344,11 @@ def _read_ShareGroupPartitionMetadataValue(buf, pos, v):
             e, pos = _read_TopicInfo(buf, pos, v)
             a.append(e)
         o.deleting_topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -183,7 +183,10 @@ class PartitionsSchema(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'PartitionsSchema', v)
 
@@ -207,7 +210,11 @@ def _read_PartitionsSchema(buf, pos, v):
         else:
             o.partition_ids, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -153,7 +153,10 @@ class AccessControlEntryRecord(ProtocolStruct):
         w_cstr(w, self.principal)
         w_cstr(w, self.host)
         w += _S_bb.pack(self.operation, self.permission_type)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AccessControlEntryRecord(buf, pos, v):
@@ -169,7 +172,11 @@ def _read_AccessControlEntryRecord(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.operation, o.permission_type = _S_bb.unpack_from(buf, pos)
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

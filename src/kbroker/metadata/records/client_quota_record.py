@@ -86,14 +86,21 @@ class EntityData(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.entity_type)
         w_cnstr(w, self.entity_name)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_EntityData(buf, pos, v):
     o = _new(EntityData)
     o.entity_type, pos = r_cstr(buf, pos)
     o.entity_name, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -177,7 +184,10 @@ class ClientQuotaRecord(ProtocolStruct):
                 e._write(w, parts, v)
         w_cstr(w, self.key)
         w += _S_do.pack(self.value, self.remove)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ClientQuotaRecord(buf, pos, v):
@@ -194,7 +204,11 @@ def _read_ClientQuotaRecord(buf, pos, v):
     o.key, pos = r_cstr(buf, pos)
     o.value, o.remove = _S_do.unpack_from(buf, pos)
     pos += 9
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -142,7 +142,10 @@ class ConfigRecord(ProtocolStruct):
         w_cstr(w, self.resource_name)
         w_cstr(w, self.name)
         w_cnstr(w, self.value)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConfigRecord(buf, pos, v):
@@ -152,7 +155,11 @@ def _read_ConfigRecord(buf, pos, v):
     o.resource_name, pos = r_cstr(buf, pos)
     o.name, pos = r_cstr(buf, pos)
     o.value, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -154,7 +154,10 @@ class DelegationTokenRecord(ProtocolStruct):
                 w_cstr(w, e)
         w += _S_qqq.pack(self.issue_timestamp, self.max_timestamp, self.expiration_timestamp)
         w_cstr(w, self.token_id)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DelegationTokenRecord(buf, pos, v):
@@ -173,7 +176,11 @@ def _read_DelegationTokenRecord(buf, pos, v):
     o.issue_timestamp, o.max_timestamp, o.expiration_timestamp = _S_qqq.unpack_from(buf, pos)
     pos += 24
     o.token_id, pos = r_cstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

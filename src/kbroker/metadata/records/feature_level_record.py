@@ -136,7 +136,10 @@ class FeatureLevelRecord(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w += _S_h.pack(self.feature_level)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FeatureLevelRecord(buf, pos, v):
@@ -144,7 +147,11 @@ def _read_FeatureLevelRecord(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.feature_level = _S_h.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

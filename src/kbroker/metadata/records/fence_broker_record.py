@@ -134,14 +134,21 @@ class FenceBrokerRecord(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_iq.pack(self.id, self.epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FenceBrokerRecord(buf, pos, v):
     o = _new(FenceBrokerRecord)
     o.id, o.epoch = _S_iq.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

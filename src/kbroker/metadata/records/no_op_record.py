@@ -128,12 +128,19 @@ class NoOpRecord(ProtocolStruct):
             raise decode_failed('NoOpRecord', version, e) from e
 
     def _write(self, w, parts, v):
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NoOpRecord(buf, pos, v):
     o = _new(NoOpRecord)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

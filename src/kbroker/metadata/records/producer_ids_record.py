@@ -137,14 +137,21 @@ class ProducerIdsRecord(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_iqq.pack(self.broker_id, self.broker_epoch, self.next_producer_id)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ProducerIdsRecord(buf, pos, v):
     o = _new(ProducerIdsRecord)
     o.broker_id, o.broker_epoch, o.next_producer_id = _S_iqq.unpack_from(buf, pos)
     pos += 20
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

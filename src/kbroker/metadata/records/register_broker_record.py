@@ -96,7 +96,10 @@ class BrokerEndpoint(ProtocolStruct):
         w_cstr(w, self.name)
         w_cstr(w, self.host)
         w += _S_Hh.pack(self.port, self.security_protocol)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_BrokerEndpoint(buf, pos, v):
@@ -105,7 +108,11 @@ def _read_BrokerEndpoint(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port, o.security_protocol = _S_Hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -131,7 +138,10 @@ class BrokerFeature(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w += _S_hh.pack(self.min_supported_version, self.max_supported_version)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_BrokerFeature(buf, pos, v):
@@ -139,7 +149,11 @@ def _read_BrokerFeature(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.min_supported_version, o.max_supported_version = _S_hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -131,13 +131,20 @@ class RemoveDelegationTokenRecord(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w_cstr(w, self.token_id)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_RemoveDelegationTokenRecord(buf, pos, v):
     o = _new(RemoveDelegationTokenRecord)
     o.token_id, pos = r_cstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

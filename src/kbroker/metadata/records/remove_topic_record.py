@@ -132,7 +132,10 @@ class RemoveTopicRecord(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_U.pack(self.topic_id.bytes)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_RemoveTopicRecord(buf, pos, v):
@@ -140,7 +143,11 @@ def _read_RemoveTopicRecord(buf, pos, v):
     t = _S_U.unpack_from(buf, pos)
     o.topic_id = _UUID(bytes=t[0])
     pos += 16
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -135,7 +135,10 @@ class RemoveUserScramCredentialRecord(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w += _S_b.pack(self.mechanism)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_RemoveUserScramCredentialRecord(buf, pos, v):
@@ -143,7 +146,11 @@ def _read_RemoveUserScramCredentialRecord(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.mechanism = _S_b.unpack_from(buf, pos)[0]
     pos += 1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -148,7 +148,10 @@ class UserScramCredentialRecord(ProtocolStruct):
         w_cbytes(w, self.stored_key)
         w_cbytes(w, self.server_key)
         w += _S_i.pack(self.iterations)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UserScramCredentialRecord(buf, pos, v):
@@ -161,7 +164,11 @@ def _read_UserScramCredentialRecord(buf, pos, v):
     o.server_key, pos = r_cbytes(buf, pos)
     o.iterations = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -132,14 +132,21 @@ class ZkMigrationStateRecord(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_b.pack(self.zk_migration_state)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ZkMigrationStateRecord(buf, pos, v):
     o = _new(ZkMigrationStateRecord)
     o.zk_migration_state = _S_b.unpack_from(buf, pos)[0]
     pos += 1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

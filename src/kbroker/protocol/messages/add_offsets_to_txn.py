@@ -148,7 +148,10 @@ class AddOffsetsToTxnRequest(ProtocolStruct):
         else:
             w_str(w, self.group_id)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AddOffsetsToTxnRequest', v)
 
@@ -166,7 +169,11 @@ def _read_AddOffsetsToTxnRequest(buf, pos, v):
     else:
         o.group_id, pos = r_str(buf, pos)
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -242,7 +249,10 @@ class AddOffsetsToTxnResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.throttle_time_ms, self.error_code)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AddOffsetsToTxnResponse', v)
 
@@ -252,7 +262,11 @@ def _read_AddOffsetsToTxnResponse(buf, pos, v):
     o.throttle_time_ms, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

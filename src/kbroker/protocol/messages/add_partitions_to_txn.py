@@ -106,7 +106,10 @@ class AddPartitionsToTxnTopic(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AddPartitionsToTxnTopic', v)
 
@@ -130,7 +133,11 @@ def _read_AddPartitionsToTxnTopic(buf, pos, v):
         else:
             o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -170,7 +177,10 @@ class AddPartitionsToTxnTransaction(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AddPartitionsToTxnTransaction(buf, pos, v):
@@ -187,7 +197,11 @@ def _read_AddPartitionsToTxnTransaction(buf, pos, v):
             e, pos = _read_AddPartitionsToTxnTopic(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -312,7 +326,10 @@ class AddPartitionsToTxnRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AddPartitionsToTxnRequest', v)
 
@@ -366,7 +383,11 @@ def _read_AddPartitionsToTxnRequest(buf, pos, v):
                 a.append(e)
             o.v3_and_below_topics = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -412,7 +433,10 @@ class AddPartitionsToTxnTopicResult(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AddPartitionsToTxnTopicResult', v)
 
@@ -444,7 +468,11 @@ def _read_AddPartitionsToTxnTopicResult(buf, pos, v):
                 a.append(e)
             o.results_by_partition = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -470,7 +498,10 @@ class AddPartitionsToTxnPartitionResult(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.partition_index, self.partition_error_code)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AddPartitionsToTxnPartitionResult', v)
 
@@ -480,7 +511,11 @@ def _read_AddPartitionsToTxnPartitionResult(buf, pos, v):
     o.partition_index, o.partition_error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -512,7 +547,10 @@ class AddPartitionsToTxnResult(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AddPartitionsToTxnResult(buf, pos, v):
@@ -527,7 +565,11 @@ def _read_AddPartitionsToTxnResult(buf, pos, v):
             e, pos = _read_AddPartitionsToTxnTopicResult(buf, pos, v)
             a.append(e)
         o.topic_results = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -640,7 +682,10 @@ class AddPartitionsToTxnResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AddPartitionsToTxnResponse', v)
 
@@ -689,7 +734,11 @@ def _read_AddPartitionsToTxnResponse(buf, pos, v):
                 a.append(e)
             o.results_by_topic_v3_and_below = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -91,7 +91,10 @@ class Listener(ProtocolStruct):
         w_cstr(w, self.name)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Listener(buf, pos, v):
@@ -100,7 +103,11 @@ def _read_Listener(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -187,7 +194,10 @@ class AddRaftVoterRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AddRaftVoterRequest(buf, pos, v):
@@ -207,7 +217,11 @@ def _read_AddRaftVoterRequest(buf, pos, v):
             e, pos = _read_Listener(buf, pos, v)
             a.append(e)
         o.listeners = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -284,7 +298,10 @@ class AddRaftVoterResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.throttle_time_ms, self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AddRaftVoterResponse(buf, pos, v):
@@ -292,7 +309,11 @@ def _read_AddRaftVoterResponse(buf, pos, v):
     o.throttle_time_ms, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

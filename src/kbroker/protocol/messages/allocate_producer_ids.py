@@ -135,14 +135,21 @@ class AllocateProducerIdsRequest(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_iq.pack(self.broker_id, self.broker_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AllocateProducerIdsRequest(buf, pos, v):
     o = _new(AllocateProducerIdsRequest)
     o.broker_id, o.broker_epoch = _S_iq.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -219,14 +226,21 @@ class AllocateProducerIdsResponse(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ihqi.pack(self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AllocateProducerIdsResponse(buf, pos, v):
     o = _new(AllocateProducerIdsResponse)
     o.throttle_time_ms, o.error_code, o.producer_id_start, o.producer_id_len = _S_ihqi.unpack_from(buf, pos)
     pos += 18
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

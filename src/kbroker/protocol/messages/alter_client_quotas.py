@@ -96,7 +96,10 @@ class AlterClientQuotasRequestEntityData(ProtocolStruct):
         else:
             w_nstr(w, self.entity_name)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterClientQuotasRequestEntityData', v)
 
@@ -112,7 +115,11 @@ def _read_AlterClientQuotasRequestEntityData(buf, pos, v):
     else:
         o.entity_name, pos = r_nstr(buf, pos)
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -144,7 +151,10 @@ class OpData(ProtocolStruct):
             w_str(w, self.key)
         w += _S_do.pack(self.value, self.remove)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OpData', v)
 
@@ -158,7 +168,11 @@ def _read_OpData(buf, pos, v):
     o.value, o.remove = _S_do.unpack_from(buf, pos)
     pos += 9
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -215,7 +229,10 @@ class AlterClientQuotasRequestEntryData(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterClientQuotasRequestEntryData', v)
 
@@ -263,7 +280,11 @@ def _read_AlterClientQuotasRequestEntryData(buf, pos, v):
                 a.append(e)
             o.ops = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -354,7 +375,10 @@ class AlterClientQuotasRequest(ProtocolStruct):
                     e._write(w, parts, v)
         w += _S_o.pack(self.validate_only)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterClientQuotasRequest', v)
 
@@ -384,7 +408,11 @@ def _read_AlterClientQuotasRequest(buf, pos, v):
     o.validate_only = _S_o.unpack_from(buf, pos)[0]
     pos += 1
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -417,7 +445,10 @@ class AlterClientQuotasResponseEntityData(ProtocolStruct):
         else:
             w_nstr(w, self.entity_name)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterClientQuotasResponseEntityData', v)
 
@@ -433,7 +464,11 @@ def _read_AlterClientQuotasResponseEntityData(buf, pos, v):
     else:
         o.entity_name, pos = r_nstr(buf, pos)
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -482,7 +517,10 @@ class AlterClientQuotasResponseEntryData(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterClientQuotasResponseEntryData', v)
 
@@ -516,7 +554,11 @@ def _read_AlterClientQuotasResponseEntryData(buf, pos, v):
                 a.append(e)
             o.entity = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -608,7 +650,10 @@ class AlterClientQuotasResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterClientQuotasResponse', v)
 
@@ -638,7 +683,11 @@ def _read_AlterClientQuotasResponse(buf, pos, v):
                 a.append(e)
             o.entries = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -96,7 +96,10 @@ class AlterableConfig(ProtocolStruct):
         else:
             w_nstr(w, self.value)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterableConfig', v)
 
@@ -112,7 +115,11 @@ def _read_AlterableConfig(buf, pos, v):
     else:
         o.value, pos = r_nstr(buf, pos)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -160,7 +167,10 @@ class AlterConfigsResource(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterConfigsResource', v)
 
@@ -194,7 +204,11 @@ def _read_AlterConfigsResource(buf, pos, v):
                 a.append(e)
             o.configs = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -286,7 +300,10 @@ class AlterConfigsRequest(ProtocolStruct):
                     e._write(w, parts, v)
         w += _S_o.pack(self.validate_only)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterConfigsRequest', v)
 
@@ -316,7 +333,11 @@ def _read_AlterConfigsRequest(buf, pos, v):
     o.validate_only = _S_o.unpack_from(buf, pos)[0]
     pos += 1
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -356,7 +377,10 @@ class AlterConfigsResourceResponse(ProtocolStruct):
         else:
             w_str(w, self.resource_name)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterConfigsResourceResponse', v)
 
@@ -376,7 +400,11 @@ def _read_AlterConfigsResourceResponse(buf, pos, v):
     else:
         o.resource_name, pos = r_str(buf, pos)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -468,7 +496,10 @@ class AlterConfigsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterConfigsResponse', v)
 
@@ -498,7 +529,11 @@ def _read_AlterConfigsResponse(buf, pos, v):
                 a.append(e)
             o.responses = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

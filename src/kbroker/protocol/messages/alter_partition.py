@@ -92,14 +92,21 @@ class BrokerState(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_iq.pack(self.broker_id, self.broker_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_BrokerState(buf, pos, v):
     o = _new(BrokerState)
     o.broker_id, o.broker_epoch = _S_iq.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -159,7 +166,10 @@ class AlterPartitionRequestPartitionData(ProtocolStruct):
             w += _S_i.pack(self.partition_epoch)
             if self.leader_recovery_state != 0:
                 raise non_default('leader_recovery_state', v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionRequestPartitionData(buf, pos, v):
@@ -193,7 +203,11 @@ def _read_AlterPartitionRequestPartitionData(buf, pos, v):
         o.partition_epoch = _S_i.unpack_from(buf, pos)[0]
         pos += 4
         o.leader_recovery_state = 0
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -228,7 +242,10 @@ class AlterPartitionRequestTopicData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionRequestTopicData(buf, pos, v):
@@ -252,7 +269,11 @@ def _read_AlterPartitionRequestTopicData(buf, pos, v):
             e, pos = _read_AlterPartitionRequestPartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -333,7 +354,10 @@ class AlterPartitionRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionRequest(buf, pos, v):
@@ -349,7 +373,11 @@ def _read_AlterPartitionRequest(buf, pos, v):
             e, pos = _read_AlterPartitionRequestTopicData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -394,7 +422,10 @@ class AlterPartitionResponsePartitionData(ProtocolStruct):
             w += _S_bi.pack(self.leader_recovery_state, self.partition_epoch)
         else:
             w += _S_i.pack(self.partition_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionResponsePartitionData(buf, pos, v):
@@ -413,7 +444,11 @@ def _read_AlterPartitionResponsePartitionData(buf, pos, v):
         o.partition_epoch = _S_i.unpack_from(buf, pos)[0]
         pos += 4
         o.leader_recovery_state = 0
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -448,7 +483,10 @@ class AlterPartitionResponseTopicData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionResponseTopicData(buf, pos, v):
@@ -472,7 +510,11 @@ def _read_AlterPartitionResponseTopicData(buf, pos, v):
             e, pos = _read_AlterPartitionResponsePartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -554,7 +596,10 @@ class AlterPartitionResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionResponse(buf, pos, v):
@@ -570,7 +615,11 @@ def _read_AlterPartitionResponse(buf, pos, v):
             e, pos = _read_AlterPartitionResponseTopicData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -93,7 +93,10 @@ class ReassignablePartition(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReassignablePartition(buf, pos, v):
@@ -105,7 +108,11 @@ def _read_ReassignablePartition(buf, pos, v):
         o.replicas = None
     else:
         o.replicas, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -135,7 +142,10 @@ class ReassignableTopic(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReassignableTopic(buf, pos, v):
@@ -150,7 +160,11 @@ def _read_ReassignableTopic(buf, pos, v):
             e, pos = _read_ReassignablePartition(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -229,7 +243,10 @@ class AlterPartitionReassignmentsRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionReassignmentsRequest(buf, pos, v):
@@ -245,7 +262,11 @@ def _read_AlterPartitionReassignmentsRequest(buf, pos, v):
             e, pos = _read_ReassignableTopic(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -273,7 +294,10 @@ class ReassignablePartitionResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.partition_index, self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReassignablePartitionResponse(buf, pos, v):
@@ -281,7 +305,11 @@ def _read_ReassignablePartitionResponse(buf, pos, v):
     o.partition_index, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -311,7 +339,10 @@ class ReassignableTopicResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReassignableTopicResponse(buf, pos, v):
@@ -326,7 +357,11 @@ def _read_ReassignableTopicResponse(buf, pos, v):
             e, pos = _read_ReassignablePartitionResponse(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -412,7 +447,10 @@ class AlterPartitionReassignmentsResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterPartitionReassignmentsResponse(buf, pos, v):
@@ -429,7 +467,11 @@ def _read_AlterPartitionReassignmentsResponse(buf, pos, v):
             e, pos = _read_ReassignableTopicResponse(buf, pos, v)
             a.append(e)
         o.responses = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

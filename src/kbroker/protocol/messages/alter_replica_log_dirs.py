@@ -104,7 +104,10 @@ class AlterReplicaLogDirTopic(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterReplicaLogDirTopic', v)
 
@@ -128,7 +131,11 @@ def _read_AlterReplicaLogDirTopic(buf, pos, v):
         else:
             o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -173,7 +180,10 @@ class AlterReplicaLogDir(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterReplicaLogDir', v)
 
@@ -205,7 +215,11 @@ def _read_AlterReplicaLogDir(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -293,7 +307,10 @@ class AlterReplicaLogDirsRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterReplicaLogDirsRequest', v)
 
@@ -321,7 +338,11 @@ def _read_AlterReplicaLogDirsRequest(buf, pos, v):
                 a.append(e)
             o.dirs = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -347,7 +368,10 @@ class AlterReplicaLogDirPartitionResult(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.partition_index, self.error_code)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterReplicaLogDirPartitionResult', v)
 
@@ -357,7 +381,11 @@ def _read_AlterReplicaLogDirPartitionResult(buf, pos, v):
     o.partition_index, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -402,7 +430,10 @@ class AlterReplicaLogDirTopicResult(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterReplicaLogDirTopicResult', v)
 
@@ -434,7 +465,11 @@ def _read_AlterReplicaLogDirTopicResult(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -526,7 +561,10 @@ class AlterReplicaLogDirsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterReplicaLogDirsResponse', v)
 
@@ -556,7 +594,11 @@ def _read_AlterReplicaLogDirsResponse(buf, pos, v):
                 a.append(e)
             o.results = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

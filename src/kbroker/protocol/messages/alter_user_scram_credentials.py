@@ -89,7 +89,10 @@ class ScramCredentialDeletion(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w += _S_b.pack(self.mechanism)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ScramCredentialDeletion(buf, pos, v):
@@ -97,7 +100,11 @@ def _read_ScramCredentialDeletion(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.mechanism = _S_b.unpack_from(buf, pos)[0]
     pos += 1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -129,7 +136,10 @@ class ScramCredentialUpsertion(ProtocolStruct):
         w += _S_bi.pack(self.mechanism, self.iterations)
         w_cbytes(w, self.salt)
         w_cbytes(w, self.salted_password)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ScramCredentialUpsertion(buf, pos, v):
@@ -139,7 +149,11 @@ def _read_ScramCredentialUpsertion(buf, pos, v):
     pos += 5
     o.salt, pos = r_cbytes(buf, pos)
     o.salted_password, pos = r_cbytes(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -224,7 +238,10 @@ class AlterUserScramCredentialsRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterUserScramCredentialsRequest(buf, pos, v):
@@ -247,7 +264,11 @@ def _read_AlterUserScramCredentialsRequest(buf, pos, v):
             e, pos = _read_ScramCredentialUpsertion(buf, pos, v)
             a.append(e)
         o.upsertions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -275,7 +296,10 @@ class AlterUserScramCredentialsResult(ProtocolStruct):
         w_cstr(w, self.user)
         w += _S_h.pack(self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterUserScramCredentialsResult(buf, pos, v):
@@ -284,7 +308,11 @@ def _read_AlterUserScramCredentialsResult(buf, pos, v):
     o.error_code = _S_h.unpack_from(buf, pos)[0]
     pos += 2
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -365,7 +393,10 @@ class AlterUserScramCredentialsResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AlterUserScramCredentialsResponse(buf, pos, v):
@@ -381,7 +412,11 @@ def _read_AlterUserScramCredentialsResponse(buf, pos, v):
             e, pos = _read_AlterUserScramCredentialsResult(buf, pos, v)
             a.append(e)
         o.results = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

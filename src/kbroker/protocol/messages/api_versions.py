@@ -143,7 +143,10 @@ class ApiVersionsRequest(ProtocolStruct):
         if v >= 3:
             w_cstr(w, self.client_software_version)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ApiVersionsRequest', v)
 
@@ -159,7 +162,11 @@ def _read_ApiVersionsRequest(buf, pos, v):
     else:
         o.client_software_version = ''
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -187,7 +194,10 @@ class ApiVersion(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_hhh.pack(self.api_key, self.min_version, self.max_version)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ApiVersion', v)
 
@@ -197,7 +207,11 @@ def _read_ApiVersion(buf, pos, v):
     o.api_key, o.min_version, o.max_version = _S_hhh.unpack_from(buf, pos)
     pos += 6
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -225,7 +239,10 @@ class SupportedFeatureKey(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w += _S_hh.pack(self.min_version, self.max_version)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_SupportedFeatureKey(buf, pos, v):
@@ -233,7 +250,11 @@ def _read_SupportedFeatureKey(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.min_version, o.max_version = _S_hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -259,7 +280,10 @@ class FinalizedFeatureKey(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w += _S_hh.pack(self.max_version_level, self.min_version_level)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FinalizedFeatureKey(buf, pos, v):
@@ -267,7 +291,11 @@ def _read_FinalizedFeatureKey(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.max_version_level, o.min_version_level = _S_hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

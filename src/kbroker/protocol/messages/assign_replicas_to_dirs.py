@@ -86,14 +86,21 @@ class AssignReplicasToDirsRequestPartitionData(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_i.pack(self.partition_index)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AssignReplicasToDirsRequestPartitionData(buf, pos, v):
     o = _new(AssignReplicasToDirsRequestPartitionData)
     o.partition_index = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -123,7 +130,10 @@ class AssignReplicasToDirsRequestTopicData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AssignReplicasToDirsRequestTopicData(buf, pos, v):
@@ -140,7 +150,11 @@ def _read_AssignReplicasToDirsRequestTopicData(buf, pos, v):
             e, pos = _read_AssignReplicasToDirsRequestPartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -170,7 +184,10 @@ class AssignReplicasToDirsRequestDirectoryData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AssignReplicasToDirsRequestDirectoryData(buf, pos, v):
@@ -187,7 +204,11 @@ def _read_AssignReplicasToDirsRequestDirectoryData(buf, pos, v):
             e, pos = _read_AssignReplicasToDirsRequestTopicData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -268,7 +289,10 @@ class AssignReplicasToDirsRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AssignReplicasToDirsRequest(buf, pos, v):
@@ -284,7 +308,11 @@ def _read_AssignReplicasToDirsRequest(buf, pos, v):
             e, pos = _read_AssignReplicasToDirsRequestDirectoryData(buf, pos, v)
             a.append(e)
         o.directories = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -307,14 +335,21 @@ class AssignReplicasToDirsResponsePartitionData(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.partition_index, self.error_code)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AssignReplicasToDirsResponsePartitionData(buf, pos, v):
     o = _new(AssignReplicasToDirsResponsePartitionData)
     o.partition_index, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -344,7 +379,10 @@ class AssignReplicasToDirsResponseTopicData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AssignReplicasToDirsResponseTopicData(buf, pos, v):
@@ -361,7 +399,11 @@ def _read_AssignReplicasToDirsResponseTopicData(buf, pos, v):
             e, pos = _read_AssignReplicasToDirsResponsePartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -391,7 +433,10 @@ class AssignReplicasToDirsResponseDirectoryData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AssignReplicasToDirsResponseDirectoryData(buf, pos, v):
@@ -408,7 +453,11 @@ def _read_AssignReplicasToDirsResponseDirectoryData(buf, pos, v):
             e, pos = _read_AssignReplicasToDirsResponseTopicData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -490,7 +539,10 @@ class AssignReplicasToDirsResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AssignReplicasToDirsResponse(buf, pos, v):
@@ -506,7 +558,11 @@ def _read_AssignReplicasToDirsResponse(buf, pos, v):
             e, pos = _read_AssignReplicasToDirsResponseDirectoryData(buf, pos, v)
             a.append(e)
         o.directories = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

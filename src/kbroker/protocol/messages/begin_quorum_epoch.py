@@ -98,7 +98,10 @@ class BeginQuorumEpochRequestPartitionData(ProtocolStruct):
         else:
             w += _S_iii.pack(self.partition_index, self.leader_id, self.leader_epoch)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'BeginQuorumEpochRequestPartitionData', v)
 
@@ -117,7 +120,11 @@ def _read_BeginQuorumEpochRequestPartitionData(buf, pos, v):
         pos += 12
         o.voter_directory_id = ZERO_UUID
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -162,7 +169,10 @@ class BeginQuorumEpochRequestTopicData(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'BeginQuorumEpochRequestTopicData', v)
 
@@ -194,7 +204,11 @@ def _read_BeginQuorumEpochRequestTopicData(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -223,7 +237,10 @@ class LeaderEndpoint(ProtocolStruct):
         w_cstr(w, self.name)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderEndpoint(buf, pos, v):
@@ -232,7 +249,11 @@ def _read_LeaderEndpoint(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -339,7 +360,10 @@ class BeginQuorumEpochRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'BeginQuorumEpochRequest', v)
 
@@ -388,7 +412,11 @@ def _read_BeginQuorumEpochRequest(buf, pos, v):
     else:
         o.leader_endpoints = []
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -418,7 +446,10 @@ class BeginQuorumEpochResponsePartitionData(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ihii.pack(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'BeginQuorumEpochResponsePartitionData', v)
 
@@ -428,7 +459,11 @@ def _read_BeginQuorumEpochResponsePartitionData(buf, pos, v):
     o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _S_ihii.unpack_from(buf, pos)
     pos += 14
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -473,7 +508,10 @@ class BeginQuorumEpochResponseTopicData(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'BeginQuorumEpochResponseTopicData', v)
 
@@ -505,7 +543,11 @@ def _read_BeginQuorumEpochResponseTopicData(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -534,7 +576,10 @@ class NodeEndpoint(ProtocolStruct):
         w += _S_i.pack(self.node_id)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NodeEndpoint(buf, pos, v):
@@ -544,7 +589,11 @@ def _read_NodeEndpoint(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -265,14 +265,21 @@ class BrokerHeartbeatResponse(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ihooo.pack(self.throttle_time_ms, self.error_code, self.is_caught_up, self.is_fenced, self.should_shut_down)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_BrokerHeartbeatResponse(buf, pos, v):
     o = _new(BrokerHeartbeatResponse)
     o.throttle_time_ms, o.error_code, o.is_caught_up, o.is_fenced, o.should_shut_down = _S_ihooo.unpack_from(buf, pos)
     pos += 9
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

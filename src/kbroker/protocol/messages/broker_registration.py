@@ -97,7 +97,10 @@ class Listener(ProtocolStruct):
         w_cstr(w, self.name)
         w_cstr(w, self.host)
         w += _S_Hh.pack(self.port, self.security_protocol)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Listener(buf, pos, v):
@@ -106,7 +109,11 @@ def _read_Listener(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port, o.security_protocol = _S_Hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -132,7 +139,10 @@ class Feature(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w += _S_hh.pack(self.min_supported_version, self.max_supported_version)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Feature(buf, pos, v):
@@ -140,7 +150,11 @@ def _read_Feature(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.min_supported_version, o.max_supported_version = _S_hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -260,7 +274,10 @@ class BrokerRegistrationRequest(ProtocolStruct):
                 w_uuid_array(w, a)
         if v >= 3:
             w += _S_q.pack(self.previous_broker_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_BrokerRegistrationRequest(buf, pos, v):
@@ -308,7 +325,11 @@ def _read_BrokerRegistrationRequest(buf, pos, v):
         pos += 8
     else:
         o.previous_broker_epoch = -1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -384,14 +405,21 @@ class BrokerRegistrationResponse(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ihq.pack(self.throttle_time_ms, self.error_code, self.broker_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_BrokerRegistrationResponse(buf, pos, v):
     o = _new(BrokerRegistrationResponse)
     o.throttle_time_ms, o.error_code, o.broker_epoch = _S_ihq.unpack_from(buf, pos)
     pos += 14
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -94,7 +94,10 @@ class ConsumerGroupHeartbeatRequestTopicPartitions(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConsumerGroupHeartbeatRequestTopicPartitions(buf, pos, v):
@@ -107,7 +110,11 @@ def _read_ConsumerGroupHeartbeatRequestTopicPartitions(buf, pos, v):
         raise null_error('array partitions')
     else:
         o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -230,7 +237,10 @@ class ConsumerGroupHeartbeatRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConsumerGroupHeartbeatRequest(buf, pos, v):
@@ -266,7 +276,11 @@ def _read_ConsumerGroupHeartbeatRequest(buf, pos, v):
             e, pos = _read_ConsumerGroupHeartbeatRequestTopicPartitions(buf, pos, v)
             a.append(e)
         o.topic_partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -295,7 +309,10 @@ class ConsumerGroupHeartbeatResponseTopicPartitions(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConsumerGroupHeartbeatResponseTopicPartitions(buf, pos, v):
@@ -308,7 +325,11 @@ def _read_ConsumerGroupHeartbeatResponseTopicPartitions(buf, pos, v):
         raise null_error('array partitions')
     else:
         o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -336,7 +357,10 @@ class Assignment(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Assignment(buf, pos, v):
@@ -350,7 +374,11 @@ def _read_Assignment(buf, pos, v):
             e, pos = _read_ConsumerGroupHeartbeatResponseTopicPartitions(buf, pos, v)
             a.append(e)
         o.topic_partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -444,7 +472,10 @@ class ConsumerGroupHeartbeatResponse(ProtocolStruct):
         else:
             w.append(1)
             self.assignment._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ConsumerGroupHeartbeatResponse(buf, pos, v):
@@ -461,7 +492,11 @@ def _read_ConsumerGroupHeartbeatResponse(buf, pos, v):
         o.assignment = None
     else:
         o.assignment, pos = _read_Assignment(buf, pos, v)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

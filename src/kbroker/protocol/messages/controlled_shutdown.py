@@ -140,7 +140,10 @@ class ControlledShutdownRequest(ProtocolStruct):
         else:
             w += _S_i.pack(self.broker_id)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ControlledShutdownRequest', v)
 
@@ -155,7 +158,11 @@ def _read_ControlledShutdownRequest(buf, pos, v):
         pos += 4
         o.broker_epoch = -1
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -185,7 +192,10 @@ class RemainingPartition(ProtocolStruct):
             w_str(w, self.topic_name)
         w += _S_i.pack(self.partition_index)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'RemainingPartition', v)
 
@@ -199,7 +209,11 @@ def _read_RemainingPartition(buf, pos, v):
     o.partition_index = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -290,7 +304,10 @@ class ControlledShutdownResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ControlledShutdownResponse', v)
 
@@ -320,7 +337,11 @@ def _read_ControlledShutdownResponse(buf, pos, v):
                 a.append(e)
             o.remaining_partitions = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

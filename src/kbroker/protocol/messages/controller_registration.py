@@ -94,7 +94,10 @@ class Listener(ProtocolStruct):
         w_cstr(w, self.name)
         w_cstr(w, self.host)
         w += _S_Hh.pack(self.port, self.security_protocol)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Listener(buf, pos, v):
@@ -103,7 +106,11 @@ def _read_Listener(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port, o.security_protocol = _S_Hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -129,7 +136,10 @@ class Feature(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
         w += _S_hh.pack(self.min_supported_version, self.max_supported_version)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Feature(buf, pos, v):
@@ -137,7 +147,11 @@ def _read_Feature(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.min_supported_version, o.max_supported_version = _S_hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -231,7 +245,10 @@ class ControllerRegistrationRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ControllerRegistrationRequest(buf, pos, v):
@@ -259,7 +276,11 @@ def _read_ControllerRegistrationRequest(buf, pos, v):
             e, pos = _read_Feature(buf, pos, v)
             a.append(e)
         o.features = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -336,7 +357,10 @@ class ControllerRegistrationResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.throttle_time_ms, self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ControllerRegistrationResponse(buf, pos, v):
@@ -344,7 +368,11 @@ def _read_ControllerRegistrationResponse(buf, pos, v):
     o.throttle_time_ms, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

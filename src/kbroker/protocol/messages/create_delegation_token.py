@@ -96,7 +96,10 @@ class CreatableRenewers(ProtocolStruct):
         else:
             w_str(w, self.principal_name)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'CreatableRenewers', v)
 
@@ -112,7 +115,11 @@ def _read_CreatableRenewers(buf, pos, v):
     else:
         o.principal_name, pos = r_str(buf, pos)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -221,7 +228,10 @@ class CreateDelegationTokenRequest(ProtocolStruct):
                     e._write(w, parts, v)
         w += _S_q.pack(self.max_lifetime_ms)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'CreateDelegationTokenRequest', v)
 
@@ -259,7 +269,11 @@ def _read_CreateDelegationTokenRequest(buf, pos, v):
     o.max_lifetime_ms = _S_q.unpack_from(buf, pos)[0]
     pos += 8
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -383,7 +397,10 @@ class CreateDelegationTokenResponse(ProtocolStruct):
             w_bytes(w, self.hmac)
         w += _S_i.pack(self.throttle_time_ms)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'CreateDelegationTokenResponse', v)
 
@@ -421,7 +438,11 @@ def _read_CreateDelegationTokenResponse(buf, pos, v):
     o.throttle_time_ms = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

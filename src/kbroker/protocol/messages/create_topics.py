@@ -105,7 +105,10 @@ class CreatableReplicaAssignment(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'CreatableReplicaAssignment', v)
 
@@ -127,7 +130,11 @@ def _read_CreatableReplicaAssignment(buf, pos, v):
         else:
             o.broker_ids, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -160,7 +167,10 @@ class CreatableTopicConfig(ProtocolStruct):
         else:
             w_nstr(w, self.value)
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'CreatableTopicConfig', v)
 
@@ -176,7 +186,11 @@ def _read_CreatableTopicConfig(buf, pos, v):
     else:
         o.value, pos = r_nstr(buf, pos)
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -248,7 +262,10 @@ class CreatableTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'CreatableTopic', v)
 
@@ -302,7 +319,11 @@ def _read_CreatableTopic(buf, pos, v):
                 a.append(e)
             o.configs = a
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -402,7 +423,10 @@ class CreateTopicsRequest(ProtocolStruct):
             if self.validate_only != False:
                 raise non_default('validate_only', v)
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'CreateTopicsRequest', v)
 
@@ -437,7 +461,11 @@ def _read_CreateTopicsRequest(buf, pos, v):
         pos += 4
         o.validate_only = False
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -470,7 +498,10 @@ class CreatableTopicConfigs(ProtocolStruct):
         w_cstr(w, self.name)
         w_cnstr(w, self.value)
         w += _S_obo.pack(self.read_only, self.config_source, self.is_sensitive)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_CreatableTopicConfigs(buf, pos, v):
@@ -479,7 +510,11 @@ def _read_CreatableTopicConfigs(buf, pos, v):
     o.value, pos = r_cnstr(buf, pos)
     o.read_only, o.config_source, o.is_sensitive = _S_obo.unpack_from(buf, pos)
     pos += 3
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -699,7 +734,10 @@ class CreateTopicsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'CreateTopicsResponse', v)
 
@@ -732,7 +770,11 @@ def _read_CreateTopicsResponse(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -139,7 +139,10 @@ class DefaultPrincipalData(ProtocolStruct):
         w_cstr(w, self.type)
         w_cstr(w, self.name)
         w += _S_o.pack(self.token_authenticated)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DefaultPrincipalData(buf, pos, v):
@@ -148,7 +151,11 @@ def _read_DefaultPrincipalData(buf, pos, v):
     o.name, pos = r_cstr(buf, pos)
     o.token_authenticated = _S_o.unpack_from(buf, pos)[0]
     pos += 1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

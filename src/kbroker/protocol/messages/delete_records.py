@@ -88,7 +88,10 @@ class DeleteRecordsPartition(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_iq.pack(self.partition_index, self.offset)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeleteRecordsPartition', v)
 
@@ -98,7 +101,11 @@ def _read_DeleteRecordsPartition(buf, pos, v):
     o.partition_index, o.offset = _S_iq.unpack_from(buf, pos)
     pos += 12
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -144,7 +151,10 @@ class DeleteRecordsTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeleteRecordsTopic', v)
 
@@ -176,7 +186,11 @@ def _read_DeleteRecordsTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -267,7 +281,10 @@ class DeleteRecordsRequest(ProtocolStruct):
                     e._write(w, parts, v)
         w += _S_i.pack(self.timeout_ms)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeleteRecordsRequest', v)
 
@@ -297,7 +314,11 @@ def _read_DeleteRecordsRequest(buf, pos, v):
     o.timeout_ms = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -325,7 +346,10 @@ class DeleteRecordsPartitionResult(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_iqh.pack(self.partition_index, self.low_watermark, self.error_code)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeleteRecordsPartitionResult', v)
 
@@ -335,7 +359,11 @@ def _read_DeleteRecordsPartitionResult(buf, pos, v):
     o.partition_index, o.low_watermark, o.error_code = _S_iqh.unpack_from(buf, pos)
     pos += 14
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -381,7 +409,10 @@ class DeleteRecordsTopicResult(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeleteRecordsTopicResult', v)
 
@@ -413,7 +444,11 @@ def _read_DeleteRecordsTopicResult(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -505,7 +540,10 @@ class DeleteRecordsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeleteRecordsResponse', v)
 
@@ -535,7 +573,11 @@ def _read_DeleteRecordsResponse(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

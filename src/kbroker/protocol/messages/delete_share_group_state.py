@@ -85,14 +85,21 @@ class PartitionData(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_i.pack(self.partition)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PartitionData(buf, pos, v):
     o = _new(PartitionData)
     o.partition = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -122,7 +129,10 @@ class DeleteStateData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DeleteStateData(buf, pos, v):
@@ -139,7 +149,11 @@ def _read_DeleteStateData(buf, pos, v):
             e, pos = _read_PartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -218,7 +232,10 @@ class DeleteShareGroupStateRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DeleteShareGroupStateRequest(buf, pos, v):
@@ -233,7 +250,11 @@ def _read_DeleteShareGroupStateRequest(buf, pos, v):
             e, pos = _read_DeleteStateData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -260,7 +281,10 @@ class PartitionResult(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.partition, self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PartitionResult(buf, pos, v):
@@ -268,7 +292,11 @@ def _read_PartitionResult(buf, pos, v):
     o.partition, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -298,7 +326,10 @@ class DeleteStateResult(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DeleteStateResult(buf, pos, v):
@@ -315,7 +346,11 @@ def _read_DeleteStateResult(buf, pos, v):
             e, pos = _read_PartitionResult(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -391,7 +426,10 @@ class DeleteShareGroupStateResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DeleteShareGroupStateResponse(buf, pos, v):
@@ -405,7 +443,11 @@ def _read_DeleteShareGroupStateResponse(buf, pos, v):
             e, pos = _read_DeleteStateResult(buf, pos, v)
             a.append(e)
         o.results = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

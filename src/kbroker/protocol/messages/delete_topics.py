@@ -89,7 +89,10 @@ class DeleteTopicState(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cnstr(w, self.name)
         w += _S_U.pack(self.topic_id.bytes)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DeleteTopicState(buf, pos, v):
@@ -98,7 +101,11 @@ def _read_DeleteTopicState(buf, pos, v):
     t = _S_U.unpack_from(buf, pos)
     o.topic_id = _UUID(bytes=t[0])
     pos += 16
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -201,7 +208,10 @@ class DeleteTopicsRequest(ProtocolStruct):
                     w_str(w, e)
         w += _S_i.pack(self.timeout_ms)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeleteTopicsRequest', v)
 
@@ -245,7 +255,11 @@ def _read_DeleteTopicsRequest(buf, pos, v):
     o.timeout_ms = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -287,7 +301,10 @@ class DeletableTopicResult(ProtocolStruct):
         if v >= 5:
             w_cnstr(w, self.error_message)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeletableTopicResult', v)
 
@@ -314,7 +331,11 @@ def _read_DeletableTopicResult(buf, pos, v):
     else:
         o.error_message = None
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -408,7 +429,10 @@ class DeleteTopicsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DeleteTopicsResponse', v)
 
@@ -441,7 +465,11 @@ def _read_DeleteTopicsResponse(buf, pos, v):
                 a.append(e)
             o.responses = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

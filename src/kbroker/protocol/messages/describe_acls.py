@@ -167,7 +167,10 @@ class DescribeAclsRequest(ProtocolStruct):
             w_nstr(w, self.host_filter)
         w += _S_bb.pack(self.operation, self.permission_type)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeAclsRequest', v)
 
@@ -196,7 +199,11 @@ def _read_DescribeAclsRequest(buf, pos, v):
     o.operation, o.permission_type = _S_bb.unpack_from(buf, pos)
     pos += 2
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -234,7 +241,10 @@ class AclDescription(ProtocolStruct):
             w_str(w, self.host)
         w += _S_bb.pack(self.operation, self.permission_type)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AclDescription', v)
 
@@ -252,7 +262,11 @@ def _read_AclDescription(buf, pos, v):
     o.operation, o.permission_type = _S_bb.unpack_from(buf, pos)
     pos += 2
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -307,7 +321,10 @@ class DescribeAclsResource(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeAclsResource', v)
 
@@ -346,7 +363,11 @@ def _read_DescribeAclsResource(buf, pos, v):
                 a.append(e)
             o.acls = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -446,7 +467,10 @@ class DescribeAclsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeAclsResponse', v)
 
@@ -480,7 +504,11 @@ def _read_DescribeAclsResponse(buf, pos, v):
                 a.append(e)
             o.resources = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

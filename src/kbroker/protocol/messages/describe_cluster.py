@@ -145,7 +145,10 @@ class DescribeClusterRequest(ProtocolStruct):
             w += _S_o.pack(self.include_cluster_authorized_operations)
             if self.endpoint_type != 1:
                 raise non_default('endpoint_type', v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeClusterRequest(buf, pos, v):
@@ -157,7 +160,11 @@ def _read_DescribeClusterRequest(buf, pos, v):
         o.include_cluster_authorized_operations = _S_o.unpack_from(buf, pos)[0]
         pos += 1
         o.endpoint_type = 1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -188,7 +195,10 @@ class DescribeClusterBroker(ProtocolStruct):
         w_cstr(w, self.host)
         w += _S_i.pack(self.port)
         w_cnstr(w, self.rack)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeClusterBroker(buf, pos, v):
@@ -199,7 +209,11 @@ def _read_DescribeClusterBroker(buf, pos, v):
     o.port = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     o.rack, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -303,7 +317,10 @@ class DescribeClusterResponse(ProtocolStruct):
             for e in a:
                 e._write(w, parts, v)
         w += _S_i.pack(self.cluster_authorized_operations)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeClusterResponse(buf, pos, v):
@@ -330,7 +347,11 @@ def _read_DescribeClusterResponse(buf, pos, v):
         o.brokers = a
     o.cluster_authorized_operations = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

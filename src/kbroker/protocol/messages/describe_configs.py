@@ -115,7 +115,10 @@ class DescribeConfigsResource(ProtocolStruct):
                 for e in a:
                     w_str(w, e)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeConfigsResource', v)
 
@@ -149,7 +152,11 @@ def _read_DescribeConfigsResource(buf, pos, v):
                 a.append(e)
             o.configuration_keys = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -254,7 +261,10 @@ class DescribeConfigsRequest(ProtocolStruct):
             if self.include_documentation != False:
                 raise non_default('include_documentation', v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeConfigsRequest', v)
 
@@ -292,7 +302,11 @@ def _read_DescribeConfigsRequest(buf, pos, v):
         o.include_synonyms = False
         o.include_documentation = False
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -328,7 +342,10 @@ class DescribeConfigsSynonym(ProtocolStruct):
             w_nstr(w, self.value)
         w += _S_b.pack(self.source)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeConfigsSynonym', v)
 
@@ -346,7 +363,11 @@ def _read_DescribeConfigsSynonym(buf, pos, v):
     o.source = _S_b.unpack_from(buf, pos)[0]
     pos += 1
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -423,7 +444,10 @@ class DescribeConfigsResourceResult(ProtocolStruct):
         elif v == 3:
             w_nstr(w, self.documentation)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeConfigsResourceResult', v)
 
@@ -480,7 +504,11 @@ def _read_DescribeConfigsResourceResult(buf, pos, v):
     else:
         o.documentation = ''
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -539,7 +567,10 @@ class DescribeConfigsResult(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeConfigsResult', v)
 
@@ -579,7 +610,11 @@ def _read_DescribeConfigsResult(buf, pos, v):
                 a.append(e)
             o.configs = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -671,7 +706,10 @@ class DescribeConfigsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeConfigsResponse', v)
 
@@ -701,7 +739,11 @@ def _read_DescribeConfigsResponse(buf, pos, v):
                 a.append(e)
             o.results = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

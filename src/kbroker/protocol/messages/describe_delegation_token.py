@@ -95,7 +95,10 @@ class DescribeDelegationTokenOwner(ProtocolStruct):
         else:
             w_str(w, self.principal_name)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeDelegationTokenOwner', v)
 
@@ -111,7 +114,11 @@ def _read_DescribeDelegationTokenOwner(buf, pos, v):
     else:
         o.principal_name, pos = r_str(buf, pos)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -200,7 +207,10 @@ class DescribeDelegationTokenRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeDelegationTokenRequest', v)
 
@@ -228,7 +238,11 @@ def _read_DescribeDelegationTokenRequest(buf, pos, v):
                 a.append(e)
             o.owners = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -262,7 +276,10 @@ class DescribedDelegationTokenRenewer(ProtocolStruct):
         else:
             w_str(w, self.principal_name)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribedDelegationTokenRenewer', v)
 
@@ -278,7 +295,11 @@ def _read_DescribedDelegationTokenRenewer(buf, pos, v):
     else:
         o.principal_name, pos = r_str(buf, pos)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -365,7 +386,10 @@ class DescribedDelegationToken(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribedDelegationToken', v)
 
@@ -419,7 +443,11 @@ def _read_DescribedDelegationToken(buf, pos, v):
                 a.append(e)
             o.renewers = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -514,7 +542,10 @@ class DescribeDelegationTokenResponse(ProtocolStruct):
                     e._write(w, parts, v)
         w += _S_i.pack(self.throttle_time_ms)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeDelegationTokenResponse', v)
 
@@ -546,7 +577,11 @@ def _read_DescribeDelegationTokenResponse(buf, pos, v):
     o.throttle_time_ms = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -157,7 +157,10 @@ class DescribeGroupsRequest(ProtocolStruct):
             if self.include_authorized_operations != False:
                 raise non_default('include_authorized_operations', v)
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeGroupsRequest', v)
 
@@ -190,7 +193,11 @@ def _read_DescribeGroupsRequest(buf, pos, v):
     else:
         o.include_authorized_operations = False
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -248,7 +255,10 @@ class DescribedGroupMember(ProtocolStruct):
         else:
             w_bytes(w, self.member_assignment)
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribedGroupMember', v)
 
@@ -282,7 +292,11 @@ def _read_DescribedGroupMember(buf, pos, v):
     else:
         o.member_assignment, pos = r_bytes(buf, pos)
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -356,7 +370,10 @@ class DescribedGroup(ProtocolStruct):
             if self.authorized_operations != -2147483648:
                 raise non_default('authorized_operations', v)
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribedGroup', v)
 
@@ -407,7 +424,11 @@ def _read_DescribedGroup(buf, pos, v):
     else:
         o.authorized_operations = -2147483648
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -501,7 +522,10 @@ class DescribeGroupsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 5:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeGroupsResponse', v)
 
@@ -534,7 +558,11 @@ def _read_DescribeGroupsResponse(buf, pos, v):
                 a.append(e)
             o.groups = a
     if v >= 5:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -107,7 +107,10 @@ class DescribableLogDirTopic(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribableLogDirTopic', v)
 
@@ -131,7 +134,11 @@ def _read_DescribableLogDirTopic(buf, pos, v):
         else:
             o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -220,7 +227,10 @@ class DescribeLogDirsRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeLogDirsRequest', v)
 
@@ -248,7 +258,11 @@ def _read_DescribeLogDirsRequest(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -281,7 +295,10 @@ class DescribeLogDirsPartition(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_iqqo.pack(self.partition_index, self.partition_size, self.offset_lag, self.is_future_key)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeLogDirsPartition', v)
 
@@ -291,7 +308,11 @@ def _read_DescribeLogDirsPartition(buf, pos, v):
     o.partition_index, o.partition_size, o.offset_lag, o.is_future_key = _S_iqqo.unpack_from(buf, pos)
     pos += 21
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -336,7 +357,10 @@ class DescribeLogDirsTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeLogDirsTopic', v)
 
@@ -368,7 +392,11 @@ def _read_DescribeLogDirsTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -424,7 +452,10 @@ class DescribeLogDirsResult(ProtocolStruct):
         if v >= 4:
             w += _S_qq.pack(self.total_bytes, self.usable_bytes)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeLogDirsResult', v)
 
@@ -464,7 +495,11 @@ def _read_DescribeLogDirsResult(buf, pos, v):
         o.total_bytes = -1
         o.usable_bytes = -1
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -561,7 +596,10 @@ class DescribeLogDirsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'DescribeLogDirsResponse', v)
 
@@ -596,7 +634,11 @@ def _read_DescribeLogDirsResponse(buf, pos, v):
                 a.append(e)
             o.results = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

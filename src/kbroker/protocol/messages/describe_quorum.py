@@ -90,14 +90,21 @@ class DescribeQuorumRequestPartitionData(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_i.pack(self.partition_index)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumRequestPartitionData(buf, pos, v):
     o = _new(DescribeQuorumRequestPartitionData)
     o.partition_index = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -127,7 +134,10 @@ class DescribeQuorumRequestTopicData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumRequestTopicData(buf, pos, v):
@@ -142,7 +152,11 @@ def _read_DescribeQuorumRequestTopicData(buf, pos, v):
             e, pos = _read_DescribeQuorumRequestPartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -218,7 +232,10 @@ class DescribeQuorumRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumRequest(buf, pos, v):
@@ -232,7 +249,11 @@ def _read_DescribeQuorumRequest(buf, pos, v):
             e, pos = _read_DescribeQuorumRequestTopicData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -275,7 +296,10 @@ class ReplicaState(ProtocolStruct):
             w += _S_iq.pack(self.replica_id, self.log_end_offset)
             if self.replica_directory_id != ZERO_UUID:
                 raise non_default('replica_directory_id', v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReplicaState(buf, pos, v):
@@ -298,7 +322,11 @@ def _read_ReplicaState(buf, pos, v):
         o.replica_directory_id = ZERO_UUID
         o.last_fetch_timestamp = -1
         o.last_caught_up_timestamp = -1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -351,7 +379,10 @@ class DescribeQuorumResponsePartitionData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumResponsePartitionData(buf, pos, v):
@@ -382,7 +413,11 @@ def _read_DescribeQuorumResponsePartitionData(buf, pos, v):
             e, pos = _read_ReplicaState(buf, pos, v)
             a.append(e)
         o.observers = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -412,7 +447,10 @@ class DescribeQuorumResponseTopicData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumResponseTopicData(buf, pos, v):
@@ -427,7 +465,11 @@ def _read_DescribeQuorumResponseTopicData(buf, pos, v):
             e, pos = _read_DescribeQuorumResponsePartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -454,7 +496,10 @@ class Listener(ProtocolStruct):
         w_cstr(w, self.name)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Listener(buf, pos, v):
@@ -463,7 +508,11 @@ def _read_Listener(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -493,7 +542,10 @@ class Node(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Node(buf, pos, v):
@@ -509,7 +561,11 @@ def _read_Node(buf, pos, v):
             e, pos = _read_Listener(buf, pos, v)
             a.append(e)
         o.listeners = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -606,7 +662,10 @@ class DescribeQuorumResponse(ProtocolStruct):
         else:
             if (self.nodes is None or len(self.nodes) != 0):
                 raise non_default('nodes', v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeQuorumResponse(buf, pos, v):
@@ -638,7 +697,11 @@ def _read_DescribeQuorumResponse(buf, pos, v):
             o.nodes = a
     else:
         o.nodes = []
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -86,13 +86,20 @@ class TopicRequest(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TopicRequest(buf, pos, v):
     o = _new(TopicRequest)
     o.name, pos = r_cstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -116,7 +123,10 @@ class DescribeTopicPartitionsRequestCursor(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.topic_name)
         w += _S_i.pack(self.partition_index)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeTopicPartitionsRequestCursor(buf, pos, v):
@@ -124,7 +134,11 @@ def _read_DescribeTopicPartitionsRequestCursor(buf, pos, v):
     o.topic_name, pos = r_cstr(buf, pos)
     o.partition_index = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -212,7 +226,10 @@ class DescribeTopicPartitionsRequest(ProtocolStruct):
         else:
             w.append(1)
             self.cursor._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeTopicPartitionsRequest(buf, pos, v):
@@ -234,7 +251,11 @@ def _read_DescribeTopicPartitionsRequest(buf, pos, v):
         o.cursor = None
     else:
         o.cursor, pos = _read_DescribeTopicPartitionsRequestCursor(buf, pos, v)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -304,7 +325,10 @@ class DescribeTopicPartitionsResponsePartition(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeTopicPartitionsResponsePartition(buf, pos, v):
@@ -336,7 +360,11 @@ def _read_DescribeTopicPartitionsResponsePartition(buf, pos, v):
         raise null_error('array offline_replicas')
     else:
         o.offline_replicas, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -379,7 +407,10 @@ class DescribeTopicPartitionsResponseTopic(ProtocolStruct):
             for e in a:
                 e._write(w, parts, v)
         w += _S_i.pack(self.topic_authorized_operations)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeTopicPartitionsResponseTopic(buf, pos, v):
@@ -402,7 +433,11 @@ def _read_DescribeTopicPartitionsResponseTopic(buf, pos, v):
         o.partitions = a
     o.topic_authorized_operations = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -426,7 +461,10 @@ class DescribeTopicPartitionsResponseCursor(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cstr(w, self.topic_name)
         w += _S_i.pack(self.partition_index)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeTopicPartitionsResponseCursor(buf, pos, v):
@@ -434,7 +472,11 @@ def _read_DescribeTopicPartitionsResponseCursor(buf, pos, v):
     o.topic_name, pos = r_cstr(buf, pos)
     o.partition_index = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -523,7 +565,10 @@ class DescribeTopicPartitionsResponse(ProtocolStruct):
         else:
             w.append(1)
             self.next_cursor._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeTopicPartitionsResponse(buf, pos, v):
@@ -545,7 +590,11 @@ def _read_DescribeTopicPartitionsResponse(buf, pos, v):
         o.next_cursor = None
     else:
         o.next_cursor, pos = _read_DescribeTopicPartitionsResponseCursor(buf, pos, v)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

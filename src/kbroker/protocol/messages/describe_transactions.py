@@ -141,7 +141,10 @@ class DescribeTransactionsRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 w_cstr(w, e)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeTransactionsRequest(buf, pos, v):
@@ -155,7 +158,11 @@ def _read_DescribeTransactionsRequest(buf, pos, v):
             e, pos = r_cstr(buf, pos)
             a.append(e)
         o.transactional_ids = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -184,7 +191,10 @@ class TopicData(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TopicData(buf, pos, v):
@@ -195,7 +205,11 @@ def _read_TopicData(buf, pos, v):
         raise null_error('array partitions')
     else:
         o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -242,7 +256,10 @@ class TransactionState(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TransactionState(buf, pos, v):
@@ -262,7 +279,11 @@ def _read_TransactionState(buf, pos, v):
             e, pos = _read_TopicData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -342,7 +363,10 @@ class DescribeTransactionsResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeTransactionsResponse(buf, pos, v):
@@ -358,7 +382,11 @@ def _read_DescribeTransactionsResponse(buf, pos, v):
             e, pos = _read_TransactionState(buf, pos, v)
             a.append(e)
         o.transaction_states = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -85,13 +85,20 @@ class UserName(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UserName(buf, pos, v):
     o = _new(UserName)
     o.name, pos = r_cstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -168,7 +175,10 @@ class DescribeUserScramCredentialsRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeUserScramCredentialsRequest(buf, pos, v):
@@ -182,7 +192,11 @@ def _read_DescribeUserScramCredentialsRequest(buf, pos, v):
             e, pos = _read_UserName(buf, pos, v)
             a.append(e)
         o.users = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -205,14 +219,21 @@ class CredentialInfo(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_bi.pack(self.mechanism, self.iterations)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_CredentialInfo(buf, pos, v):
     o = _new(CredentialInfo)
     o.mechanism, o.iterations = _S_bi.unpack_from(buf, pos)
     pos += 5
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -250,7 +271,10 @@ class DescribeUserScramCredentialsResult(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeUserScramCredentialsResult(buf, pos, v):
@@ -268,7 +292,11 @@ def _read_DescribeUserScramCredentialsResult(buf, pos, v):
             e, pos = _read_CredentialInfo(buf, pos, v)
             a.append(e)
         o.credential_infos = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -355,7 +383,10 @@ class DescribeUserScramCredentialsResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribeUserScramCredentialsResponse(buf, pos, v):
@@ -372,7 +403,11 @@ def _read_DescribeUserScramCredentialsResponse(buf, pos, v):
             e, pos = _read_DescribeUserScramCredentialsResult(buf, pos, v)
             a.append(e)
         o.results = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

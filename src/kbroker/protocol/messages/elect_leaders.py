@@ -105,7 +105,10 @@ class TopicPartitions(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TopicPartitions', v)
 
@@ -129,7 +132,11 @@ def _read_TopicPartitions(buf, pos, v):
         else:
             o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -230,7 +237,10 @@ class ElectLeadersRequest(ProtocolStruct):
                     e._write(w, parts, v)
         w += _S_i.pack(self.timeout_ms)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ElectLeadersRequest', v)
 
@@ -265,7 +275,11 @@ def _read_ElectLeadersRequest(buf, pos, v):
     o.timeout_ms = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -297,7 +311,10 @@ class PartitionResult(ProtocolStruct):
         else:
             w_nstr(w, self.error_message)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'PartitionResult', v)
 
@@ -311,7 +328,11 @@ def _read_PartitionResult(buf, pos, v):
     else:
         o.error_message, pos = r_nstr(buf, pos)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -356,7 +377,10 @@ class ReplicaElectionResult(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ReplicaElectionResult', v)
 
@@ -388,7 +412,11 @@ def _read_ReplicaElectionResult(buf, pos, v):
                 a.append(e)
             o.partition_result = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -488,7 +516,10 @@ class ElectLeadersResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ElectLeadersResponse', v)
 
@@ -523,7 +554,11 @@ def _read_ElectLeadersResponse(buf, pos, v):
                 a.append(e)
             o.replica_election_results = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -90,7 +90,10 @@ class ReplicaInfo(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_iU.pack(self.candidate_id, self.candidate_directory_id.bytes)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReplicaInfo(buf, pos, v):
@@ -99,7 +102,11 @@ def _read_ReplicaInfo(buf, pos, v):
     o.candidate_id = t[0]
     o.candidate_directory_id = _UUID(bytes=t[1])
     pos += 20
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -146,7 +153,10 @@ class EndQuorumEpochRequestPartitionData(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'EndQuorumEpochRequestPartitionData', v)
 
@@ -176,7 +186,11 @@ def _read_EndQuorumEpochRequestPartitionData(buf, pos, v):
     else:
         o.preferred_candidates = []
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -221,7 +235,10 @@ class EndQuorumEpochRequestTopicData(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'EndQuorumEpochRequestTopicData', v)
 
@@ -253,7 +270,11 @@ def _read_EndQuorumEpochRequestTopicData(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -282,7 +303,10 @@ class LeaderEndpoint(ProtocolStruct):
         w_cstr(w, self.name)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderEndpoint(buf, pos, v):
@@ -291,7 +315,11 @@ def _read_LeaderEndpoint(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -393,7 +421,10 @@ class EndQuorumEpochRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'EndQuorumEpochRequest', v)
 
@@ -437,7 +468,11 @@ def _read_EndQuorumEpochRequest(buf, pos, v):
     else:
         o.leader_endpoints = []
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -467,7 +502,10 @@ class EndQuorumEpochResponsePartitionData(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ihii.pack(self.partition_index, self.error_code, self.leader_id, self.leader_epoch)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'EndQuorumEpochResponsePartitionData', v)
 
@@ -477,7 +515,11 @@ def _read_EndQuorumEpochResponsePartitionData(buf, pos, v):
     o.partition_index, o.error_code, o.leader_id, o.leader_epoch = _S_ihii.unpack_from(buf, pos)
     pos += 14
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -522,7 +564,10 @@ class EndQuorumEpochResponseTopicData(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'EndQuorumEpochResponseTopicData', v)
 
@@ -554,7 +599,11 @@ def _read_EndQuorumEpochResponseTopicData(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -583,7 +632,10 @@ class NodeEndpoint(ProtocolStruct):
         w += _S_i.pack(self.node_id)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NodeEndpoint(buf, pos, v):
@@ -593,7 +645,11 @@ def _read_NodeEndpoint(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -145,7 +145,10 @@ class EndTxnRequest(ProtocolStruct):
             w_str(w, self.transactional_id)
         w += _S_qho.pack(self.producer_id, self.producer_epoch, self.committed)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'EndTxnRequest', v)
 
@@ -159,7 +162,11 @@ def _read_EndTxnRequest(buf, pos, v):
     o.producer_id, o.producer_epoch, o.committed = _S_qho.unpack_from(buf, pos)
     pos += 11
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -243,7 +250,10 @@ class EndTxnResponse(ProtocolStruct):
         else:
             w += _S_ih.pack(self.throttle_time_ms, self.error_code)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'EndTxnResponse', v)
 
@@ -259,7 +269,11 @@ def _read_EndTxnResponse(buf, pos, v):
         o.producer_id = -1
         o.producer_epoch = -1
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -139,7 +139,10 @@ class EnvelopeRequest(ProtocolStruct):
         w_cbytes(w, self.request_data)
         w_cnbytes(w, self.request_principal)
         w_cbytes(w, self.client_host_address)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_EnvelopeRequest(buf, pos, v):
@@ -147,7 +150,11 @@ def _read_EnvelopeRequest(buf, pos, v):
     o.request_data, pos = r_cbytes(buf, pos)
     o.request_principal, pos = r_cnbytes(buf, pos)
     o.client_host_address, pos = r_cbytes(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -220,7 +227,10 @@ class EnvelopeResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cnbytes(w, self.response_data)
         w += _S_h.pack(self.error_code)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_EnvelopeResponse(buf, pos, v):
@@ -228,7 +238,11 @@ def _read_EnvelopeResponse(buf, pos, v):
     o.response_data, pos = r_cnbytes(buf, pos)
     o.error_code = _S_h.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -140,7 +140,10 @@ class ExpireDelegationTokenRequest(ProtocolStruct):
             w_bytes(w, self.hmac)
         w += _S_q.pack(self.expiry_time_period_ms)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ExpireDelegationTokenRequest', v)
 
@@ -154,7 +157,11 @@ def _read_ExpireDelegationTokenRequest(buf, pos, v):
     o.expiry_time_period_ms = _S_q.unpack_from(buf, pos)[0]
     pos += 8
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -232,7 +239,10 @@ class ExpireDelegationTokenResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_hqi.pack(self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ExpireDelegationTokenResponse', v)
 
@@ -242,7 +252,11 @@ def _read_ExpireDelegationTokenResponse(buf, pos, v):
     o.error_code, o.expiry_timestamp_ms, o.throttle_time_ms = _S_hqi.unpack_from(buf, pos)
     pos += 14
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -110,14 +110,21 @@ class ReplicaState(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_iq.pack(self.replica_id, self.replica_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReplicaState(buf, pos, v):
     o = _new(ReplicaState)
     o.replica_id, o.replica_epoch = _S_iq.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -276,7 +283,10 @@ class FetchTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 12:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'FetchTopic', v)
 
@@ -316,7 +326,11 @@ def _read_FetchTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 12:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -363,7 +377,10 @@ class ForgottenTopic(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 12:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ForgottenTopic', v)
 
@@ -395,7 +412,11 @@ def _read_ForgottenTopic(buf, pos, v):
         else:
             o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 12:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -702,14 +723,21 @@ class EpochEndOffset(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_iq.pack(self.epoch, self.end_offset)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_EpochEndOffset(buf, pos, v):
     o = _new(EpochEndOffset)
     o.epoch, o.end_offset = _S_iq.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -741,14 +769,21 @@ class LeaderIdAndEpoch(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ii.pack(self.leader_id, self.leader_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderIdAndEpoch(buf, pos, v):
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _S_ii.unpack_from(buf, pos)
     pos += 8
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -779,14 +814,21 @@ class SnapshotId(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_qi.pack(self.end_offset, self.epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_SnapshotId(buf, pos, v):
     o = _new(SnapshotId)
     o.end_offset, o.epoch = _S_qi.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -810,7 +852,10 @@ class AbortedTransaction(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_qq.pack(self.producer_id, self.first_offset)
         if v >= 12:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AbortedTransaction', v)
 
@@ -820,7 +865,11 @@ def _read_AbortedTransaction(buf, pos, v):
     o.producer_id, o.first_offset = _S_qq.unpack_from(buf, pos)
     pos += 16
     if v >= 12:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -1051,7 +1100,10 @@ class FetchableTopicResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 12:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'FetchableTopicResponse', v)
 
@@ -1091,7 +1143,11 @@ def _read_FetchableTopicResponse(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 12:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -1124,7 +1180,10 @@ class NodeEndpoint(ProtocolStruct):
         w_cstr(w, self.host)
         w += _S_i.pack(self.port)
         w_cnstr(w, self.rack)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NodeEndpoint(buf, pos, v):
@@ -1135,7 +1194,11 @@ def _read_NodeEndpoint(buf, pos, v):
     o.port = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     o.rack, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -92,14 +92,21 @@ class FetchSnapshotRequestSnapshotId(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_qi.pack(self.end_offset, self.epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FetchSnapshotRequestSnapshotId(buf, pos, v):
     o = _new(FetchSnapshotRequestSnapshotId)
     o.end_offset, o.epoch = _S_qi.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -203,7 +210,10 @@ class FetchSnapshotRequestTopicSnapshot(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FetchSnapshotRequestTopicSnapshot(buf, pos, v):
@@ -218,7 +228,11 @@ def _read_FetchSnapshotRequestTopicSnapshot(buf, pos, v):
             e, pos = _read_FetchSnapshotRequestPartitionSnapshot(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -362,14 +376,21 @@ class FetchSnapshotResponseSnapshotId(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_qi.pack(self.end_offset, self.epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FetchSnapshotResponseSnapshotId(buf, pos, v):
     o = _new(FetchSnapshotResponseSnapshotId)
     o.end_offset, o.epoch = _S_qi.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -400,14 +421,21 @@ class LeaderIdAndEpoch(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ii.pack(self.leader_id, self.leader_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderIdAndEpoch(buf, pos, v):
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _S_ii.unpack_from(buf, pos)
     pos += 8
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -506,7 +534,10 @@ class FetchSnapshotResponseTopicSnapshot(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FetchSnapshotResponseTopicSnapshot(buf, pos, v):
@@ -521,7 +552,11 @@ def _read_FetchSnapshotResponseTopicSnapshot(buf, pos, v):
             e, pos = _read_FetchSnapshotResponsePartitionSnapshot(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -548,7 +583,10 @@ class NodeEndpoint(ProtocolStruct):
         w += _S_i.pack(self.node_id)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NodeEndpoint(buf, pos, v):
@@ -558,7 +596,11 @@ def _read_NodeEndpoint(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

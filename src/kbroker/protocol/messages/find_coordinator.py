@@ -162,7 +162,10 @@ class FindCoordinatorRequest(ProtocolStruct):
             if (self.coordinator_keys is None or len(self.coordinator_keys) != 0):
                 raise non_default('coordinator_keys', v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'FindCoordinatorRequest', v)
 
@@ -193,7 +196,11 @@ def _read_FindCoordinatorRequest(buf, pos, v):
     else:
         o.coordinator_keys = []
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -231,7 +238,10 @@ class Coordinator(ProtocolStruct):
         w_cstr(w, self.host)
         w += _S_ih.pack(self.port, self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Coordinator(buf, pos, v):
@@ -243,7 +253,11 @@ def _read_Coordinator(buf, pos, v):
     o.port, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -368,7 +382,10 @@ class FindCoordinatorResponse(ProtocolStruct):
             if (self.coordinators is None or len(self.coordinators) != 0):
                 raise non_default('coordinators', v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'FindCoordinatorResponse', v)
 
@@ -421,7 +438,11 @@ def _read_FindCoordinatorResponse(buf, pos, v):
     else:
         o.coordinators = []
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -135,7 +135,10 @@ class GetTelemetrySubscriptionsRequest(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_U.pack(self.client_instance_id.bytes)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_GetTelemetrySubscriptionsRequest(buf, pos, v):
@@ -143,7 +146,11 @@ def _read_GetTelemetrySubscriptionsRequest(buf, pos, v):
     t = _S_U.unpack_from(buf, pos)
     o.client_instance_id = _UUID(bytes=t[0])
     pos += 16
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -251,7 +258,10 @@ class GetTelemetrySubscriptionsResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 w_cstr(w, e)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_GetTelemetrySubscriptionsResponse(buf, pos, v):
@@ -278,7 +288,11 @@ def _read_GetTelemetrySubscriptionsResponse(buf, pos, v):
             e, pos = r_cstr(buf, pos)
             a.append(e)
         o.requested_metrics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -157,7 +157,10 @@ class HeartbeatRequest(ProtocolStruct):
             if self.group_instance_id is not None:
                 raise non_default('group_instance_id', v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'HeartbeatRequest', v)
 
@@ -181,7 +184,11 @@ def _read_HeartbeatRequest(buf, pos, v):
     else:
         o.group_instance_id = None
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -261,7 +268,10 @@ class HeartbeatResponse(ProtocolStruct):
         else:
             w += _S_h.pack(self.error_code)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'HeartbeatResponse', v)
 
@@ -276,7 +286,11 @@ def _read_HeartbeatResponse(buf, pos, v):
         pos += 2
         o.throttle_time_ms = 0
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -99,7 +99,10 @@ class AlterableConfig(ProtocolStruct):
         else:
             w_nstr(w, self.value)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterableConfig', v)
 
@@ -117,7 +120,11 @@ def _read_AlterableConfig(buf, pos, v):
     else:
         o.value, pos = r_nstr(buf, pos)
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -165,7 +172,10 @@ class AlterConfigsResource(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterConfigsResource', v)
 
@@ -199,7 +209,11 @@ def _read_AlterConfigsResource(buf, pos, v):
                 a.append(e)
             o.configs = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -291,7 +305,10 @@ class IncrementalAlterConfigsRequest(ProtocolStruct):
                     e._write(w, parts, v)
         w += _S_o.pack(self.validate_only)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'IncrementalAlterConfigsRequest', v)
 
@@ -321,7 +338,11 @@ def _read_IncrementalAlterConfigsRequest(buf, pos, v):
     o.validate_only = _S_o.unpack_from(buf, pos)[0]
     pos += 1
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -361,7 +382,10 @@ class AlterConfigsResourceResponse(ProtocolStruct):
         else:
             w_str(w, self.resource_name)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'AlterConfigsResourceResponse', v)
 
@@ -381,7 +405,11 @@ def _read_AlterConfigsResourceResponse(buf, pos, v):
     else:
         o.resource_name, pos = r_str(buf, pos)
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -473,7 +501,10 @@ class IncrementalAlterConfigsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'IncrementalAlterConfigsResponse', v)
 
@@ -503,7 +534,11 @@ def _read_IncrementalAlterConfigsResponse(buf, pos, v):
                 a.append(e)
             o.responses = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

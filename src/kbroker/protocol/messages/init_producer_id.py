@@ -157,7 +157,10 @@ class InitProducerIdRequest(ProtocolStruct):
             if self.producer_epoch != -1:
                 raise non_default('producer_epoch', v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'InitProducerIdRequest', v)
 
@@ -177,7 +180,11 @@ def _read_InitProducerIdRequest(buf, pos, v):
         o.producer_id = -1
         o.producer_epoch = -1
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -258,7 +265,10 @@ class InitProducerIdResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ihqh.pack(self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'InitProducerIdResponse', v)
 
@@ -268,7 +278,11 @@ def _read_InitProducerIdResponse(buf, pos, v):
     o.throttle_time_ms, o.error_code, o.producer_id, o.producer_epoch = _S_ihqh.unpack_from(buf, pos)
     pos += 16
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -97,7 +97,10 @@ class JoinGroupRequestProtocol(ProtocolStruct):
         else:
             w_bytes(w, self.metadata)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'JoinGroupRequestProtocol', v)
 
@@ -113,7 +116,11 @@ def _read_JoinGroupRequestProtocol(buf, pos, v):
     else:
         o.metadata, pos = r_bytes(buf, pos)
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -245,7 +252,10 @@ class JoinGroupRequest(ProtocolStruct):
         if v >= 8:
             w_cnstr(w, self.reason)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'JoinGroupRequest', v)
 
@@ -302,7 +312,11 @@ def _read_JoinGroupRequest(buf, pos, v):
     else:
         o.reason = None
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -342,7 +356,10 @@ class JoinGroupResponseMember(ProtocolStruct):
         else:
             w_bytes(w, self.metadata)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'JoinGroupResponseMember', v)
 
@@ -364,7 +381,11 @@ def _read_JoinGroupResponseMember(buf, pos, v):
     else:
         o.metadata, pos = r_bytes(buf, pos)
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -496,7 +517,10 @@ class JoinGroupResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'JoinGroupResponse', v)
 
@@ -554,7 +578,11 @@ def _read_JoinGroupResponse(buf, pos, v):
                 a.append(e)
             o.members = a
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

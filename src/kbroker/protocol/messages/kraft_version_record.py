@@ -134,14 +134,21 @@ class KRaftVersionRecord(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_hh.pack(self.version, self.kraft_version)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_KRaftVersionRecord(buf, pos, v):
     o = _new(KRaftVersionRecord)
     o.version, o.kraft_version = _S_hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -191,7 +191,10 @@ class LeaderAndIsrPartitionState(ProtocolStruct):
             if self.leader_recovery_state != 0:
                 raise non_default('leader_recovery_state', v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'LeaderAndIsrPartitionState', v)
 
@@ -269,7 +272,11 @@ def _read_LeaderAndIsrPartitionState(buf, pos, v):
         o.is_new = False
         o.leader_recovery_state = 0
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -318,7 +325,10 @@ class LeaderAndIsrTopicState(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'LeaderAndIsrTopicState', v)
 
@@ -356,7 +366,11 @@ def _read_LeaderAndIsrTopicState(buf, pos, v):
                 a.append(e)
             o.partition_states = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -389,7 +403,10 @@ class LeaderAndIsrLiveLeader(ProtocolStruct):
             w_str(w, self.host_name)
         w += _S_i.pack(self.port)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'LeaderAndIsrLiveLeader', v)
 
@@ -405,7 +422,11 @@ def _read_LeaderAndIsrLiveLeader(buf, pos, v):
     o.port = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -557,7 +578,10 @@ class LeaderAndIsrRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'LeaderAndIsrRequest', v)
 
@@ -637,7 +661,11 @@ def _read_LeaderAndIsrRequest(buf, pos, v):
                 a.append(e)
             o.live_leaders = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -669,7 +697,10 @@ class LeaderAndIsrPartitionError(ProtocolStruct):
             w_str(w, self.topic_name)
         w += _S_ih.pack(self.partition_index, self.error_code)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'LeaderAndIsrPartitionError', v)
 
@@ -685,7 +716,11 @@ def _read_LeaderAndIsrPartitionError(buf, pos, v):
     o.partition_index, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -717,7 +752,10 @@ class LeaderAndIsrTopicError(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderAndIsrTopicError(buf, pos, v):
@@ -734,7 +772,11 @@ def _read_LeaderAndIsrTopicError(buf, pos, v):
             e, pos = _read_LeaderAndIsrPartitionError(buf, pos, v)
             a.append(e)
         o.partition_errors = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -839,7 +881,10 @@ class LeaderAndIsrResponse(ProtocolStruct):
             if (self.topics is None or len(self.topics) != 0):
                 raise non_default('topics', v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'LeaderAndIsrResponse', v)
 
@@ -883,7 +928,11 @@ def _read_LeaderAndIsrResponse(buf, pos, v):
     else:
         o.topics = []
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

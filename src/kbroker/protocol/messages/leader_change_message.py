@@ -92,7 +92,10 @@ class Voter(ProtocolStruct):
             w += _S_i.pack(self.voter_id)
             if self.voter_directory_id != ZERO_UUID:
                 raise non_default('voter_directory_id', v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Voter(buf, pos, v):
@@ -106,7 +109,11 @@ def _read_Voter(buf, pos, v):
         o.voter_id = _S_i.unpack_from(buf, pos)[0]
         pos += 4
         o.voter_directory_id = ZERO_UUID
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -196,7 +203,10 @@ class LeaderChangeMessage(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderChangeMessage(buf, pos, v):
@@ -221,7 +231,11 @@ def _read_LeaderChangeMessage(buf, pos, v):
             e, pos = _read_Voter(buf, pos, v)
             a.append(e)
         o.granting_voters = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

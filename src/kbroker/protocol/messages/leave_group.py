@@ -100,7 +100,10 @@ class MemberIdentity(ProtocolStruct):
         if v >= 5:
             w_cnstr(w, self.reason)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'MemberIdentity', v)
 
@@ -120,7 +123,11 @@ def _read_MemberIdentity(buf, pos, v):
     else:
         o.reason = None
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -224,7 +231,10 @@ class LeaveGroupRequest(ProtocolStruct):
             if (self.members is None or len(self.members) != 0):
                 raise non_default('members', v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'LeaveGroupRequest', v)
 
@@ -262,7 +272,11 @@ def _read_LeaveGroupRequest(buf, pos, v):
     else:
         o.members = []
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -298,7 +312,10 @@ class MemberResponse(ProtocolStruct):
             w_nstr(w, self.group_instance_id)
         w += _S_h.pack(self.error_code)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'MemberResponse', v)
 
@@ -316,7 +333,11 @@ def _read_MemberResponse(buf, pos, v):
     o.error_code = _S_h.unpack_from(buf, pos)[0]
     pos += 2
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -417,7 +438,10 @@ class LeaveGroupResponse(ProtocolStruct):
             if (self.members is None or len(self.members) != 0):
                 raise non_default('members', v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'LeaveGroupResponse', v)
 
@@ -454,7 +478,11 @@ def _read_LeaveGroupResponse(buf, pos, v):
     else:
         o.members = []
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

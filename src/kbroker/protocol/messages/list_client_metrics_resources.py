@@ -129,12 +129,19 @@ class ListClientMetricsResourcesRequest(ProtocolStruct):
             raise decode_failed('ListClientMetricsResourcesRequest', version, e) from e
 
     def _write(self, w, parts, v):
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ListClientMetricsResourcesRequest(buf, pos, v):
     o = _new(ListClientMetricsResourcesRequest)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -155,13 +162,20 @@ class ClientMetricsResource(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w_cstr(w, self.name)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ClientMetricsResource(buf, pos, v):
     o = _new(ClientMetricsResource)
     o.name, pos = r_cstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -244,7 +258,10 @@ class ListClientMetricsResourcesResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ListClientMetricsResourcesResponse(buf, pos, v):
@@ -260,7 +277,11 @@ def _read_ListClientMetricsResourcesResponse(buf, pos, v):
             e, pos = _read_ClientMetricsResource(buf, pos, v)
             a.append(e)
         o.client_metrics_resources = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

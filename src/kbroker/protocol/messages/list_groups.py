@@ -159,7 +159,10 @@ class ListGroupsRequest(ProtocolStruct):
             if (self.types_filter is None or len(self.types_filter) != 0):
                 raise non_default('types_filter', v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListGroupsRequest', v)
 
@@ -191,7 +194,11 @@ def _read_ListGroupsRequest(buf, pos, v):
     else:
         o.types_filter = []
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -232,7 +239,10 @@ class ListedGroup(ProtocolStruct):
         if v >= 5:
             w_cstr(w, self.group_type)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListedGroup', v)
 
@@ -256,7 +266,11 @@ def _read_ListedGroup(buf, pos, v):
     else:
         o.group_type = ''
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -354,7 +368,10 @@ class ListGroupsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListGroupsResponse', v)
 
@@ -389,7 +406,11 @@ def _read_ListGroupsResponse(buf, pos, v):
                 a.append(e)
             o.groups = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

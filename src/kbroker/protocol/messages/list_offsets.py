@@ -106,7 +106,10 @@ class ListOffsetsPartition(ProtocolStruct):
         else:
             w += _S_iqi.pack(self.partition_index, self.timestamp, self.max_num_offsets)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListOffsetsPartition', v)
 
@@ -127,7 +130,11 @@ def _read_ListOffsetsPartition(buf, pos, v):
         pos += 16
         o.current_leader_epoch = -1
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -172,7 +179,10 @@ class ListOffsetsTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListOffsetsTopic', v)
 
@@ -204,7 +214,11 @@ def _read_ListOffsetsTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -309,7 +323,10 @@ class ListOffsetsRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListOffsetsRequest', v)
 
@@ -344,7 +361,11 @@ def _read_ListOffsetsRequest(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -401,7 +422,10 @@ class ListOffsetsPartitionResponse(ProtocolStruct):
             if self.leader_epoch != -1:
                 raise non_default('leader_epoch', v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListOffsetsPartitionResponse', v)
 
@@ -430,7 +454,11 @@ def _read_ListOffsetsPartitionResponse(buf, pos, v):
         o.offset = -1
         o.leader_epoch = -1
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -475,7 +503,10 @@ class ListOffsetsTopicResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListOffsetsTopicResponse', v)
 
@@ -507,7 +538,11 @@ def _read_ListOffsetsTopicResponse(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -601,7 +636,10 @@ class ListOffsetsResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ListOffsetsResponse', v)
 
@@ -634,7 +672,11 @@ def _read_ListOffsetsResponse(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

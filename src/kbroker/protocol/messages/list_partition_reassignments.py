@@ -93,7 +93,10 @@ class ListPartitionReassignmentsTopics(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ListPartitionReassignmentsTopics(buf, pos, v):
@@ -104,7 +107,11 @@ def _read_ListPartitionReassignmentsTopics(buf, pos, v):
         raise null_error('array partition_indexes')
     else:
         o.partition_indexes, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -184,7 +191,10 @@ class ListPartitionReassignmentsRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ListPartitionReassignmentsRequest(buf, pos, v):
@@ -200,7 +210,11 @@ def _read_ListPartitionReassignmentsRequest(buf, pos, v):
             e, pos = _read_ListPartitionReassignmentsTopics(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -246,7 +260,10 @@ class OngoingPartitionReassignment(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_OngoingPartitionReassignment(buf, pos, v):
@@ -268,7 +285,11 @@ def _read_OngoingPartitionReassignment(buf, pos, v):
         raise null_error('array removing_replicas')
     else:
         o.removing_replicas, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -299,7 +320,10 @@ class OngoingTopicReassignment(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_OngoingTopicReassignment(buf, pos, v):
@@ -314,7 +338,11 @@ def _read_OngoingTopicReassignment(buf, pos, v):
             e, pos = _read_OngoingPartitionReassignment(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -400,7 +428,10 @@ class ListPartitionReassignmentsResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ListPartitionReassignmentsResponse(buf, pos, v):
@@ -417,7 +448,11 @@ def _read_ListPartitionReassignmentsResponse(buf, pos, v):
             e, pos = _read_OngoingTopicReassignment(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -160,7 +160,10 @@ class ListTransactionsRequest(ProtocolStruct):
         else:
             if self.duration_filter != -1:
                 raise non_default('duration_filter', v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ListTransactionsRequest(buf, pos, v):
@@ -184,7 +187,11 @@ def _read_ListTransactionsRequest(buf, pos, v):
         pos += 8
     else:
         o.duration_filter = -1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -211,7 +218,10 @@ class TransactionState(ProtocolStruct):
         w_cstr(w, self.transactional_id)
         w += _S_q.pack(self.producer_id)
         w_cstr(w, self.transaction_state)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TransactionState(buf, pos, v):
@@ -220,7 +230,11 @@ def _read_TransactionState(buf, pos, v):
     o.producer_id = _S_q.unpack_from(buf, pos)[0]
     pos += 8
     o.transaction_state, pos = r_cstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -312,7 +326,10 @@ class ListTransactionsResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ListTransactionsResponse(buf, pos, v):
@@ -337,7 +354,11 @@ def _read_ListTransactionsResponse(buf, pos, v):
             e, pos = _read_TransactionState(buf, pos, v)
             a.append(e)
         o.transaction_states = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -101,7 +101,10 @@ class MetadataRequestTopic(ProtocolStruct):
         else:
             w_str(w, self.name)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'MetadataRequestTopic', v)
 
@@ -121,7 +124,11 @@ def _read_MetadataRequestTopic(buf, pos, v):
     else:
         o.name, pos = r_str(buf, pos)
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -246,7 +253,10 @@ class MetadataRequest(ProtocolStruct):
             if self.include_topic_authorized_operations != False:
                 raise non_default('include_topic_authorized_operations', v)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'MetadataRequest', v)
 
@@ -300,7 +310,11 @@ def _read_MetadataRequest(buf, pos, v):
         o.include_cluster_authorized_operations = False
         o.include_topic_authorized_operations = False
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -340,7 +354,10 @@ class MetadataResponseBroker(ProtocolStruct):
         elif 1 <= v <= 8:
             w_nstr(w, self.rack)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'MetadataResponseBroker', v)
 
@@ -362,7 +379,11 @@ def _read_MetadataResponseBroker(buf, pos, v):
     else:
         o.rack = None
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -444,7 +465,10 @@ class MetadataResponsePartition(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'MetadataResponsePartition', v)
 
@@ -497,7 +521,11 @@ def _read_MetadataResponsePartition(buf, pos, v):
     else:
         o.offline_replicas = []
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -565,7 +593,10 @@ class MetadataResponseTopic(ProtocolStruct):
             if self.topic_authorized_operations != -2147483648:
                 raise non_default('topic_authorized_operations', v)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'MetadataResponseTopic', v)
 
@@ -618,7 +649,11 @@ def _read_MetadataResponseTopic(buf, pos, v):
     else:
         o.topic_authorized_operations = -2147483648
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -749,7 +784,10 @@ class MetadataResponse(ProtocolStruct):
         else:
             w += _S_i.pack(self.cluster_authorized_operations)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'MetadataResponse', v)
 
@@ -818,7 +856,11 @@ def _read_MetadataResponse(buf, pos, v):
         o.cluster_authorized_operations = _S_i.unpack_from(buf, pos)[0]
         pos += 4
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

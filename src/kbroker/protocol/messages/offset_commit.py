@@ -112,7 +112,10 @@ class OffsetCommitRequestPartition(ProtocolStruct):
         else:
             w_nstr(w, self.committed_metadata)
         if v >= 8:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetCommitRequestPartition', v)
 
@@ -137,7 +140,11 @@ def _read_OffsetCommitRequestPartition(buf, pos, v):
     else:
         o.committed_metadata, pos = r_nstr(buf, pos)
     if v >= 8:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -182,7 +189,10 @@ class OffsetCommitRequestTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 8:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetCommitRequestTopic', v)
 
@@ -214,7 +224,11 @@ def _read_OffsetCommitRequestTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 8:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -335,7 +349,10 @@ class OffsetCommitRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 8:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetCommitRequest', v)
 
@@ -389,7 +406,11 @@ def _read_OffsetCommitRequest(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 8:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -415,7 +436,10 @@ class OffsetCommitResponsePartition(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.partition_index, self.error_code)
         if v >= 8:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetCommitResponsePartition', v)
 
@@ -425,7 +449,11 @@ def _read_OffsetCommitResponsePartition(buf, pos, v):
     o.partition_index, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     if v >= 8:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -471,7 +499,10 @@ class OffsetCommitResponseTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 8:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetCommitResponseTopic', v)
 
@@ -503,7 +534,11 @@ def _read_OffsetCommitResponseTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 8:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -597,7 +632,10 @@ class OffsetCommitResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 8:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetCommitResponse', v)
 
@@ -630,7 +668,11 @@ def _read_OffsetCommitResponse(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 8:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -107,7 +107,10 @@ class OffsetFetchRequestTopic(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetFetchRequestTopic', v)
 
@@ -131,7 +134,11 @@ def _read_OffsetFetchRequestTopic(buf, pos, v):
         else:
             o.partition_indexes, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -162,7 +169,10 @@ class OffsetFetchRequestTopics(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_OffsetFetchRequestTopics(buf, pos, v):
@@ -173,7 +183,11 @@ def _read_OffsetFetchRequestTopics(buf, pos, v):
         raise null_error('array partition_indexes')
     else:
         o.partition_indexes, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -214,7 +228,10 @@ class OffsetFetchRequestGroup(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_OffsetFetchRequestGroup(buf, pos, v):
@@ -238,7 +255,11 @@ def _read_OffsetFetchRequestGroup(buf, pos, v):
             e, pos = _read_OffsetFetchRequestTopics(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -366,7 +387,10 @@ class OffsetFetchRequest(ProtocolStruct):
             if self.require_stable != False:
                 raise non_default('require_stable', v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetFetchRequest', v)
 
@@ -429,7 +453,11 @@ def _read_OffsetFetchRequest(buf, pos, v):
     else:
         o.require_stable = False
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -469,7 +497,10 @@ class OffsetFetchResponsePartition(ProtocolStruct):
             w_nstr(w, self.metadata)
         w += _S_h.pack(self.error_code)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetFetchResponsePartition', v)
 
@@ -490,7 +521,11 @@ def _read_OffsetFetchResponsePartition(buf, pos, v):
     o.error_code = _S_h.unpack_from(buf, pos)[0]
     pos += 2
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -535,7 +570,10 @@ class OffsetFetchResponseTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetFetchResponseTopic', v)
 
@@ -567,7 +605,11 @@ def _read_OffsetFetchResponseTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -600,7 +642,10 @@ class OffsetFetchResponsePartitions(ProtocolStruct):
         w += _S_iqi.pack(self.partition_index, self.committed_offset, self.committed_leader_epoch)
         w_cnstr(w, self.metadata)
         w += _S_h.pack(self.error_code)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_OffsetFetchResponsePartitions(buf, pos, v):
@@ -610,7 +655,11 @@ def _read_OffsetFetchResponsePartitions(buf, pos, v):
     o.metadata, pos = r_cnstr(buf, pos)
     o.error_code = _S_h.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -640,7 +689,10 @@ class OffsetFetchResponseTopics(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_OffsetFetchResponseTopics(buf, pos, v):
@@ -655,7 +707,11 @@ def _read_OffsetFetchResponseTopics(buf, pos, v):
             e, pos = _read_OffsetFetchResponsePartitions(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -688,7 +744,10 @@ class OffsetFetchResponseGroup(ProtocolStruct):
             for e in a:
                 e._write(w, parts, v)
         w += _S_h.pack(self.error_code)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_OffsetFetchResponseGroup(buf, pos, v):
@@ -705,7 +764,11 @@ def _read_OffsetFetchResponseGroup(buf, pos, v):
         o.topics = a
     o.error_code = _S_h.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -818,7 +881,10 @@ class OffsetFetchResponse(ProtocolStruct):
             if (self.groups is None or len(self.groups) != 0):
                 raise non_default('groups', v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetFetchResponse', v)
 
@@ -870,7 +936,11 @@ def _read_OffsetFetchResponse(buf, pos, v):
     else:
         o.groups = []
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

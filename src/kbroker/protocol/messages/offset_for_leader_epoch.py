@@ -99,7 +99,10 @@ class OffsetForLeaderPartition(ProtocolStruct):
         else:
             w += _S_ii.pack(self.partition, self.leader_epoch)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetForLeaderPartition', v)
 
@@ -114,7 +117,11 @@ def _read_OffsetForLeaderPartition(buf, pos, v):
         pos += 8
         o.current_leader_epoch = -1
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -159,7 +166,10 @@ class OffsetForLeaderTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetForLeaderTopic', v)
 
@@ -191,7 +201,11 @@ def _read_OffsetForLeaderTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -284,7 +298,10 @@ class OffsetForLeaderEpochRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetForLeaderEpochRequest', v)
 
@@ -317,7 +334,11 @@ def _read_OffsetForLeaderEpochRequest(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -350,7 +371,10 @@ class EpochEndOffset(ProtocolStruct):
         else:
             w += _S_hiq.pack(self.error_code, self.partition, self.end_offset)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'EpochEndOffset', v)
 
@@ -365,7 +389,11 @@ def _read_EpochEndOffset(buf, pos, v):
         pos += 14
         o.leader_epoch = -1
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -410,7 +438,10 @@ class OffsetForLeaderTopicResult(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetForLeaderTopicResult', v)
 
@@ -442,7 +473,11 @@ def _read_OffsetForLeaderTopicResult(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -536,7 +571,10 @@ class OffsetForLeaderEpochResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'OffsetForLeaderEpochResponse', v)
 
@@ -569,7 +607,11 @@ def _read_OffsetForLeaderEpochResponse(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -95,7 +95,10 @@ class PartitionProduceData(ProtocolStruct):
         else:
             w_records(w, parts, self.records, False, True)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'PartitionProduceData', v)
 
@@ -109,7 +112,11 @@ def _read_PartitionProduceData(buf, pos, v):
     else:
         o.records, pos = r_nrecords(buf, pos)
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -154,7 +161,10 @@ class TopicProduceData(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TopicProduceData', v)
 
@@ -186,7 +196,11 @@ def _read_TopicProduceData(buf, pos, v):
                 a.append(e)
             o.partition_data = a
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -291,7 +305,10 @@ class ProduceRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'ProduceRequest', v)
 
@@ -327,7 +344,11 @@ def _read_ProduceRequest(buf, pos, v):
                 a.append(e)
             o.topic_data = a
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -358,7 +379,10 @@ class BatchIndexAndErrorMessage(ProtocolStruct):
         else:
             w_nstr(w, self.batch_index_error_message)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'BatchIndexAndErrorMessage', v)
 
@@ -372,7 +396,11 @@ def _read_BatchIndexAndErrorMessage(buf, pos, v):
     else:
         o.batch_index_error_message, pos = r_nstr(buf, pos)
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -406,14 +434,21 @@ class LeaderIdAndEpoch(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ii.pack(self.leader_id, self.leader_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderIdAndEpoch(buf, pos, v):
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _S_ii.unpack_from(buf, pos)
     pos += 8
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -598,7 +633,10 @@ class TopicProduceResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 9:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TopicProduceResponse', v)
 
@@ -630,7 +668,11 @@ def _read_TopicProduceResponse(buf, pos, v):
                 a.append(e)
             o.partition_responses = a
     if v >= 9:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -663,7 +705,10 @@ class NodeEndpoint(ProtocolStruct):
         w_cstr(w, self.host)
         w += _S_i.pack(self.port)
         w_cnstr(w, self.rack)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NodeEndpoint(buf, pos, v):
@@ -674,7 +719,11 @@ def _read_NodeEndpoint(buf, pos, v):
     o.port = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     o.rack, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

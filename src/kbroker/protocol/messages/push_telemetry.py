@@ -142,7 +142,10 @@ class PushTelemetryRequest(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_Uiob.pack(self.client_instance_id.bytes, self.subscription_id, self.terminating, self.compression_type)
         w_cbytes(w, self.metrics)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PushTelemetryRequest(buf, pos, v):
@@ -154,7 +157,11 @@ def _read_PushTelemetryRequest(buf, pos, v):
     o.compression_type = t[3]
     pos += 22
     o.metrics, pos = r_cbytes(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -227,14 +234,21 @@ class PushTelemetryResponse(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.throttle_time_ms, self.error_code)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PushTelemetryResponse(buf, pos, v):
     o = _new(PushTelemetryResponse)
     o.throttle_time_ms, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -88,14 +88,21 @@ class PartitionData(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ii.pack(self.partition, self.leader_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PartitionData(buf, pos, v):
     o = _new(PartitionData)
     o.partition, o.leader_epoch = _S_ii.unpack_from(buf, pos)
     pos += 8
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -125,7 +132,10 @@ class ReadStateSummaryData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReadStateSummaryData(buf, pos, v):
@@ -142,7 +152,11 @@ def _read_ReadStateSummaryData(buf, pos, v):
             e, pos = _read_PartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -221,7 +235,10 @@ class ReadShareGroupStateSummaryRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReadShareGroupStateSummaryRequest(buf, pos, v):
@@ -236,7 +253,11 @@ def _read_ReadShareGroupStateSummaryRequest(buf, pos, v):
             e, pos = _read_ReadStateSummaryData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -268,7 +289,10 @@ class PartitionResult(ProtocolStruct):
         w += _S_ih.pack(self.partition, self.error_code)
         w_cnstr(w, self.error_message)
         w += _S_iq.pack(self.state_epoch, self.start_offset)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PartitionResult(buf, pos, v):
@@ -278,7 +302,11 @@ def _read_PartitionResult(buf, pos, v):
     o.error_message, pos = r_cnstr(buf, pos)
     o.state_epoch, o.start_offset = _S_iq.unpack_from(buf, pos)
     pos += 12
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -308,7 +336,10 @@ class ReadStateSummaryResult(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReadStateSummaryResult(buf, pos, v):
@@ -325,7 +356,11 @@ def _read_ReadStateSummaryResult(buf, pos, v):
             e, pos = _read_PartitionResult(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -401,7 +436,10 @@ class ReadShareGroupStateSummaryResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ReadShareGroupStateSummaryResponse(buf, pos, v):
@@ -415,7 +453,11 @@ def _read_ReadShareGroupStateSummaryResponse(buf, pos, v):
             e, pos = _read_ReadStateSummaryResult(buf, pos, v)
             a.append(e)
         o.results = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

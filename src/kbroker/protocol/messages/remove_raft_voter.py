@@ -139,7 +139,10 @@ class RemoveRaftVoterRequest(ProtocolStruct):
     def _write(self, w, parts, v):
         w_cnstr(w, self.cluster_id)
         w += _S_iU.pack(self.voter_id, self.voter_directory_id.bytes)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_RemoveRaftVoterRequest(buf, pos, v):
@@ -149,7 +152,11 @@ def _read_RemoveRaftVoterRequest(buf, pos, v):
     o.voter_id = t[0]
     o.voter_directory_id = _UUID(bytes=t[1])
     pos += 20
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -226,7 +233,10 @@ class RemoveRaftVoterResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.throttle_time_ms, self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_RemoveRaftVoterResponse(buf, pos, v):
@@ -234,7 +244,11 @@ def _read_RemoveRaftVoterResponse(buf, pos, v):
     o.throttle_time_ms, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

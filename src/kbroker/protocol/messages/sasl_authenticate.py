@@ -138,7 +138,10 @@ class SaslAuthenticateRequest(ProtocolStruct):
         else:
             w_bytes(w, self.auth_bytes)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'SaslAuthenticateRequest', v)
 
@@ -150,7 +153,11 @@ def _read_SaslAuthenticateRequest(buf, pos, v):
     else:
         o.auth_bytes, pos = r_bytes(buf, pos)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -241,7 +248,10 @@ class SaslAuthenticateResponse(ProtocolStruct):
         if v >= 1:
             w += _S_q.pack(self.session_lifetime_ms)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'SaslAuthenticateResponse', v)
 
@@ -264,7 +274,11 @@ def _read_SaslAuthenticateResponse(buf, pos, v):
     else:
         o.session_lifetime_ms = 0
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

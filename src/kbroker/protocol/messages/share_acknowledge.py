@@ -98,7 +98,10 @@ class AcknowledgementBatch(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'b')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AcknowledgementBatch(buf, pos, v):
@@ -110,7 +113,11 @@ def _read_AcknowledgementBatch(buf, pos, v):
         raise null_error('array acknowledge_types')
     else:
         o.acknowledge_types, pos = r_prim_array(buf, pos, n, 'b', 1)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -140,7 +147,10 @@ class AcknowledgePartition(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AcknowledgePartition(buf, pos, v):
@@ -156,7 +166,11 @@ def _read_AcknowledgePartition(buf, pos, v):
             e, pos = _read_AcknowledgementBatch(buf, pos, v)
             a.append(e)
         o.acknowledgement_batches = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -186,7 +200,10 @@ class AcknowledgeTopic(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AcknowledgeTopic(buf, pos, v):
@@ -203,7 +220,11 @@ def _read_AcknowledgeTopic(buf, pos, v):
             e, pos = _read_AcknowledgePartition(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -289,7 +310,10 @@ class ShareAcknowledgeRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareAcknowledgeRequest(buf, pos, v):
@@ -307,7 +331,11 @@ def _read_ShareAcknowledgeRequest(buf, pos, v):
             e, pos = _read_AcknowledgeTopic(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -330,14 +358,21 @@ class LeaderIdAndEpoch(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ii.pack(self.leader_id, self.leader_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderIdAndEpoch(buf, pos, v):
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _S_ii.unpack_from(buf, pos)
     pos += 8
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -367,7 +402,10 @@ class PartitionData(ProtocolStruct):
         w += _S_ih.pack(self.partition_index, self.error_code)
         w_cnstr(w, self.error_message)
         self.current_leader._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PartitionData(buf, pos, v):
@@ -376,7 +414,11 @@ def _read_PartitionData(buf, pos, v):
     pos += 6
     o.error_message, pos = r_cnstr(buf, pos)
     o.current_leader, pos = _read_LeaderIdAndEpoch(buf, pos, v)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -406,7 +448,10 @@ class ShareAcknowledgeTopicResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareAcknowledgeTopicResponse(buf, pos, v):
@@ -423,7 +468,11 @@ def _read_ShareAcknowledgeTopicResponse(buf, pos, v):
             e, pos = _read_PartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -454,7 +503,10 @@ class NodeEndpoint(ProtocolStruct):
         w_cstr(w, self.host)
         w += _S_i.pack(self.port)
         w_cnstr(w, self.rack)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NodeEndpoint(buf, pos, v):
@@ -465,7 +517,11 @@ def _read_NodeEndpoint(buf, pos, v):
     o.port = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     o.rack, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -562,7 +618,10 @@ class ShareAcknowledgeResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareAcknowledgeResponse(buf, pos, v):
@@ -588,7 +647,11 @@ def _read_ShareAcknowledgeResponse(buf, pos, v):
             e, pos = _read_NodeEndpoint(buf, pos, v)
             a.append(e)
         o.node_endpoints = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

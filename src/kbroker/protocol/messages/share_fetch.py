@@ -101,7 +101,10 @@ class AcknowledgementBatch(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'b')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AcknowledgementBatch(buf, pos, v):
@@ -113,7 +116,11 @@ def _read_AcknowledgementBatch(buf, pos, v):
         raise null_error('array acknowledge_types')
     else:
         o.acknowledge_types, pos = r_prim_array(buf, pos, n, 'b', 1)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -147,7 +154,10 @@ class FetchPartition(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FetchPartition(buf, pos, v):
@@ -163,7 +173,11 @@ def _read_FetchPartition(buf, pos, v):
             e, pos = _read_AcknowledgementBatch(buf, pos, v)
             a.append(e)
         o.acknowledgement_batches = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -193,7 +207,10 @@ class FetchTopic(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FetchTopic(buf, pos, v):
@@ -210,7 +227,11 @@ def _read_FetchTopic(buf, pos, v):
             e, pos = _read_FetchPartition(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -239,7 +260,10 @@ class ForgottenTopic(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ForgottenTopic(buf, pos, v):
@@ -252,7 +276,11 @@ def _read_ForgottenTopic(buf, pos, v):
         raise null_error('array partitions')
     else:
         o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -355,7 +383,10 @@ class ShareFetchRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareFetchRequest(buf, pos, v):
@@ -382,7 +413,11 @@ def _read_ShareFetchRequest(buf, pos, v):
             e, pos = _read_ForgottenTopic(buf, pos, v)
             a.append(e)
         o.forgotten_topics_data = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -405,14 +440,21 @@ class LeaderIdAndEpoch(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ii.pack(self.leader_id, self.leader_epoch)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_LeaderIdAndEpoch(buf, pos, v):
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _S_ii.unpack_from(buf, pos)
     pos += 8
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -437,14 +479,21 @@ class AcquiredRecords(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_qqh.pack(self.first_offset, self.last_offset, self.delivery_count)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_AcquiredRecords(buf, pos, v):
     o = _new(AcquiredRecords)
     o.first_offset, o.last_offset, o.delivery_count = _S_qqh.unpack_from(buf, pos)
     pos += 18
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -494,7 +543,10 @@ class PartitionData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_PartitionData(buf, pos, v):
@@ -516,7 +568,11 @@ def _read_PartitionData(buf, pos, v):
             e, pos = _read_AcquiredRecords(buf, pos, v)
             a.append(e)
         o.acquired_records = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -546,7 +602,10 @@ class ShareFetchableTopicResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareFetchableTopicResponse(buf, pos, v):
@@ -563,7 +622,11 @@ def _read_ShareFetchableTopicResponse(buf, pos, v):
             e, pos = _read_PartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -594,7 +657,10 @@ class NodeEndpoint(ProtocolStruct):
         w_cstr(w, self.host)
         w += _S_i.pack(self.port)
         w_cnstr(w, self.rack)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NodeEndpoint(buf, pos, v):
@@ -605,7 +671,11 @@ def _read_NodeEndpoint(buf, pos, v):
     o.port = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     o.rack, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -702,7 +772,10 @@ class ShareFetchResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareFetchResponse(buf, pos, v):
@@ -728,7 +801,11 @@ def _read_ShareFetchResponse(buf, pos, v):
             e, pos = _read_NodeEndpoint(buf, pos, v)
             a.append(e)
         o.node_endpoints = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -145,7 +145,10 @@ class ShareGroupDescribeRequest(ProtocolStruct):
             for e in a:
                 w_cstr(w, e)
         w += _S_o.pack(self.include_authorized_operations)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareGroupDescribeRequest(buf, pos, v):
@@ -161,7 +164,11 @@ def _read_ShareGroupDescribeRequest(buf, pos, v):
         o.group_ids = a
     o.include_authorized_operations = _S_o.unpack_from(buf, pos)[0]
     pos += 1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -193,7 +200,10 @@ class TopicPartitions(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TopicPartitions(buf, pos, v):
@@ -207,7 +217,11 @@ def _read_TopicPartitions(buf, pos, v):
         raise null_error('array partitions')
     else:
         o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -234,7 +248,10 @@ class Assignment(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Assignment(buf, pos, v):
@@ -248,7 +265,11 @@ def _read_Assignment(buf, pos, v):
             e, pos = _read_TopicPartitions(buf, pos, v)
             a.append(e)
         o.topic_partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -293,7 +314,10 @@ class Member(ProtocolStruct):
             for e in a:
                 w_cstr(w, e)
         self.assignment._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Member(buf, pos, v):
@@ -314,7 +338,11 @@ def _read_Member(buf, pos, v):
             a.append(e)
         o.subscribed_topic_names = a
     o.assignment, pos = _read_Assignment(buf, pos, v)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -366,7 +394,10 @@ class DescribedGroup(ProtocolStruct):
             for e in a:
                 e._write(w, parts, v)
         w += _S_i.pack(self.authorized_operations)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_DescribedGroup(buf, pos, v):
@@ -390,7 +421,11 @@ def _read_DescribedGroup(buf, pos, v):
         o.members = a
     o.authorized_operations = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -470,7 +505,10 @@ class ShareGroupDescribeResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareGroupDescribeResponse(buf, pos, v):
@@ -486,7 +524,11 @@ def _read_ShareGroupDescribeResponse(buf, pos, v):
             e, pos = _read_DescribedGroup(buf, pos, v)
             a.append(e)
         o.groups = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

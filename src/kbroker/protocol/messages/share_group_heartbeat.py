@@ -157,7 +157,10 @@ class ShareGroupHeartbeatRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 w_cstr(w, e)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareGroupHeartbeatRequest(buf, pos, v):
@@ -176,7 +179,11 @@ def _read_ShareGroupHeartbeatRequest(buf, pos, v):
             e, pos = r_cstr(buf, pos)
             a.append(e)
         o.subscribed_topic_names = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -205,7 +212,10 @@ class TopicPartitions(ProtocolStruct):
         else:
             w_calen(w, len(a))
             w_prim_array(w, a, 'i')
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_TopicPartitions(buf, pos, v):
@@ -218,7 +228,11 @@ def _read_TopicPartitions(buf, pos, v):
         raise null_error('array partitions')
     else:
         o.partitions, pos = r_prim_array(buf, pos, n, 'i', 4)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -245,7 +259,10 @@ class Assignment(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Assignment(buf, pos, v):
@@ -259,7 +276,11 @@ def _read_Assignment(buf, pos, v):
             e, pos = _read_TopicPartitions(buf, pos, v)
             a.append(e)
         o.topic_partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -353,7 +374,10 @@ class ShareGroupHeartbeatResponse(ProtocolStruct):
         else:
             w.append(1)
             self.assignment._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_ShareGroupHeartbeatResponse(buf, pos, v):
@@ -370,7 +394,11 @@ def _read_ShareGroupHeartbeatResponse(buf, pos, v):
         o.assignment = None
     else:
         o.assignment, pos = _read_Assignment(buf, pos, v)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

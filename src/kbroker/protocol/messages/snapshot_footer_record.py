@@ -132,14 +132,21 @@ class SnapshotFooterRecord(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_h.pack(self.version)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_SnapshotFooterRecord(buf, pos, v):
     o = _new(SnapshotFooterRecord)
     o.version = _S_h.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

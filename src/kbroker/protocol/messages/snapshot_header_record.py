@@ -135,14 +135,21 @@ class SnapshotHeaderRecord(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_hq.pack(self.version, self.last_contained_log_timestamp)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_SnapshotHeaderRecord(buf, pos, v):
     o = _new(SnapshotHeaderRecord)
     o.version, o.last_contained_log_timestamp = _S_hq.unpack_from(buf, pos)
     pos += 10
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

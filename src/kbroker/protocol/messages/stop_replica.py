@@ -142,7 +142,10 @@ class StopReplicaTopicV1(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'StopReplicaTopicV1', v)
 
@@ -166,7 +169,11 @@ def _read_StopReplicaTopicV1(buf, pos, v):
         else:
             o.partition_indexes, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -193,14 +200,21 @@ class StopReplicaPartitionState(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_iio.pack(self.partition_index, self.leader_epoch, self.delete_partition)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_StopReplicaPartitionState(buf, pos, v):
     o = _new(StopReplicaPartitionState)
     o.partition_index, o.leader_epoch, o.delete_partition = _S_iio.unpack_from(buf, pos)
     pos += 9
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -230,7 +244,10 @@ class StopReplicaTopicState(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_StopReplicaTopicState(buf, pos, v):
@@ -245,7 +262,11 @@ def _read_StopReplicaTopicState(buf, pos, v):
             e, pos = _read_StopReplicaPartitionState(buf, pos, v)
             a.append(e)
         o.partition_states = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -389,7 +410,10 @@ class StopReplicaRequest(ProtocolStruct):
             if (self.topic_states is None or len(self.topic_states) != 0):
                 raise non_default('topic_states', v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'StopReplicaRequest', v)
 
@@ -461,7 +485,11 @@ def _read_StopReplicaRequest(buf, pos, v):
     else:
         o.topic_states = []
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -493,7 +521,10 @@ class StopReplicaPartitionError(ProtocolStruct):
             w_str(w, self.topic_name)
         w += _S_ih.pack(self.partition_index, self.error_code)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'StopReplicaPartitionError', v)
 
@@ -507,7 +538,11 @@ def _read_StopReplicaPartitionError(buf, pos, v):
     o.partition_index, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -598,7 +633,10 @@ class StopReplicaResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 2:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'StopReplicaResponse', v)
 
@@ -628,7 +666,11 @@ def _read_StopReplicaResponse(buf, pos, v):
                 a.append(e)
             o.partition_errors = a
     if v >= 2:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

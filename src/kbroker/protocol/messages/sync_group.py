@@ -95,7 +95,10 @@ class SyncGroupRequestAssignment(ProtocolStruct):
         else:
             w_bytes(w, self.assignment)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'SyncGroupRequestAssignment', v)
 
@@ -111,7 +114,11 @@ def _read_SyncGroupRequestAssignment(buf, pos, v):
     else:
         o.assignment, pos = r_bytes(buf, pos)
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -232,7 +239,10 @@ class SyncGroupRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'SyncGroupRequest', v)
 
@@ -284,7 +294,11 @@ def _read_SyncGroupRequest(buf, pos, v):
                 a.append(e)
             o.assignments = a
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -378,7 +392,10 @@ class SyncGroupResponse(ProtocolStruct):
         else:
             w_bytes(w, self.assignment)
         if v >= 4:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'SyncGroupResponse', v)
 
@@ -405,7 +422,11 @@ def _read_SyncGroupResponse(buf, pos, v):
     else:
         o.assignment, pos = r_bytes(buf, pos)
     if v >= 4:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -104,7 +104,10 @@ class TxnOffsetCommitRequestPartition(ProtocolStruct):
         else:
             w_nstr(w, self.committed_metadata)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TxnOffsetCommitRequestPartition', v)
 
@@ -123,7 +126,11 @@ def _read_TxnOffsetCommitRequestPartition(buf, pos, v):
     else:
         o.committed_metadata, pos = r_nstr(buf, pos)
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -169,7 +176,10 @@ class TxnOffsetCommitRequestTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TxnOffsetCommitRequestTopic', v)
 
@@ -201,7 +211,11 @@ def _read_TxnOffsetCommitRequestTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -328,7 +342,10 @@ class TxnOffsetCommitRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TxnOffsetCommitRequest', v)
 
@@ -379,7 +396,11 @@ def _read_TxnOffsetCommitRequest(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -405,7 +426,10 @@ class TxnOffsetCommitResponsePartition(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.partition_index, self.error_code)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TxnOffsetCommitResponsePartition', v)
 
@@ -415,7 +439,11 @@ def _read_TxnOffsetCommitResponsePartition(buf, pos, v):
     o.partition_index, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -461,7 +489,10 @@ class TxnOffsetCommitResponseTopic(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TxnOffsetCommitResponseTopic', v)
 
@@ -493,7 +524,11 @@ def _read_TxnOffsetCommitResponseTopic(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -585,7 +620,10 @@ class TxnOffsetCommitResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 3:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'TxnOffsetCommitResponse', v)
 
@@ -615,7 +653,11 @@ def _read_TxnOffsetCommitResponse(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 3:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

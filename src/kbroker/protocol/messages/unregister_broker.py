@@ -133,14 +133,21 @@ class UnregisterBrokerRequest(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_i.pack(self.broker_id)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UnregisterBrokerRequest(buf, pos, v):
     o = _new(UnregisterBrokerRequest)
     o.broker_id = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -217,7 +224,10 @@ class UnregisterBrokerResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.throttle_time_ms, self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UnregisterBrokerResponse(buf, pos, v):
@@ -225,7 +235,11 @@ def _read_UnregisterBrokerResponse(buf, pos, v):
     o.throttle_time_ms, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

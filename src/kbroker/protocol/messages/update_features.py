@@ -109,7 +109,10 @@ class FeatureUpdateKey(ProtocolStruct):
             w += _S_ho.pack(self.max_version_level, self.allow_downgrade)
             if self.upgrade_type != 1:
                 raise non_default('upgrade_type', v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_FeatureUpdateKey(buf, pos, v):
@@ -123,7 +126,11 @@ def _read_FeatureUpdateKey(buf, pos, v):
         o.max_version_level, o.allow_downgrade = _S_ho.unpack_from(buf, pos)
         pos += 3
         o.upgrade_type = 1
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -211,7 +218,10 @@ class UpdateFeaturesRequest(ProtocolStruct):
         else:
             if self.validate_only != False:
                 raise non_default('validate_only', v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UpdateFeaturesRequest(buf, pos, v):
@@ -232,7 +242,11 @@ def _read_UpdateFeaturesRequest(buf, pos, v):
         pos += 1
     else:
         o.validate_only = False
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -260,7 +274,10 @@ class UpdatableFeatureResult(ProtocolStruct):
         w_cstr(w, self.feature)
         w += _S_h.pack(self.error_code)
         w_cnstr(w, self.error_message)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UpdatableFeatureResult(buf, pos, v):
@@ -269,7 +286,11 @@ def _read_UpdatableFeatureResult(buf, pos, v):
     o.error_code = _S_h.unpack_from(buf, pos)[0]
     pos += 2
     o.error_message, pos = r_cnstr(buf, pos)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -355,7 +376,10 @@ class UpdateFeaturesResponse(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UpdateFeaturesResponse(buf, pos, v):
@@ -372,7 +396,11 @@ def _read_UpdateFeaturesResponse(buf, pos, v):
             e, pos = _read_UpdatableFeatureResult(buf, pos, v)
             a.append(e)
         o.results = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

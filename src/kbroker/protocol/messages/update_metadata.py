@@ -152,7 +152,10 @@ class UpdateMetadataPartitionState(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'UpdateMetadataPartitionState', v)
 
@@ -206,7 +209,11 @@ def _read_UpdateMetadataPartitionState(buf, pos, v):
     else:
         o.offline_replicas = []
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -256,7 +263,10 @@ class UpdateMetadataTopicState(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'UpdateMetadataTopicState', v)
 
@@ -294,7 +304,11 @@ def _read_UpdateMetadataTopicState(buf, pos, v):
                 a.append(e)
             o.partition_states = a
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -333,7 +347,10 @@ class UpdateMetadataEndpoint(ProtocolStruct):
             w_str(w, self.listener)
         w += _S_h.pack(self.security_protocol)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'UpdateMetadataEndpoint', v)
 
@@ -355,7 +372,11 @@ def _read_UpdateMetadataEndpoint(buf, pos, v):
     o.security_protocol = _S_h.unpack_from(buf, pos)[0]
     pos += 2
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -411,7 +432,10 @@ class UpdateMetadataBroker(ProtocolStruct):
         elif 2 <= v <= 5:
             w_nstr(w, self.rack)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'UpdateMetadataBroker', v)
 
@@ -458,7 +482,11 @@ def _read_UpdateMetadataBroker(buf, pos, v):
     else:
         o.rack = ''
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -780,7 +808,10 @@ class UpdateMetadataResponse(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_h.pack(self.error_code)
         if v >= 6:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'UpdateMetadataResponse', v)
 
@@ -790,7 +821,11 @@ def _read_UpdateMetadataResponse(buf, pos, v):
     o.error_code = _S_h.unpack_from(buf, pos)[0]
     pos += 2
     if v >= 6:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

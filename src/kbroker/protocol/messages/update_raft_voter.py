@@ -94,7 +94,10 @@ class Listener(ProtocolStruct):
         w_cstr(w, self.name)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Listener(buf, pos, v):
@@ -103,7 +106,11 @@ def _read_Listener(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -126,14 +133,21 @@ class KRaftVersionFeature(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_hh.pack(self.min_supported_version, self.max_supported_version)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_KRaftVersionFeature(buf, pos, v):
     o = _new(KRaftVersionFeature)
     o.min_supported_version, o.max_supported_version = _S_hh.unpack_from(buf, pos)
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -225,7 +239,10 @@ class UpdateRaftVoterRequest(ProtocolStruct):
             for e in a:
                 e._write(w, parts, v)
         self.kraft_version_feature._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_UpdateRaftVoterRequest(buf, pos, v):
@@ -246,7 +263,11 @@ def _read_UpdateRaftVoterRequest(buf, pos, v):
             a.append(e)
         o.listeners = a
     o.kraft_version_feature, pos = _read_KRaftVersionFeature(buf, pos, v)
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -286,7 +307,10 @@ class CurrentLeader(ProtocolStruct):
         w += _S_ii.pack(self.leader_id, self.leader_epoch)
         w_cstr(w, self.host)
         w += _S_i.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_CurrentLeader(buf, pos, v):
@@ -296,7 +320,11 @@ def _read_CurrentLeader(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

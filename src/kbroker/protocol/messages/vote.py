@@ -104,7 +104,10 @@ class VoteRequestPartitionData(ProtocolStruct):
             w += _S_iiiUUiq.pack(self.partition_index, self.candidate_epoch, self.candidate_id, self.candidate_directory_id.bytes, self.voter_directory_id.bytes, self.last_offset_epoch, self.last_offset)
         else:
             w += _S_iiiiq.pack(self.partition_index, self.candidate_epoch, self.candidate_id, self.last_offset_epoch, self.last_offset)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_VoteRequestPartitionData(buf, pos, v):
@@ -124,7 +127,11 @@ def _read_VoteRequestPartitionData(buf, pos, v):
         pos += 24
         o.candidate_directory_id = ZERO_UUID
         o.voter_directory_id = ZERO_UUID
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -154,7 +161,10 @@ class VoteRequestTopicData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_VoteRequestTopicData(buf, pos, v):
@@ -169,7 +179,11 @@ def _read_VoteRequestTopicData(buf, pos, v):
             e, pos = _read_VoteRequestPartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -253,7 +267,10 @@ class VoteRequest(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_VoteRequest(buf, pos, v):
@@ -273,7 +290,11 @@ def _read_VoteRequest(buf, pos, v):
             e, pos = _read_VoteRequestTopicData(buf, pos, v)
             a.append(e)
         o.topics = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -302,14 +323,21 @@ class VoteResponsePartitionData(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_ihiio.pack(self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.vote_granted)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_VoteResponsePartitionData(buf, pos, v):
     o = _new(VoteResponsePartitionData)
     o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.vote_granted = _S_ihiio.unpack_from(buf, pos)
     pos += 15
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -339,7 +367,10 @@ class VoteResponseTopicData(ProtocolStruct):
             w_calen(w, len(a))
             for e in a:
                 e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_VoteResponseTopicData(buf, pos, v):
@@ -354,7 +385,11 @@ def _read_VoteResponseTopicData(buf, pos, v):
             e, pos = _read_VoteResponsePartitionData(buf, pos, v)
             a.append(e)
         o.partitions = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -381,7 +416,10 @@ class NodeEndpoint(ProtocolStruct):
         w += _S_i.pack(self.node_id)
         w_cstr(w, self.host)
         w += _S_H.pack(self.port)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_NodeEndpoint(buf, pos, v):
@@ -391,7 +429,11 @@ def _read_NodeEndpoint(buf, pos, v):
     o.host, pos = r_cstr(buf, pos)
     o.port = _S_H.unpack_from(buf, pos)[0]
     pos += 2
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

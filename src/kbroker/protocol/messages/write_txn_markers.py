@@ -107,7 +107,10 @@ class WritableTxnMarkerTopic(ProtocolStruct):
                 w_alen(w, len(a))
                 w_prim_array(w, a, 'i')
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'WritableTxnMarkerTopic', v)
 
@@ -131,7 +134,11 @@ def _read_WritableTxnMarkerTopic(buf, pos, v):
         else:
             o.partition_indexes, pos = r_prim_array(buf, pos, n, 'i', 4)
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -183,7 +190,10 @@ class WritableTxnMarker(ProtocolStruct):
                     e._write(w, parts, v)
         w += _S_i.pack(self.coordinator_epoch)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'WritableTxnMarker', v)
 
@@ -215,7 +225,11 @@ def _read_WritableTxnMarker(buf, pos, v):
     o.coordinator_epoch = _S_i.unpack_from(buf, pos)[0]
     pos += 4
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -303,7 +317,10 @@ class WriteTxnMarkersRequest(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'WriteTxnMarkersRequest', v)
 
@@ -331,7 +348,11 @@ def _read_WriteTxnMarkersRequest(buf, pos, v):
                 a.append(e)
             o.markers = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -357,7 +378,10 @@ class WritableTxnMarkerPartitionResult(ProtocolStruct):
     def _write(self, w, parts, v):
         w += _S_ih.pack(self.partition_index, self.error_code)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'WritableTxnMarkerPartitionResult', v)
 
@@ -367,7 +391,11 @@ def _read_WritableTxnMarkerPartitionResult(buf, pos, v):
     o.partition_index, o.error_code = _S_ih.unpack_from(buf, pos)
     pos += 6
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -412,7 +440,10 @@ class WritableTxnMarkerTopicResult(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'WritableTxnMarkerTopicResult', v)
 
@@ -444,7 +475,11 @@ def _read_WritableTxnMarkerTopicResult(buf, pos, v):
                 a.append(e)
             o.partitions = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -486,7 +521,10 @@ class WritableTxnMarkerResult(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'WritableTxnMarkerResult', v)
 
@@ -516,7 +554,11 @@ def _read_WritableTxnMarkerResult(buf, pos, v):
                 a.append(e)
             o.topics = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos
@@ -604,7 +646,10 @@ class WriteTxnMarkersResponse(ProtocolStruct):
                 for e in a:
                     e._write(w, parts, v)
         if v >= 1:
-            w_tags(w, None, self._unknown_tagged_fields)
+            if self._unknown_tagged_fields:
+                w_tags(w, None, self._unknown_tagged_fields)
+            else:
+                w.append(0)
         elif self._unknown_tagged_fields:
             no_tags_check(self._unknown_tagged_fields, 'WriteTxnMarkersResponse', v)
 
@@ -632,7 +677,11 @@ def _read_WriteTxnMarkersResponse(buf, pos, v):
                 a.append(e)
             o.markers = a
     if v >= 1:
-        o._unknown_tagged_fields, pos = r_tags(buf, pos)
+        if buf[pos] == 0:
+            o._unknown_tagged_fields = None
+            pos += 1
+        else:
+            o._unknown_tagged_fields, pos = r_tags(buf, pos)
     else:
         o._unknown_tagged_fields = None
     return o, pos

@@ -85,14 +85,21 @@ class Voter(ProtocolStruct):
 
     def _write(self, w, parts, v):
         w += _S_i.pack(self.voter_id)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_Voter(buf, pos, v):
     o = _new(Voter)
     o.voter_id = _S_i.unpack_from(buf, pos)[0]
     pos += 4
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 
@@ -197,7 +204,10 @@ class QuorumStateData(ProtocolStruct):
                 w_calen(w, len(a))
                 for e in a:
                     e._write(w, parts, v)
-        w_tags(w, None, self._unknown_tagged_fields)
+        if self._unknown_tagged_fields:
+            w_tags(w, None, self._unknown_tagged_fields)
+        else:
+            w.append(0)
 
 
 def _read_QuorumStateData(buf, pos, v):
@@ -230,7 +240,11 @@ def _read_QuorumStateData(buf, pos, v):
                 e, pos = _read_Voter(buf, pos, v)
                 a.append(e)
             o.current_voters = a
-    o._unknown_tagged_fields, pos = r_tags(buf, pos)
+    if buf[pos] == 0:
+        o._unknown_tagged_fields = None
+        pos += 1
+    else:
+        o._unknown_tagged_fields, pos = r_tags(buf, pos)
     return o, pos
 
 

@@ -39,6 +39,9 @@ from kbroker.server.replica_manager import ProducePartitionResult
 
 log = logging.getLogger(__name__)
 
+_NONE = int(ErrorCode.NONE)                                        # plain ints: no enum lookups per partition
+_NOT_LEADER_OR_FOLLOWER = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
 
 def handle_produce(broker, ctx, req) -> None:
     v = ctx.api_version
@@ -100,21 +103,26 @@ def handle_produce(broker, ctx, req) -> None:
             else:
                 ctx.respond_no_op()
             return
+        # one PartitionProduceResponse per partition, in request order, grouped by topic name
+        # (a topic named twice in the request answers once, as Kafka's response map does)
         topics: dict[str, list] = {}
         node_endpoints: dict = {}
+        flexible_errors = v >= 8
+        leaders = v >= 10
         for tp in order:
             r = results[tp]
-            pr = PartitionProduceResponse(index=tp[1], error_code=r.error, base_offset=r.base_offset,
+            err = r.error
+            pr = PartitionProduceResponse(index=tp[1], error_code=err, base_offset=r.base_offset,
                                           log_append_time_ms=r.log_append_time_ms,
                                           log_start_offset=r.log_start_offset)
-            if v >= 8:
-                if r.record_errors:
-                    pr.record_errors = [BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
-                                        for i, m in r.record_errors]
-                if r.error != ErrorCode.NONE:
+            if flexible_errors and r.record_errors:
+                pr.record_errors = [BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                                    for i, m in r.record_errors]
+            if err != _NONE:
+                if flexible_errors:
                     pr.error_message = r.error_message
-            if r.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and v >= 10:
-                _current_leader(broker, ctx, tp, pr, node_endpoints)
+                if err == _NOT_LEADER_OR_FOLLOWER and leaders:
+                    _current_leader(broker, ctx, tp, pr, node_endpoints)
             ps = topics.get(tp[0])
             if ps is None:
                 topics[tp[0]] = [pr]
