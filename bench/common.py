@@ -466,6 +466,18 @@ class RunSummary:
     broker_cpu_s: float | None = None
     broker_cpu_s_per_mb_sent: float | None = None
     broker_cpu_s_per_mb_received: float | None = None
+    #: the load generator's own CPU (this process: the client library's threads included)
+    client_cpu_s: float | None = None
+
+    def cpu_us_per_record(self, who: str = "broker", side: str = "send") -> float | None:
+        """CPU µs of ``who`` ("broker" / "client") per record moved over the kept intervals:
+        on a machine the client shares with the broker, what the two together spend per
+        record bounds the rate (cores / (broker + client µs per record))."""
+        cpu = self.broker_cpu_s if who == "broker" else self.client_cpu_s
+        records = self.throughput(side) * self.kept_s
+        if cpu is None or not records or records != records:
+            return None
+        return cpu / records * 1e6
 
     def throughput(self, side: str = "send") -> float:
         return self.records_per_s if side == "send" else self.received_per_s
@@ -495,9 +507,11 @@ def summarize(run_dir: str | os.PathLike) -> RunSummary:
     recv_b = sum(d["bytes_received"][i] for i in idx)
     cpu_vals = [d["broker_cpu_s"][i] for i in idx if d["broker_cpu_s"][i] is not None]
     cpu = sum(cpu_vals) if cpu_vals else None
+    client_vals = [d["client_cpu_s"][i] for i in idx if d["client_cpu_s"][i] is not None]
     s = RunSummary(str(run_dir), m["broker"], m.get("round"), sent / send_secs, sent_b / send_secs / 1e6,
                    recv / secs, recv_b / secs / 1e6, secs, int(sum(d["errors"])))
     s.broker_cpu_s = cpu
+    s.client_cpu_s = sum(client_vals) if client_vals else None
     if cpu is not None:
         s.broker_cpu_s_per_mb_sent = cpu / (sent_b / 1e6) if sent_b else None
         s.broker_cpu_s_per_mb_received = cpu / (recv_b / 1e6) if recv_b else None
@@ -534,6 +548,11 @@ def print_summary(s: RunSummary, *, side: str = "send", stream=None) -> None:
     if s.broker_cpu_s is not None:
         per = s.broker_cpu_s_per_mb_sent if side == "send" else s.broker_cpu_s_per_mb_received
         print(f"   broker CPU {s.broker_cpu_s:.2f} s" + (f" = {per:.4f} s/MB" if per else ""), file=out)
+    b_us, c_us = s.cpu_us_per_record("broker", side), s.cpu_us_per_record("client", side)
+    if c_us is not None:
+        print(f"   CPU per record: " + (f"broker {b_us:.1f} µs + " if b_us is not None else "")
+              + f"client {c_us:.1f} µs (client: this process, its client library's threads included)",
+              file=out)
     print(f"   trace: {s.run_dir}", file=out, flush=True)
 
 

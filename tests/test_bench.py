@@ -85,6 +85,13 @@ def test_produce_starts_its_own_broker(tmp_path, capsys):
     assert all(c is not None for c in d["broker_cpu_s"])
     out = capsys.readouterr().out
     assert "records/s" in out and "p99.9" in out and str(run) in out
+    # the CPU budget per record: broker (sampled by PID) and client (this process)
+    s = common.summarize(run)
+    assert s.client_cpu_s is not None and s.client_cpu_s > 0
+    b_us, c_us = s.cpu_us_per_record("broker"), s.cpu_us_per_record("client")
+    assert b_us is not None and b_us > 0 and c_us is not None and c_us > 0
+    assert c_us == pytest.approx(s.client_cpu_s / (s.records_per_s * s.kept_s) * 1e6)
+    assert "CPU per record: broker" in out and " µs (client" in out
     # seq keys add their bytes: b"0", b"1", ... so bytes_sent exceeds records * value size
     assert sum(d["bytes_sent"]) > sum(d["records_sent"]) * 64
 

@@ -143,6 +143,36 @@ def test_callbacks_futures_flush_close(broker, topic_name):
         p.send(topic_name, b"after close")
 
 
+def test_batches_that_wait_for_memory_are_all_delivered_in_order(broker, topic_name):
+    """A partition's queue leaves the accumulator when it empties (so the sender's passes
+    cost what is queued, not every partition written): an append that waits for
+    buffer.memory while the sender drains and completes that partition's last batch
+    must still queue its new batch where the sender looks."""
+    _create(broker, topic_name, partitions=2)
+    values = [b"%04d" % i + b"x" * 600 for i in range(300)]
+    p = _producer(broker, **{"batch.size": 1024, "buffer.memory": 4096, "linger.ms": 0,
+                             "max.block.ms": 20000})
+    try:
+        futs = [p.send(topic_name, v, partition=i % 2) for i, v in enumerate(values)]
+        p.flush(30)
+        mds = [f.get(0) for f in futs]
+        assert not p.accumulator.batches and not p.accumulator.incomplete
+    finally:
+        p.close(0)
+    for part in (0, 1):
+        offsets = [md.offset for md in mds[part::2]]
+        assert offsets == list(range(150))
+    c = _consumer(broker)
+    try:
+        c.assign([TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)])
+        got = _consume_all(c, 300)
+    finally:
+        c.close()
+    assert sorted(r.value for r in got) == sorted(values)
+    for part in (0, 1):
+        assert [r.value for r in got if r.partition == part] == values[part::2]
+
+
 def test_serializers_and_str(broker, topic_name):
     _create(broker, topic_name)
     with _producer(broker, **{"key.serializer": lambda k: k.encode() if k else None,

@@ -144,6 +144,8 @@ class SilentBroker:
         self.port = self.sock.getsockname()[1]
         self.partitions = partitions
         self.produce_count = 0
+        #: the topics each MetadataRequest named (None: all topics)
+        self.metadata_requests = []
         self.stop = False
         self.threads = []
         t = threading.Thread(target=self._accept, daemon=True)
@@ -184,6 +186,8 @@ class SilentBroker:
                         ApiVersion(api_key=ApiKey.METADATA, min_version=0, max_version=12),
                         ApiVersion(api_key=ApiKey.API_VERSIONS, min_version=0, max_version=3)])
                 elif key == ApiKey.METADATA:
+                    self.metadata_requests.append(
+                        None if body.topics is None else [t.name for t in body.topics])
                     resp = MetadataResponse(brokers=[MetadataResponseBroker(node_id=1, host="127.0.0.1", port=self.port)],
                                             cluster_id="fake", controller_id=1, topics=[
                         MetadataResponseTopic(error_code=0, name=t.name, partitions=[
@@ -260,6 +264,58 @@ def test_metadata_wait_times_out_for_missing_partition(silent):
             p.send("t", b"v", partition=5)
     finally:
         p.close(0)
+
+
+def test_new_topics_are_fetched_at_once_and_alone(silent):
+    """Kafka's requestUpdateForNewTopics: a topic the producer has not seen is asked for
+    at once (not after retry.backoff.ms) and alone (a partial MetadataRequest merged into
+    what is known). With a backoff of a minute and max.block.ms of 5 s, waiting out the
+    backoff for each new topic would time the waits out."""
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{silent.port}", "enable.idempotence": False,
+                  "retry.backoff.ms": 60000, "max.block.ms": 5000})
+    names = [f"n{i}" for i in range(12)]
+    try:
+        for t in names:
+            # the send path's wait for a topic's metadata (a send would also put
+            # Produce requests on the connection, which this fake broker never answers)
+            assert p.partitions_for(t) == [0, 1]
+        first = silent.metadata_requests.index(["n0"])
+        assert silent.metadata_requests[first:] == [[t] for t in names]
+        # every answer was merged: all topics are known without another request
+        assert sorted(p.metadata.cluster.topics) == sorted(names)
+        assert all(p.partitions_for(t) == [0, 1] for t in names)
+        assert len(silent.metadata_requests) == first + len(names)
+    finally:
+        p.close(0)
+
+
+def test_failed_partial_metadata_request_backs_off_and_asks_again():
+    from kbroker.client.config import PRODUCER, ClientConfig
+    from kbroker.client.metadata import Metadata
+    md = Metadata(ClientConfig(PRODUCER, {"bootstrap.servers": "127.0.0.1:1", "retry.backoff.ms": 1000}))
+    md.update(MetadataResponse(brokers=[], cluster_id="c", controller_id=1, topics=[]), now=100.0)
+    assert md.time_to_next_update(100.5) > 0           # nothing new: the backoff holds
+    assert md.add_topics("a")
+    assert md.time_to_next_update(100.5) == 0          # a new topic: at once
+    req = md.build_request(100.5)
+    assert [t.name for t in req.topics] == ["a"]
+    md.failed_update(OSError("gone"), 100.6)
+    # a failure backs off (no busy loop) and asks for "a" again, in a full request now
+    assert md.time_to_next_update(100.6) == pytest.approx(0.9)
+    req = md.build_request(101.6)
+    assert [t.name for t in req.topics] == ["a"]
+    md.update(MetadataResponse(brokers=[], cluster_id="c", controller_id=1, topics=[
+        MetadataResponseTopic(error_code=0, name="a", partitions=[
+            MetadataResponsePartition(error_code=0, partition_index=0, leader_id=1, leader_epoch=0,
+                                      replica_nodes=[1], isr_nodes=[1], offline_replicas=[])])]), now=101.65)
+    assert md.add_topics("b") and md.time_to_next_update(101.7) == 0
+    assert [t.name for t in md.build_request(101.7).topics] == ["b"]
+    # an answer with a retriable error for the new topic: a full update follows, after the backoff
+    md.update(MetadataResponse(brokers=[], cluster_id="c", controller_id=1, topics=[
+        MetadataResponseTopic(error_code=5, name="b", partitions=[])]), now=101.8)
+    assert md.cluster.topic_errors == {"b": 5} and list(md.cluster.topics) == ["a"]
+    assert md.time_to_next_update(101.8) == pytest.approx(0.9)
+    assert [t.name for t in md.build_request(102.7).topics] == ["a", "b"]
 
 
 def test_record_too_large(silent):

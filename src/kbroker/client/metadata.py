@@ -1,10 +1,18 @@
 """Cluster metadata: brokers, topics, partition leaders (Kafka's Metadata / Cluster).
 
-``Cluster`` is an immutable snapshot built from one MetadataResponse. ``Metadata`` holds
+``Cluster`` is an immutable snapshot built from MetadataResponses. ``Metadata`` holds
 the current snapshot plus the refresh policy: a refresh is due when someone called
 ``request_update()`` (after NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
-LEADER_NOT_AVAILABLE, a new topic, a disconnect) -- rate limited by retry.backoff.ms -- or
-when the snapshot is older than metadata.max.age.ms. NetworkClient sends the request.
+LEADER_NOT_AVAILABLE, a disconnect) -- rate limited by retry.backoff.ms -- or when the
+snapshot is older than metadata.max.age.ms. NetworkClient sends the request.
+
+A topic of interest added by ``add_topics`` is fetched at once, not after the backoff, and
+by itself: a *partial* request for the new topics only, whose answer is merged into the
+snapshot (Kafka's ``requestUpdateForNewTopics`` and ``newMetadataRequestBuilderForNewTopics``).
+So a producer that starts writing to 200 topics one after another waits one round trip
+per topic, not retry.backoff.ms, and each answer carries one topic, not all it knows.
+A full request is still sent when one was asked for (errors, leaderless partitions) or
+the snapshot is older than metadata.max.age.ms.
 
 Thread-safety: ``Metadata`` methods take its condition lock; threads waiting for a newer
 snapshot (``wait_for_update``) are woken by ``update``/``failed_update``. ``version``
@@ -89,6 +97,12 @@ class Metadata:
         self._need_update = True
         self._last_refresh = 0.0
         self._last_attempt = 0.0
+        #: topics added since the last request that carried them (Kafka's newTopics)
+        self._new_topics: set[str] = set()
+        #: a new topic was added: the next request goes now, whatever the backoff
+        self._immediate = False
+        #: the topics of the partial request in flight; None: the request is a full one
+        self._partial: frozenset | None = None
         self.last_error: Exception | None = None
         #: node id -> BrokerMetadata for connections outside the broker list (group
         #: coordinators get id 2**31-1-node_id so group traffic has its own connection)
@@ -101,11 +115,15 @@ class Metadata:
         with self._cond:
             if self.topics is None:
                 new = any(t not in self.cluster.topics for t in topics)
+                if new:
+                    self._need_update = True
             else:
-                new = any(t not in self.topics for t in topics)
-                self.topics.update(topics)
-            if new:
-                self._need_update = True
+                fresh = [t for t in topics if t not in self.topics]
+                new = bool(fresh)
+                if new:
+                    self.topics.update(fresh)
+                    self._new_topics.update(fresh)
+                    self._immediate = True
             return new
 
     def set_topics(self, topics) -> None:
@@ -120,16 +138,43 @@ class Metadata:
             self._need_update = True
             return self.version
 
+    def request_update_for_topic(self, topic: str) -> int:
+        """``request_update`` for a caller waiting on ``topic``: a topic still new (not yet
+        asked for, or asked for in the partial request in flight) needs no full update
+        (Kafka's requestUpdateForTopic). Returns the version to wait beyond."""
+        with self._cond:
+            if topic in self._new_topics:
+                self._immediate = True
+            elif self._partial is None or topic not in self._partial:
+                self._need_update = True
+            return self.version
+
     def time_to_next_update(self, now: float) -> float:
-        """Seconds until a refresh is due (0 = now), honouring retry.backoff.ms."""
+        """Seconds until a refresh is due (0 = now), honouring retry.backoff.ms (except
+        for the first request after a new topic)."""
+        if self._immediate:
+            return 0.0
         backoff = self._last_attempt + self.backoff_s - now
-        if self._need_update:
+        if self._need_update or self._new_topics:
             return max(0.0, backoff)
         return max(0.0, self._last_refresh + self.max_age_s - now, backoff)
 
     def build_request(self, now: float) -> MetadataRequest:
-        self._last_attempt = now
-        topics = None if self.topics is None else [MetadataRequestTopic(name=t) for t in sorted(self.topics)]
+        """The next MetadataRequest: for the new topics only when nothing asked for a
+        full one and the snapshot is younger than metadata.max.age.ms (Kafka's rule),
+        else for every topic of interest."""
+        with self._cond:
+            self._last_attempt = now
+            self._immediate = False
+            if (self._new_topics and not self._need_update and self.topics is not None
+                    and now < self._last_refresh + self.max_age_s):
+                self._partial = frozenset(self._new_topics)
+                names = sorted(self._partial)
+            else:
+                self._partial = None
+                names = None if self.topics is None else sorted(self.topics)
+            self._new_topics.clear()
+        topics = None if names is None else [MetadataRequestTopic(name=t) for t in names]
         return MetadataRequest(topics=topics, allow_auto_topic_creation=self.allow_auto_topic_creation)
 
     # -- updates ------------------------------------------------------------------------
@@ -151,18 +196,32 @@ class Metadata:
                 retry = True
             topics[t.name] = lst
             ids[t.name] = getattr(t, "topic_id", None)
-        cluster = Cluster(brokers, topics, errors, resp.cluster_id, resp.controller_id, ids)
         with self._cond:
-            self.cluster = cluster
+            partial = self._partial
+            self._partial = None
+            if partial is not None:
+                # a partial answer: the new topics replace their entries, the rest stays
+                old = self.cluster
+                topics = {**{t: v for t, v in old.topics.items() if t not in errors}, **topics}
+                errors = {**{t: v for t, v in old.topic_errors.items()
+                             if t not in topics and t not in partial}, **errors}
+                ids = {**old.topic_ids, **ids}
+            self.cluster = Cluster(brokers, topics, errors, resp.cluster_id, resp.controller_id, ids)
             self.version += 1
-            self._last_refresh = now
-            # leaderless partitions or still-creating topics: keep refreshing (with backoff)
-            self._need_update = retry
+            if partial is None:
+                self._last_refresh = now
+                # leaderless partitions or still-creating topics: keep refreshing (with backoff)
+                self._need_update = retry
+            elif retry:
+                self._need_update = True     # the new topic's trouble is for a full update
             self.last_error = None
             self._cond.notify_all()
 
     def failed_update(self, exc: Exception, now: float) -> None:
         with self._cond:
+            if self._partial is not None:
+                self._new_topics.update(self._partial)
+                self._partial = None
             self.last_error = exc
             self._need_update = True
             self._cond.notify_all()

@@ -104,6 +104,9 @@ class RecordAccumulator:
         self._lock = threading.Lock()
         self._memory_cond = threading.Condition(self._lock)
         self._waiters = 0
+        #: the queued batches of each partition that has any: a partition whose deque
+        #: empties leaves the map, so the sender's passes (ready, drain, expiry) cost what
+        #: is queued, not every partition ever written (10,000 partitions round-robin)
         self.batches: dict[TopicPartition, deque[ProducerBatch]] = {}
         #: the appender of each partition's open batch (the last of its deque). Read
         #: without the lock by the fast path; changed only under the lock.
@@ -138,9 +141,6 @@ class RecordAccumulator:
                 if f is not None:
                     return f
                 del self.open[tp]            # full
-            dq = self.batches.get(tp)
-            if dq is None:
-                dq = self.batches[tp] = deque()
             ks = len(key) if key is not None else -1
             vs = len(value) if value is not None else -1
             size = max(ks, 0) + max(vs, 0) + RECORD_OVERHEAD_MAX + records.RECORD_BATCH_OVERHEAD
@@ -169,6 +169,11 @@ class RecordAccumulator:
                 b = ProducerBatch(tp, builder, time.monotonic(), reserve)
                 ob = b.appender
                 f = ob.try_append(timestamp, key, value, headers, callback)  # the first record always fits
+                # the deque is looked up after _reserve: its wait releases the lock, and a
+                # drain may have emptied the partition's deque and dropped it meanwhile
+                dq = self.batches.get(tp)
+                if dq is None:
+                    dq = self.batches[tp] = deque()
                 dq.append(b)
                 self.open[tp] = ob
                 self.incomplete.add(b)
@@ -291,7 +296,7 @@ class RecordAccumulator:
                 for tp, leader in order:
                     if capacity[leader] <= r:
                         continue
-                    dq = self.batches[tp]
+                    dq = self.batches.get(tp)
                     if not dq or tp in self._muted:
                         continue
                     b = dq[0]
@@ -306,6 +311,8 @@ class RecordAccumulator:
                         continue
                     size_by_node[leader] = used + est
                     dq.popleft()
+                    if not dq:
+                        del self.batches[tp]
                     b.appender.close()
                     if self.open.get(tp) is b.appender:
                         del self.open[tp]
@@ -352,6 +359,7 @@ class RecordAccumulator:
         """Remove and return queued batches older than delivery.timeout.ms."""
         out = []
         with self._lock:
+            emptied = []
             for tp, dq in self.batches.items():
                 while dq and now - dq[0].created >= self.delivery_timeout_s:
                     b = dq.popleft()
@@ -359,13 +367,16 @@ class RecordAccumulator:
                     if self.open.get(tp) is b.appender:
                         del self.open[tp]
                     out.append(b)
+                if not dq:
+                    emptied.append(tp)
+            for tp in emptied:
+                del self.batches[tp]
         return out
 
     def abort_all(self) -> list[ProducerBatch]:
         with self._lock:
             out = [b for dq in self.batches.values() for b in dq]
-            for dq in self.batches.values():
-                dq.clear()
+            self.batches.clear()
             for b in out:
                 b.appender.close()
             self.open.clear()

@@ -151,7 +151,7 @@ class Producer:
                 exc = E.for_code(err)
                 if not exc.retriable:
                     raise E.for_code(err, f"topic {topic}: {exc.message}")
-            version = self.metadata.request_update()
+            version = self.metadata.request_update_for_topic(topic)
             self.client.wakeup()
             left = deadline - time.monotonic()
             if left <= 0 or not self.metadata.wait_for_update(version, left):
