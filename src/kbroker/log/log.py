@@ -511,7 +511,9 @@ class Log:
         moves nothing).
         """
         t = type(buf)
-        if t is bytearray:
+        if t is memoryview:         # a client's records: a slice of the request
+            n = buf.nbytes
+        elif t is bytearray:
             n = len(buf)
         else:
             if isinstance(buf, bytes) and (assign_offsets or leader_epoch >= 0):
@@ -592,7 +594,11 @@ class Log:
             end = _new_tuple(LogOffsetMetadata, (next_offset, seg.base_offset, seg.size))
             need_flush = next_offset - self._recovery_point >= config.flush_messages
             if high_watermark_follows and not need_flush:
-                self._move_high_watermark_locked(end)
+                if self._first_unstable is None and self.hw_changes is not None:
+                    self._hw = end          # _move_high_watermark_locked's common case, inline
+                    self.hw_changes[0] += 1
+                else:
+                    self._move_high_watermark_locked(end)
             self._view = _new_tuple(LogView, (self._segments, self._bases, self._log_start_offset, end, self._hw))
             log_start = self._log_start_offset
         if self._pending_roll_flush is not None:

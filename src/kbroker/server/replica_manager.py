@@ -502,7 +502,7 @@ class ReplicaManager:
         if not client and (buf is None or len(buf) == 0):
             return ProducePartitionResult(ErrorCode.NONE, -1, -1, lg.log_start_offset)
         cfg = lg.config
-        plan = cfg.derived("produce_plan", _produce_plan)
+        plan = cfg.derived(_PRODUCE_PLAN, _produce_plan)
         if now is None:
             now = self._time_ms()
         log_append_time = plan.log_append_time
@@ -583,8 +583,8 @@ class ReplicaManager:
             return ProducePartitionResult(e.error_code, error_message=str(e))
         # a duplicate (batch_count 0) carries its original append time
         append_time = (info.log_append_time_ms if info.batch_count == 0 else now) if log_append_time else -1
-        return ProducePartitionResult(ErrorCode.NONE, info.first_offset, append_time,
-                                      info.log_start_offset, last_offset=info.last_offset)
+        return ProducePartitionResult(_NONE, info.first_offset, append_time, info.log_start_offset, None, (),
+                                      info.last_offset)
 
     # -- fetch -------------------------------------------------------------------------------
     def read_from_local_log(self, fetch_infos, max_bytes: int, min_one_message: bool,
@@ -741,6 +741,9 @@ def region_size(r) -> int:
         return 0
     size = getattr(r, "size", None)
     return size if isinstance(size, int) else len(r)
+
+
+_PRODUCE_PLAN = "produce_plan"
 
 
 class _ProducePlan(NamedTuple):
