@@ -108,7 +108,7 @@ def handle_produce(broker, ctx, req) -> None:
             else:
                 ctx.respond_no_op()
             return
-        if ctx.quotas is None and not ctx.bandwidth_throttle_ms and ctx.on_response is None:
+        if ctx.quotas is None and not ctx.bandwidth_throttle_ms and getattr(ctx, "on_response", None) is None:
             # no throttle time to write and nobody to hand the response object to
             body = encode_success_response(v, by_topic, results)
             if body is not None:
