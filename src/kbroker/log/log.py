@@ -17,7 +17,8 @@ Offsets (all "next offset" style except the high watermark, which is one too):
   order. ``update_high_watermark(offset)`` is the explicit path that may move
   it back: restart (the checkpoint), truncation, tests. ``append`` moves it
   only when asked (``high_watermark_follows``: a leader without followers,
-  whose high watermark is its log end), by the same forward-only rule. Always within ``[log_start_offset, log_end_offset]``.
+  whose high watermark is its log end), by the same forward-only rule.
+  Always within ``[log_start_offset, log_end_offset]``.
 * ``recovery_point`` — every offset below it is fsynced; start-up after a
   crash scans only from the segment holding it.
 * ``log_end_offset`` — the offset the next appended record gets.

@@ -3,8 +3,10 @@
 Kafka: ``core/.../server/ReplicaManager.scala``, ``core/.../cluster/Partition.scala``.
 
 Zero-config: every partition has one replica, this node, which is the leader and
-the whole ISR (``apply_topic``); its high watermark follows the log end offset right
-after each append (and, in fsync mode, after the fsync the log does before returning).
+the whole ISR (``apply_topic``); its high watermark follows the log end offset: the
+log moves it with each append, in the same view and under the same lock
+(``Log.append(high_watermark_follows=True)``; in fsync mode after the fsync, with
+flush.messages after that flush), so no DelayedProduce ever waits on such a partition.
 
 A KRaft broker hosts the partitions the controller placed on it (``apply_delta``, from
 each published metadata image) and replicates them:
