@@ -526,11 +526,21 @@ def r_crecords(buf, pos):
 
 
 def r_cnrecords(buf, pos):
+    # r_uvarint inline: a Produce partition's records length takes 2-3 bytes
     n = buf[pos]
-    if n < 0x80:
-        pos += 1
-    else:
-        n, pos = r_uvarint(buf, pos)
+    pos += 1
+    if n >= 0x80:
+        n &= 0x7F
+        shift = 7
+        while True:
+            b = buf[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift >= 35:
+                raise ProtocolDecodeError("unsigned varint longer than 5 bytes")
     if n == 0:
         return None, pos
     n -= 1

@@ -389,7 +389,9 @@ class ReplicaManager:
             r = None
             if acks_all:
                 part = partitions.get(tp)
-                if part is not None and len(part.isr) < part.log.config.min_insync_replicas:
+                # a leader is always in its ISR: min.insync.replicas 1 needs no look at it
+                if part is not None and part.log.config.min_insync_replicas > 1 \
+                        and len(part.isr) < part.log.config.min_insync_replicas:
                     r = _not_enough_replicas(part, tp, buf, produce_version)
             if r is None:
                 if verification_guards is None:
