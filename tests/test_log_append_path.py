@@ -83,3 +83,53 @@ def test_index_entries_of_the_active_segment_create_no_file_until_roll_flush_or_
     lg.close()
     assert open(seg2.offset_index.path, "rb").read() == want2
     assert os.path.getsize(seg2.time_index.path) % 12 == 0 and os.path.getsize(seg2.time_index.path) > 0
+
+
+def test_high_watermark_follows_moves_it_in_the_append_view(tmp_path, monkeypatch):
+    """A leader without followers (``high_watermark_follows``): the append publishes the
+    new log end and the high watermark in one view, under one lock, so
+    maybe_increment_high_watermark_to_end has nothing left to do; plain appends, the
+    slow path (idempotent batches) and a duplicate keep the rule that the high
+    watermark only moves forward and is at the end when append returns."""
+    clock = Clock()
+    lg = open_log(tmp_path, clock)
+    changes = lg.hw_changes = [0]
+    plain = batch(3, ts=clock.now)
+    lg.append(bytearray(plain), records.validate_batches(plain))               # not asked: stays
+    assert (lg.high_watermark, lg.log_end_offset) == (0, 3)
+    info = lg.append(bytearray(plain), records.validate_batches(plain), high_watermark_follows=True)
+    assert (info.first_offset, info.last_offset) == (3, 5)
+    v = lg.view
+    assert v.high_watermark is v.end and v.end.message_offset == 6 and changes == [1]
+    calls = []
+    monkeypatch.setattr(Log, "maybe_increment_high_watermark",
+                        lambda self, meta: calls.append(meta) or None)
+    assert lg.maybe_increment_high_watermark_to_end() is None and calls == []
+    monkeypatch.undo()
+    idem = records.encode_batch([(clock.now, b"k", b"v", [])], producer_id=7, producer_epoch=0,
+                                base_sequence=0)
+    info = lg.append(bytearray(idem), records.validate_batches(idem), high_watermark_follows=True)
+    assert info.first_offset == 6 and lg.high_watermark == lg.log_end_offset == 7
+    dup = lg.append(bytearray(idem), records.validate_batches(idem), high_watermark_follows=True)
+    assert (dup.first_offset, dup.batch_count) == (6, 0) and lg.high_watermark == 7 and changes == [2]
+    lg.close()
+
+
+def test_high_watermark_follows_a_flush_when_one_is_due(tmp_path, monkeypatch):
+    """flush.messages reached: the high watermark moves after the flush (records a
+    consumer can read are flushed first, as Kafka's append flushes before the leader's
+    high watermark moves)."""
+    clock = Clock()
+    lg = open_log(tmp_path, clock, **{"flush.messages": 1})
+    seen = []
+    real = Log.flush
+
+    def spy(self, *a, **kw):
+        seen.append(self.high_watermark)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Log, "flush", spy)
+    plain = batch(2, ts=clock.now)
+    lg.append(bytearray(plain), records.validate_batches(plain), high_watermark_follows=True)
+    assert seen == [0] and lg.high_watermark == lg.log_end_offset == 2 and lg.recovery_point == 2
+    lg.close()

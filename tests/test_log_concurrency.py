@@ -50,6 +50,10 @@ class _StaleLeoLog:
     def log_end_offset_metadata(self):
         return self._stale(self._lg.log_end_offset_metadata)
 
+    def maybe_increment_high_watermark_to_end(self):
+        # the end read, then the other handler runs, then the move is applied
+        return self._lg.maybe_increment_high_watermark(self.log_end_offset_metadata)
+
     def __getattr__(self, name):
         return getattr(self._lg, name)
 

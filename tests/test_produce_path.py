@@ -81,3 +81,25 @@ def test_the_produce_plan_follows_a_config_change(rm):
     assert _produce(rm, "plain", bytearray(ONE)).error == E.NONE
     rm.log_manager.update_topic_config("plain", {"max.message.bytes": "10"})
     assert _produce(rm, "plain", bytearray(ONE)).error == E.MESSAGE_TOO_LARGE
+
+
+def test_a_single_replica_append_moves_the_high_watermark_under_the_append_lock(rm, monkeypatch):
+    """Zero-config (no followers): the log moves the high watermark with the append, in
+    the same view, so the replica manager neither takes the log's lock a second time
+    (Log.maybe_increment_high_watermark) nor parks acks=all in the purgatory; fetches
+    waiting on the partition are still completed once per append."""
+    from kbroker.log.log import Log
+
+    moves, fetch_checks = [], []
+    monkeypatch.setattr(Log, "maybe_increment_high_watermark", lambda self, meta: moves.append(meta))
+    real = rm.fetch_purgatory.check_and_complete
+    monkeypatch.setattr(rm.fetch_purgatory, "check_and_complete", lambda tp: fetch_checks.append(tp) or real(tp))
+    out = []
+    rm.append_records(10000, -1, {("plain", 0): bytearray(ONE), ("strict", 0): bytearray(ONE)}, out.append,
+                      produce_version=9)
+    (res,) = out
+    assert (res[("plain", 0)].error, res[("plain", 0)].base_offset) == (E.NONE, 0)
+    assert res[("strict", 0)].error == E.NOT_ENOUGH_REPLICAS      # min.insync.replicas 2: not appended
+    assert moves == [] and fetch_checks == [("plain", 0)]
+    assert rm.get_partition(("plain", 0)).log.high_watermark == 1
+    assert rm.produce_purgatory.watched() == 0

@@ -148,6 +148,7 @@ BatchInfo = namedtuple("BatchInfo", [
 ])
 BatchInfo.__doc__ = """What ``validate_batches`` learned about one v2 batch
 (see the twin, kbroker._core.ref.records.BatchInfo)."""
+_tuple_new = tuple.__new__
 
 
 cdef inline uint32_t _crc32c(const unsigned char* p, Py_ssize_t n) noexcept nogil:
@@ -1447,13 +1448,14 @@ def validate_batches(buf, *, bint allow_control=False, int timestamp_type=-1,
         errors = ()
         if st.n_errors:
             errors = _record_errors(rbuf, rpos, rend, count, &ck, st.n_errors)
-        infos.append(BatchInfo(
+        # tuple.__new__: the namedtuple without its Python-level __new__ (one per batch)
+        infos.append(_tuple_new(BatchInfo, (
             pos, batch_length + LOG_OVERHEAD, lod, count, base_ts, max_ts,
             (attributes >> 3) & 1, attributes & COMPRESSION_MASK, pid, pepoch,
             bseq, (attributes & TRANSACTIONAL_MASK) != 0,
             (attributes & CONTROL_MASK) != 0, ple,
             _wrap_add(base_ts, st.min_delta), _wrap_add(base_ts, st.max_delta),
-            <bint>st.has_null_key, errors, ids.items() if ids is not None else ()))
+            <bint>st.has_null_key, errors, ids.items() if ids is not None else ())))
         pos = batch_end
     return infos
 

@@ -15,8 +15,10 @@ Offsets (all "next offset" style except the high watermark, which is one too):
   anything not above the current value, so proposals computed from log end
   offsets read at different times (concurrent appends) can arrive in any
   order. ``update_high_watermark(offset)`` is the explicit path that may move
-  it back: restart (the checkpoint), truncation, tests. ``append`` never
-  moves it. Always within ``[log_start_offset, log_end_offset]``.
+  it back: restart (the checkpoint), truncation, tests. ``append`` moves it
+  only when asked (``high_watermark_follows``: a leader without followers,
+  whose high watermark is its log end), by the same forward-only rule.
+  Always within ``[log_start_offset, log_end_offset]``.
 * ``recovery_point`` — every offset below it is fsynced; start-up after a
   crash scans only from the segment holding it.
 * ``log_end_offset`` — the offset the next appended record gets.
@@ -469,7 +471,8 @@ class Log:
     # -- append -------------------------------------------------------------------------
     def append(self, buf, infos=None, *, leader_epoch: int = -1, assign_offsets: bool = True,
                batch_epochs=None, origin: AppendOrigin | None = None,
-               verification_guard: VerificationGuard | None = None) -> LogAppendInfo:
+               verification_guard: VerificationGuard | None = None,
+               high_watermark_follows: bool = False) -> LogAppendInfo:
         """Append whole v2 record batches (already validated, e.g. by
         ``kernels.records.validate_batches``, whose BatchInfos are ``infos``).
         With ``infos`` and no producer ids among them, the append is one kernel
@@ -500,9 +503,18 @@ class Log:
         ``verification_guard`` (a client append with KIP-890 verification on): a
         transactional batch of a producer with no ongoing transaction here needs it to
         be the producer's guard (:mod:`.txn_verification`), else InvalidTxnStateError.
+
+        ``high_watermark_follows`` (a leader with no other replica, whose high watermark
+        is its log end offset): the high watermark moves to the new log end in the same
+        view as the append, under the same lock (``maybe_increment_high_watermark``'s
+        rule), or, when a flush is due (flush.messages), right after that flush. When
+        this returns, the high watermark is at or past the appended batches (a duplicate
+        moves nothing).
         """
         t = type(buf)
-        if t is bytearray:
+        if t is memoryview:         # a client's records: a slice of the request
+            n = buf.nbytes
+        elif t is bytearray:
             n = len(buf)
         else:
             if isinstance(buf, bytes) and (assign_offsets or leader_epoch >= 0):
@@ -580,15 +592,22 @@ class Log:
                     if cache.latest_epoch != epoch:
                         cache.assign(epoch, start)
             # The bytes and index entries are in place: publish the new end to readers.
-            self._view = _new_tuple(LogView, (self._segments, self._bases, self._log_start_offset,
-                                              _new_tuple(LogOffsetMetadata, (next_offset, seg.base_offset, seg.size)),
-                                              self._hw))
-            log_start = self._log_start_offset
+            end = _new_tuple(LogOffsetMetadata, (next_offset, seg.base_offset, seg.size))
             need_flush = next_offset - self._recovery_point >= config.flush_messages
+            if high_watermark_follows and not need_flush:
+                if self._first_unstable is None and self.hw_changes is not None:
+                    self._hw = end          # _move_high_watermark_locked's common case, inline
+                    self.hw_changes[0] += 1
+                else:
+                    self._move_high_watermark_locked(end)
+            self._view = _new_tuple(LogView, (self._segments, self._bases, self._log_start_offset, end, self._hw))
+            log_start = self._log_start_offset
         if self._pending_roll_flush is not None:
             self._run_pending_roll_flush()
         if need_flush:
             self.flush()
+            if high_watermark_follows:
+                self.maybe_increment_high_watermark(self._view.end)
         return _new_tuple(LogAppendInfo, (first, next_offset - 1, max_ts, off_max, -1, log_start, count, n))
 
     def _analyze_producer_state_locked(self, buf, infos, assign_offsets: bool, origin=None):
@@ -895,15 +914,30 @@ class Log:
             old = self._hw
             old_off = old.message_offset
             if old_off < off or (old_off == off and new_hw.segment_base_offset > old.segment_base_offset):
-                self._hw = new_hw if new_hw.segment_base_offset >= 0 else LogOffsetMetadata(off)
-                if self.hw_changes is not None:
-                    self.hw_changes[0] += 1
-                if self._first_unstable is not None:
-                    self.producer_state.on_high_watermark_updated(off)
-                    self._update_first_unstable_locked()
+                self._move_high_watermark_locked(new_hw if new_hw.segment_base_offset >= 0
+                                                 else LogOffsetMetadata(off))
                 self._publish()
                 return old
             return None
+
+    def maybe_increment_high_watermark_to_end(self) -> LogOffsetMetadata | None:
+        """``maybe_increment_high_watermark(log_end_offset_metadata)`` (a leader with no
+        other replica), without the lock when the published high watermark already is
+        the published end (an append with ``high_watermark_follows``)."""
+        v = self._view
+        if v.high_watermark is v.end:
+            return None
+        return self.maybe_increment_high_watermark(v.end)
+
+    def _move_high_watermark_locked(self, new_hw: LogOffsetMetadata) -> None:
+        """Make ``new_hw`` (above the current one) the high watermark. Lock held; the
+        caller publishes."""
+        self._hw = new_hw
+        if self.hw_changes is not None:
+            self.hw_changes[0] += 1
+        if self._first_unstable is not None:
+            self.producer_state.on_high_watermark_updated(new_hw.message_offset)
+            self._update_first_unstable_locked()
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset];

@@ -294,25 +294,29 @@ def null_error(what):
 
 # ---------------------------------------------------------------------------- strings
 
-def _r_text(buf, pos, n):
+# The string readers and r_cnrecords check and slice inline (no helper call per string
+# or records field of every message).
+
+def r_str(buf, pos):
+    n = _i16_unpack(buf, pos)[0]
+    if n < 0:
+        raise null_error("string")
+    pos += 2
     end = pos + n
     if end > len(buf):
         raise short("string", n, len(buf) - pos)
     return str(buf[pos:end], "utf-8", "replace"), end
 
 
-def r_str(buf, pos):
-    n = _i16_unpack(buf, pos)[0]
-    if n < 0:
-        raise null_error("string")
-    return _r_text(buf, pos + 2, n)
-
-
 def r_nstr(buf, pos):
     n = _i16_unpack(buf, pos)[0]
     if n < 0:
         return None, pos + 2
-    return _r_text(buf, pos + 2, n)
+    pos += 2
+    end = pos + n
+    if end > len(buf):
+        raise short("string", n, len(buf) - pos)
+    return str(buf[pos:end], "utf-8", "replace"), end
 
 
 def r_cstr(buf, pos):
@@ -326,7 +330,10 @@ def r_cstr(buf, pos):
     n -= 1
     if n > STRING_MAX:
         raise ProtocolDecodeError("string had invalid length %d" % n)
-    return _r_text(buf, pos, n)
+    end = pos + n
+    if end > len(buf):
+        raise short("string", n, len(buf) - pos)
+    return str(buf[pos:end], "utf-8", "replace"), end
 
 
 def r_cnstr(buf, pos):
@@ -340,7 +347,10 @@ def r_cnstr(buf, pos):
     n -= 1
     if n > STRING_MAX:
         raise ProtocolDecodeError("string had invalid length %d" % n)
-    return _r_text(buf, pos, n)
+    end = pos + n
+    if end > len(buf):
+        raise short("string", n, len(buf) - pos)
+    return str(buf[pos:end], "utf-8", "replace"), end
 
 
 def _encode_text(s):
@@ -516,10 +526,28 @@ def r_crecords(buf, pos):
 
 
 def r_cnrecords(buf, pos):
-    n, pos = r_uvarint(buf, pos)
+    # r_uvarint inline: a Produce partition's records length takes 2-3 bytes
+    n = buf[pos]
+    pos += 1
+    if n >= 0x80:
+        n &= 0x7F
+        shift = 7
+        while True:
+            b = buf[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift >= 35:
+                raise ProtocolDecodeError("unsigned varint longer than 5 bytes")
     if n == 0:
         return None, pos
-    return _r_view(buf, pos, n - 1)
+    n -= 1
+    end = pos + n
+    if end > len(buf):
+        raise short("records", n, len(buf) - pos)
+    return buf[pos:end], end
 
 
 def records_size(value) -> int:

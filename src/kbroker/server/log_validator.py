@@ -114,8 +114,10 @@ def set_max_timestamps(buf, infos, log_append_time: bool, now: int):
     for info in infos:
         if log_append_time:
             ts_type, max_ts = LOG_APPEND_TIME, now
+        elif info.timestamp_type == LOG_APPEND_TIME:     # batch_max_timestamp, inline
+            ts_type, max_ts = CREATE_TIME, info.max_timestamp if info.max_timestamp > -1 else -1
         else:
-            ts_type, max_ts = CREATE_TIME, batch_max_timestamp(info)
+            ts_type, max_ts = CREATE_TIME, info.max_record_timestamp if info.max_record_timestamp > -1 else -1
         if info.timestamp_type == ts_type and info.max_timestamp == max_ts:
             continue
         if writable is None:

@@ -3,8 +3,10 @@
 Kafka: ``core/.../server/ReplicaManager.scala``, ``core/.../cluster/Partition.scala``.
 
 Zero-config: every partition has one replica, this node, which is the leader and
-the whole ISR (``apply_topic``); its high watermark follows the log end offset right
-after each append (and, in fsync mode, after the fsync the log does before returning).
+the whole ISR (``apply_topic``); its high watermark follows the log end offset: the
+log moves it with each append, in the same view and under the same lock
+(``Log.append(high_watermark_follows=True)``; in fsync mode after the fsync, with
+flush.messages after that flush), so no DelayedProduce ever waits on such a partition.
 
 A KRaft broker hosts the partitions the controller placed on it (``apply_delta``, from
 each published metadata image) and replicates them:
@@ -60,6 +62,8 @@ from kbroker.server.metadata import TopicImage
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple  # (topic: str, partition: int)
+
+_NONE = int(ErrorCode.NONE)     # a plain int: no enum compare per partition
 
 
 class ProducePartitionResult:
@@ -155,7 +159,7 @@ class Partition:
         KRaft: PartitionLeader.high_watermark_candidate."""
         pl = self.leader_state
         if pl is None:
-            return self.log.maybe_increment_high_watermark(self.log.log_end_offset_metadata) is not None
+            return self.log.maybe_increment_high_watermark_to_end() is not None
         with self.lock:
             pl.min_insync_replicas = self.log.config.min_insync_replicas
             return maybe_increment_high_watermark(pl, self.log, _now_ms()) is not None
@@ -380,20 +384,25 @@ class ReplicaManager:
         now = self._time_ms()       # one clock read per request: LogAppendTime and the timestamp window
         acks_all = required_acks == -1
         append = self._append_to_local_log
+        partitions = self._partitions
         for tp, buf in entries.items():
-            r = self._check_min_isr(tp, buf, produce_version) if acks_all else None
+            r = None
+            if acks_all:
+                part = partitions.get(tp)
+                # a leader is always in its ISR: min.insync.replicas 1 needs no look at it
+                if part is not None and part.log.config.min_insync_replicas > 1 \
+                        and len(part.isr) < part.log.config.min_insync_replicas:
+                    r = _not_enough_replicas(part, tp, buf, produce_version)
             if r is None:
                 if verification_guards is None:
                     r = append(tp, buf, internal_topics_allowed, produce_version, now)
                 else:
                     r = append(tp, buf, internal_topics_allowed, produce_version, now,
                                verification_guard=verification_guards.get(tp, SENTINEL))
+                if r.error == _NONE and r.last_offset >= 0:
+                    appended.append(tp)
             results[tp] = r
-            if r.error == ErrorCode.NONE and r.last_offset >= 0:
-                appended.append(tp)
-        if appended:
-            self._after_appends(appended)
-        if acks_all and appended and not self._acks_all_reached(appended, results):
+        if appended and not self._after_appends(appended, results if acks_all else None) and acks_all:
             op = DelayedProduce(timeout_ms, self, results, respond)
             self.produce_purgatory.try_complete_else_watch(op, appended)
         else:
@@ -429,65 +438,48 @@ class ReplicaManager:
             results[tp] = ProducePartitionResult(ErrorCode.NONE, info.first_offset, -1, info.log_start_offset,
                                                  last_offset=info.last_offset)
             appended.append(tp)
-        if appended:
-            self._after_appends(appended)
-        if appended and not self._acks_all_reached(appended, results):
+        if appended and not self._after_appends(appended, results):
             self.produce_purgatory.try_complete_else_watch(DelayedProduce(timeout_ms, self, results, respond),
                                                            appended)
         else:
             respond(results)
 
-    def _check_min_isr(self, tp: TopicPartition, buf=None,
-                       produce_version: int | None = None) -> ProducePartitionResult | None:
-        """Kafka's Partition.appendRecordsToLeader check for acks=all: with fewer in-sync
-        replicas than the topic's ``min.insync.replicas``, nothing is appended and the
-        partition answers NOT_ENOUGH_REPLICAS — unless the client's records break
-        ProduceRequest.validateRecords, which Kafka answers first (KafkaApis). None when
-        the append may go ahead."""
-        part = self._partitions.get(tp)
-        if part is None:
-            return None
-        min_isr = part.log.config.min_insync_replicas
-        if len(part.isr) < min_isr:
-            early = _request_records_error(buf, produce_version)
-            if early is not None:
-                return early
-            return ProducePartitionResult(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                error_message=(f"The size of the current ISR {sorted(part.isr)} is insufficient to satisfy "
-                               f"the min.isr requirement of {min_isr} for partition {tp[0]}-{tp[1]}"))
-        return None
-
-    def _acks_all_reached(self, appended, results) -> bool:
-        """True when the high watermark already passed every appended batch, so acks=all
-        is answered at once, without a DelayedProduce (same answer: its first
-        try_complete would succeed). Single replica: always, once ``_after_appends`` has
-        moved the high watermark; with followers, the purgatory waits for them."""
-        partitions = self._partitions
-        for tp in appended:
-            part = partitions.get(tp)
-            if part is None or part.log.high_watermark <= results[tp].last_offset:
-                return False
-            if part.leader_state is not None:
-                err = part.acks_all_error(results[tp].last_offset + 1)
-                if err is None:
-                    return False
-                results[tp].error = err
-        return True
-
-    def _after_appends(self, tps) -> None:
-        """After appends to ``tps``: move each high watermark, complete what waits on it."""
+    def _after_appends(self, tps, results=None) -> bool:
+        """After appends to ``tps``: move each high watermark, complete what waits on it
+        (the produce purgatory when it moved, the fetch purgatory always), run the append
+        listeners. With ``results`` (acks=all), also tell whether the high watermark
+        already passed every appended batch, so acks=all is answered at once, without a
+        DelayedProduce (same answer: its first try_complete would succeed); a replicated
+        partition whose ISR shrank below min.insync.replicas gets its
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND here. Single replica: always true, as its log
+        moved the high watermark with the append (or here); with followers, the purgatory
+        waits for them. One pass, each partition looked up once."""
         partitions = self._partitions
         produce_check = self.produce_purgatory.check_and_complete
         fetch_check = self.fetch_purgatory.check_and_complete
         listeners = self.append_listeners
+        reached = results is not None
         for tp in tps:
             part = partitions.get(tp)
-            if part is not None and part.maybe_increment_high_watermark():
-                produce_check(tp)
+            if part is None:
+                reached = False
+            else:
+                if part.maybe_increment_high_watermark():
+                    produce_check(tp)
+                if reached:
+                    r = results[tp]
+                    if part.log.high_watermark <= r.last_offset:
+                        reached = False
+                    elif part.leader_state is not None:
+                        err = part.acks_all_error(r.last_offset + 1)
+                        if err is None:
+                            reached = False
+                        else:
+                            r.error = err
             fetch_check(tp)
             for listener in listeners:
                 listener(tp)
+        return reached
 
     def _append_to_local_log(self, tp, buf, internal_topics_allowed: bool,
                              produce_version: int | None, now: int | None = None,
@@ -514,7 +506,7 @@ class ReplicaManager:
         if not client and (buf is None or len(buf) == 0):
             return ProducePartitionResult(ErrorCode.NONE, -1, -1, lg.log_start_offset)
         cfg = lg.config
-        plan = cfg.derived("produce_plan", _produce_plan)
+        plan = cfg.derived(_PRODUCE_PLAN, _produce_plan)
         if now is None:
             now = self._time_ms()
         log_append_time = plan.log_append_time
@@ -573,9 +565,9 @@ class ReplicaManager:
             # origin, as Kafka's: producer epochs checked, sequences not
             origin = None if client else AppendOrigin.COORDINATOR
             pl = part.leader_state
-            if pl is None:
+            if pl is None:      # no followers: the high watermark is the log end (Partition)
                 info = lg.append(buf, infos, leader_epoch=part.leader_epoch, verification_guard=verification_guard,
-                                 origin=origin)
+                                 origin=origin, high_watermark_follows=True)
             else:
                 with part.lock:     # no append once the partition became a follower
                     if not pl.is_leader or pl.leader_epoch != part.leader_epoch:
@@ -595,8 +587,8 @@ class ReplicaManager:
             return ProducePartitionResult(e.error_code, error_message=str(e))
         # a duplicate (batch_count 0) carries its original append time
         append_time = (info.log_append_time_ms if info.batch_count == 0 else now) if log_append_time else -1
-        return ProducePartitionResult(ErrorCode.NONE, info.first_offset, append_time,
-                                      info.log_start_offset, last_offset=info.last_offset)
+        return ProducePartitionResult(_NONE, info.first_offset, append_time, info.log_start_offset, None, (),
+                                      info.last_offset)
 
     # -- fetch -------------------------------------------------------------------------------
     def read_from_local_log(self, fetch_infos, max_bytes: int, min_one_message: bool,
@@ -755,6 +747,9 @@ def region_size(r) -> int:
     return size if isinstance(size, int) else len(r)
 
 
+_PRODUCE_PLAN = "produce_plan"
+
+
 class _ProducePlan(NamedTuple):
     """What a client append needs from a LogConfig, read once per config (configs are
     immutable; ``LogConfig.derived`` caches it on the config)."""
@@ -780,6 +775,22 @@ def _produce_plan(cfg) -> _ProducePlan:
                         cfg.get("kbroker.key.schema.validation"), cfg.get("kbroker.value.schema.validation"),
                         cfg.get("kbroker.key.schema.validation.payload"),
                         cfg.get("kbroker.value.schema.validation.payload"))
+
+
+def _not_enough_replicas(part, tp, buf, produce_version) -> ProducePartitionResult:
+    """Kafka's Partition.appendRecordsToLeader check for acks=all: with fewer in-sync
+    replicas than the topic's ``min.insync.replicas``, nothing is appended and the
+    partition answers NOT_ENOUGH_REPLICAS — unless the client's records break
+    ProduceRequest.validateRecords, which Kafka answers first (KafkaApis)."""
+    early = _request_records_error(buf, produce_version)
+    if early is not None:
+        return early
+    isr = part.isr
+    return ProducePartitionResult(
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        error_message=(f"The size of the current ISR {sorted(isr)} is insufficient to satisfy "
+                       f"the min.isr requirement of {part.log.config.min_insync_replicas} for partition "
+                       f"{tp[0]}-{tp[1]}"))
 
 
 def _request_records_error(buf, produce_version) -> ProducePartitionResult | None:

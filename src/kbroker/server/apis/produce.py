@@ -33,6 +33,7 @@ from kbroker.protocol.messages.produce import (
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, ProduceResponse,
     TopicProduceResponse,
 )
+from kbroker.server.apis.produce_response import EncodedBody, encode_success_response
 from kbroker.server.apis import ApiHandler
 from kbroker.server.authz import TOPIC, TRANSACTIONAL_ID, WRITE, authz
 from kbroker.server.replica_manager import ProducePartitionResult
@@ -73,18 +74,22 @@ def handle_produce(broker, ctx, req) -> None:
     rm = broker.replica_manager
     partitions = rm.partitions
     entries = {}
-    order = []
+    by_topic: dict[str, list] = {}      # the answer's order: topics as first named, partitions in request order
     early = {}
     for t in req.topic_data:
         name = t.name
+        tps = by_topic.get(name)
+        if tps is None:
+            tps = by_topic[name] = []
         if auth is not None and not auth.allowed(WRITE, TOPIC, name):
             for p in t.partition_data:
-                order.append((name, p.index))
-                early[(name, p.index)] = ProducePartitionResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                tp = (name, p.index)
+                tps.append(tp)
+                early[tp] = ProducePartitionResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             continue
         for p in t.partition_data:
             tp = (name, p.index)
-            order.append(tp)
+            tps.append(tp)
             part = partitions.get(tp)
             if part is not None and part.is_leader:
                 entries[tp] = p.records      # ProduceRequest.validateRecords: in the replica manager
@@ -95,21 +100,36 @@ def handle_produce(broker, ctx, req) -> None:
         if early:
             results = {**results, **early}
         if acks == 0:
-            if any(r.error != ErrorCode.NONE for r in results.values()):
+            if any(r.error != _NONE for r in results.values()):
                 bad = {f"{tp[0]}-{tp[1]}": ErrorCode(r.error).name for tp, r in results.items()
-                       if r.error != ErrorCode.NONE}
+                       if r.error != _NONE}
                 log.info("closing connection %s after acks=0 produce errors: %s", ctx.connection_id, bad)
                 ctx.close_connection()
             else:
                 ctx.respond_no_op()
             return
-        # one PartitionProduceResponse per partition, in request order, grouped by topic name
-        # (a topic named twice in the request answers once, as Kafka's response map does)
-        topics: dict[str, list] = {}
-        node_endpoints: dict = {}
-        flexible_errors = v >= 8
-        leaders = v >= 10
-        for tp in order:
+        if ctx.quotas is None and not ctx.bandwidth_throttle_ms and getattr(ctx, "on_response", None) is None:
+            # no throttle time to write and nobody to hand the response object to
+            body = encode_success_response(v, by_topic, results)
+            if body is not None:
+                ctx.respond(EncodedBody(body))
+                return
+        ctx.respond(_response(broker, ctx, v, by_topic, results))
+
+    rm.append_records(req.timeout_ms, acks, entries, respond, produce_version=v, transactional_id=req.transactional_id)
+
+
+def _response(broker, ctx, v: int, by_topic: dict, results: dict) -> ProduceResponse:
+    """The ProduceResponse: one PartitionProduceResponse per partition, in request order,
+    grouped by topic name (a topic named twice in the request answers once, as Kafka's
+    response map does)."""
+    node_endpoints: dict = {}
+    flexible_errors = v >= 8
+    leaders = v >= 10
+    responses = []
+    for name, tps in by_topic.items():
+        ps = []
+        for tp in tps:
             r = results[tp]
             err = r.error
             pr = PartitionProduceResponse(index=tp[1], error_code=err, base_offset=r.base_offset,
@@ -123,20 +143,12 @@ def handle_produce(broker, ctx, req) -> None:
                     pr.error_message = r.error_message
                 if err == _NOT_LEADER_OR_FOLLOWER and leaders:
                     _current_leader(broker, ctx, tp, pr, node_endpoints)
-            ps = topics.get(tp[0])
-            if ps is None:
-                topics[tp[0]] = [pr]
-            else:
-                ps.append(pr)
-        resp = ProduceResponse(
-            responses=[TopicProduceResponse(name=n, partition_responses=ps) for n, ps in topics.items()],
-            throttle_time_ms=0)
-        if node_endpoints:
-            resp.node_endpoints = list(node_endpoints.values())
-        ctx.respond(resp)
-
-    broker.replica_manager.append_records(req.timeout_ms, acks, entries, respond, produce_version=v,
-                                          transactional_id=req.transactional_id)
+            ps.append(pr)
+        responses.append(TopicProduceResponse(name=name, partition_responses=ps))
+    resp = ProduceResponse(responses=responses, throttle_time_ms=0)
+    if node_endpoints:
+        resp.node_endpoints = list(node_endpoints.values())
+    return resp
 
 
 def _current_leader(broker, ctx, tp, pr, node_endpoints) -> None:
