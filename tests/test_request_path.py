@@ -245,11 +245,11 @@ def test_next_slot_is_used_only_by_handler_threads_and_never_overtakes_the_queue
     assert channel.try_send_request(b, sink, to_caller=True)
     assert channel.receive_request(0.01) is a
     assert channel.receive_request(0.01) is b
-    # Queue empty: kept in this thread's slot, counted, returned first.
+    # Queue empty: kept in this thread's slot (not queued, so not counted), returned first.
     assert channel.try_send_request(b, sink, to_caller=True)
-    assert channel.request_queue_size() == 1
+    assert channel.request_queue_size() == 0
     assert channel.try_send_request(c, sink, to_caller=True)  # slot taken: queued
-    assert channel.request_queue_size() == 2
+    assert channel.request_queue_size() == 1
     got = []
     t = threading.Thread(target=lambda: got.append(channel.receive_request(1)))
     t.start()

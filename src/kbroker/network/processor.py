@@ -154,6 +154,9 @@ _WRITE_DONE = 1
 _WRITE_PARTIAL = 0            # the socket buffer is full: wait for EVENT_WRITE
 _WRITE_FAILED = -1            # conn.write_error says why
 
+_SEND = Response.SEND
+_NO_OP = Response.NO_OP
+
 
 class _Waker:
     """Wakes a thread blocked in select(): eventfd on Linux, a socketpair elsewhere.
@@ -517,61 +520,113 @@ class Processor(threading.Thread):
     def _send_directly(self, conn: _Connection, response: Response) -> bool:
         """The direct send, on the responding thread. True when the response was dealt
         with here (written and the connection unmuted, or handed to the processor to
-        finish); False to queue it instead (the processor then drops, closes or sends)."""
+        finish); False to queue it instead (the processor then drops, closes or sends).
+
+        Per-request cost matters here (librdkafka sends one request per partition): the
+        usual response (one bytes part, PLAINTEXT) goes out with one ``send``; the clock
+        is read once, after the write (``send_complete_ns``, also the next pipelined
+        request's ``received_ns``); the counters are updated under one ``stats.lock``."""
         request = response.request
-        kind = response.kind
         if response.throttle_ms:
             return False                     # throttled: the processor keeps it muted afterwards
         session = conn.session
         if session is not None and session.close_delay_ms is not None:
             return False                     # failed authentication: the processor closes later
-        if kind == Response.SEND:
-            try:
-                parts, sizes = _response_parts(response.parts)
-            except (TypeError, ValueError):
-                return False                 # the processor fails it again and closes
-        elif kind != Response.NO_OP:
+        kind = response.kind
+        one = None                           # the frame, when it is one bytes part
+        if kind == _SEND:
+            parts = response.parts
+            if len(parts) == 1:
+                one = parts[0]
+                if (type(one) is not bytes or len(one) < 4
+                        or _unpack_size(one, 0)[0] != len(one) - 4):
+                    one = None
+            if one is not None:
+                total = len(one)
+            else:
+                try:
+                    parts, sizes = _response_parts(parts)
+                except (TypeError, ValueError):
+                    return False             # the processor fails it again and closes
+                total = sum(sizes)
+        elif kind == _NO_OP:
+            total = 0
+        else:
             return False
         stats = self._stats
-        handover = False
+        written = 0                          # bytes written here and not yet counted
+        nread = 0                            # bytes read ahead here, not yet counted
         following = None
+        handover = False
         with conn.lock:
             if conn.closed or conn.inflight is not request or conn.response is not None:
                 return False                 # gone, or a second answer: the processor drops it
-            request.response_dequeued_ns = _monotonic_ns()
-            if kind == Response.NO_OP:
-                request.send_complete_ns = request.response_dequeued_ns
-                with stats.lock:
-                    stats.responses_no_op += 1
-                    self._update_request_metrics(request, 0)
+            # No response queue on this path: it is dequeued when it is handed over.
+            queued = request.response_queued_ns
+            if kind == _NO_OP:
+                now = queued or _monotonic_ns()
+                request.response_dequeued_ns = request.send_complete_ns = now
+            elif one is not None and not conn.tls:
+                try:
+                    n = conn.sock.send(one)
+                except (BlockingIOError, InterruptedError):
+                    n = 0
+                except Exception as e:       # as in _write: reset, broken pipe, ...
+                    conn.write_error = f"write failed: {e!r}"
+                    n = -1
+                if n == total:
+                    written = n
+                else:
+                    handover = True
+                    conn.send_parts = parts
+                    conn.send_sizes = [total]
+                    conn.send_index = 0
+                    conn.send_offset = n if n > 0 else 0
+                    if n > 0:
+                        with stats.lock:
+                            stats.bytes_out += n
             else:
-                conn.response = response
                 conn.send_parts = parts
-                conn.send_sizes = sizes
+                conn.send_sizes = sizes if one is None else [total]
                 conn.send_index = 0
                 conn.send_offset = 0
-                result = self._write(conn)
-                if result != _WRITE_DONE:
-                    # Bytes left (EVENT_WRITE will follow: the buffer is full) or a failure:
-                    # the processor finishes or closes; it finds conn.response is response.
-                    handover = True
-                else:
-                    conn.response = None
+                conn.response = response
+                if self._write(conn) == _WRITE_DONE:       # counts its bytes itself
                     conn.send_parts = None
                     conn.send_sizes = None
-                    request.send_complete_ns = _monotonic_ns()
-                    with stats.lock:
-                        stats.responses_sent += 1
-                        self._update_request_metrics(request, sum(sizes))
-            if not handover:
+                    conn.response = None
+                else:
+                    handover = True
+            if handover:
+                # Bytes left (EVENT_WRITE will follow: the buffer is full) or a failure:
+                # the processor finishes or closes; it finds conn.response is response.
+                conn.response = response
+                request.response_dequeued_ns = queued or _monotonic_ns()
+            else:
+                if kind == _SEND:
+                    now = request.send_complete_ns = _monotonic_ns()
+                    request.response_dequeued_ns = queued or now
                 if request.pool_bytes:
                     self._pool.release_request(request)
-                following = None
                 if self._running and not self._blocked and not conn.read_paused:
                     if conn.rbuf is not None:
-                        following = self._take_buffered_request(conn)
-                    if following is None and self._read_ahead(conn):
-                        following = self._take_buffered_request(conn)
+                        following = self._take_buffered_request(conn, now)
+                    if following is None:
+                        nread = self._read_ahead(conn)
+                        if nread:
+                            following = self._take_buffered_request(conn, now)
+                with stats.lock:
+                    if kind == _SEND:
+                        stats.responses_sent += 1
+                    else:
+                        stats.responses_no_op += 1
+                    if written:
+                        stats.bytes_out += written
+                    if nread:
+                        stats.bytes_in += nread
+                    if following is not None:
+                        stats.requests_received += 1
+                    self._update_request_metrics(request, total)
                 conn.inflight = following    # unmute, or stay muted for the next request
         if handover:
             self._responses.append(response)
@@ -589,12 +644,13 @@ class Processor(threading.Thread):
                 self._waker.wake()
         return True
 
-    def _read_ahead(self, conn: _Connection) -> bool:
+    def _read_ahead(self, conn: _Connection) -> int:
         """One non-blocking read of a muted connection's socket on the responding thread
         (``conn.lock`` held, ``conn.inflight`` still set, so the processor does not touch
         the read side), appended to ``rbuf``: a client that pipelines (librdkafka sends
         one ProduceRequest per partition, back to back) then has its next request taken
-        here without waking the processor and a second thread. True if bytes were read.
+        here without waking the processor and a second thread. Returns the bytes read
+        (0: none), which the caller counts in ``bytes_in``.
 
         Only a PLAINTEXT connection between frames or with a small frame begun in
         ``rbuf`` (a frame larger than the read chunk, a TLS or SASL connection stay with
@@ -605,41 +661,42 @@ class Processor(threading.Thread):
         processor to find."""
         if (not conn.readable or conn.tls or conn.session is not None or conn.payload is not None
                 or conn.closed):
-            return False
+            return 0
         rbuf = conn.rbuf
         if rbuf is not None and (len(rbuf) >= _READ_CHUNK
                                  or (len(rbuf) >= 4 and _unpack_size(rbuf, 0)[0] > _READ_CHUNK)):
-            return False
-        buf = _read_ahead_buffer()
+            return 0
+        try:
+            buf = _thread_local.read_ahead
+        except AttributeError:
+            buf = _read_ahead_buffer()
         conn.readable = False
         try:
             n = conn.sock.recv_into(buf[1])
         except (BlockingIOError, InterruptedError):
-            return False
+            return 0
         except OSError:
             conn.readable = True
-            return False
+            return 0
         if n == 0:
             conn.readable = True
-            return False
+            return 0
         if n == _READ_CHUNK:
             conn.readable = True
-        stats = self._stats
-        with stats.lock:
-            stats.bytes_in += n
         if rbuf is None:
             conn.rbuf = buf[0][:n]
         else:
             rbuf += buf[1][:n]
-        return True
+        return n
 
-    def _take_buffered_request(self, conn: _Connection) -> Optional[Request]:
+    def _take_buffered_request(self, conn: _Connection, now: int) -> Optional[Request]:
         """The next request of a connection whose response was just written on this
         (responding) thread, if its frame is already whole in ``rbuf``; else None and
         nothing changes. ``conn.lock`` held and ``conn.inflight`` still set: while it is,
         the processor does not touch the read side, so the responding thread owns it
         here. A frame with a bad size, and any frame before authentication (or of a
-        session that expires), is left for the processor."""
+        session that expires), is left for the processor. ``now`` (monotonic ns) is its
+        ``received_ns``; the caller counts it in ``requests_received``."""
         session = conn.session
         if session is not None and (not session.authenticated or session.session_expiry_ns):
             return None
@@ -660,16 +717,12 @@ class Processor(threading.Thread):
             conn.rbuf = None
         else:
             del rbuf[:end]
-        now = _monotonic_ns()
         request = Request(self.processor_id, conn.connection_id, self.listener_name,
                           conn.client_address, memoryview(frame), now)
         request.connection = conn
         if pool is not None:
             request.pool_bytes = size
         conn.last_active_ns = now
-        stats = self._stats
-        with stats.lock:
-            stats.requests_received += 1
         return request
 
     # -- the loop ---------------------------------------------------------------------
