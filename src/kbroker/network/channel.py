@@ -143,6 +143,9 @@ class ResponseSink(Protocol):
 
     def enqueue_response(self, response: Response) -> None: ...
 
+    def send_response(self, request: Request, parts: list, throttle_ms: int) -> None:
+        """``enqueue_response`` of a SEND response (which it may never need to make)."""
+
     def wakeup(self) -> None: ...
 
     def response_queue_size(self) -> int: ...
@@ -344,7 +347,7 @@ class RequestChannel:
         if processor is None:
             self._drop(request)
         else:
-            processor.enqueue_response(Response(request, Response.SEND, parts, throttle_ms))
+            processor.send_response(request, parts, throttle_ms)
 
     def send_no_op_response(self, request: Request, throttle_ms: int = 0) -> None:
         """Send nothing and unmute the connection (e.g. produce with acks=0), now or after

@@ -475,14 +475,26 @@ class Processor(threading.Thread):
         A SEND or NO_OP response to the request its connection is waiting for is done
         right here (the direct send); the processor only hears about it if bytes are left
         to write, the write failed, or the connection has more requests to read. Anything
-        else (CLOSE, a response to a connection that is gone or busy) is queued for the
-        processor, which is woken only if it is blocked in poll.
+        else (CLOSE, a throttled response, a response to a connection that is gone or
+        busy) is queued for the processor, which is woken only if it is blocked in poll.
         """
-        if self._direct_send and response.kind != Response.CLOSE:
-            conn = response.request.connection
-            if conn is not None and self._send_directly(conn, response):
+        if self._direct_send and response.kind != Response.CLOSE and not response.throttle_ms:
+            request = response.request
+            conn = request.connection
+            if conn is not None and self._send_directly(conn, request, response.kind, response.parts, response):
                 return
         self._responses.append(response)
+        if self._selecting:
+            self._waker.wake()
+
+    def send_response(self, request: Request, parts: list, throttle_ms: int = 0) -> None:
+        """``enqueue_response(Response(request, Response.SEND, parts, throttle_ms))``,
+        without making the Response when the direct send writes it all."""
+        if self._direct_send and not throttle_ms:
+            conn = request.connection
+            if conn is not None and self._send_directly(conn, request, _SEND, parts, None):
+                return
+        self._responses.append(Response(request, _SEND, parts, throttle_ms))
         if self._selecting:
             self._waker.wake()
 
@@ -517,7 +529,8 @@ class Processor(threading.Thread):
         if self.is_alive():
             self.join()
 
-    def _send_directly(self, conn: _Connection, response: Response) -> bool:
+    def _send_directly(self, conn: _Connection, request: Request, kind: int, parts,
+                       response: Optional[Response]) -> bool:
         """The direct send, on the responding thread. True when the response was dealt
         with here (written and the connection unmuted, or handed to the processor to
         finish); False to queue it instead (the processor then drops, closes or sends).
@@ -525,17 +538,15 @@ class Processor(threading.Thread):
         Per-request cost matters here (librdkafka sends one request per partition): the
         usual response (one bytes part, PLAINTEXT) goes out with one ``send``; the clock
         is read once, after the write (``send_complete_ns``, also the next pipelined
-        request's ``received_ns``); the counters are updated under one ``stats.lock``."""
-        request = response.request
-        if response.throttle_ms:
-            return False                     # throttled: the processor keeps it muted afterwards
+        request's ``received_ns``); the counters are updated under one ``stats.lock``.
+        ``response`` (made here when None and the processor must finish the write) is
+        ``kind`` with ``parts``, not throttled (the processor keeps a throttled connection
+        muted after its response, so a throttled response is never sent directly)."""
         session = conn.session
         if session is not None and session.close_delay_ms is not None:
             return False                     # failed authentication: the processor closes later
-        kind = response.kind
         one = None                           # the frame, when it is one bytes part
         if kind == _SEND:
-            parts = response.parts
             if len(parts) == 1:
                 one = parts[0]
                 if (type(one) is not bytes or len(one) < 4
@@ -590,16 +601,16 @@ class Processor(threading.Thread):
                 conn.send_sizes = sizes if one is None else [total]
                 conn.send_index = 0
                 conn.send_offset = 0
-                conn.response = response
                 if self._write(conn) == _WRITE_DONE:       # counts its bytes itself
                     conn.send_parts = None
                     conn.send_sizes = None
-                    conn.response = None
                 else:
                     handover = True
             if handover:
                 # Bytes left (EVENT_WRITE will follow: the buffer is full) or a failure:
                 # the processor finishes or closes; it finds conn.response is response.
+                if response is None:
+                    response = Response(request, kind, parts)
                 conn.response = response
                 request.response_dequeued_ns = queued or _monotonic_ns()
             else:
