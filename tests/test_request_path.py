@@ -7,6 +7,7 @@ behaviour must stay exactly Kafka's, so every test also checks the answers.
 from __future__ import annotations
 
 import collections
+import os
 import select
 import socket
 import struct
@@ -24,7 +25,7 @@ from kbroker.server.purgatory import DelayedOperationPurgatory
 from kbroker.server.replica_manager import ProducePartitionResult, ReplicaManager
 from kbroker.server.timer import SystemTimer
 from tests.test_network import (
-    connect, echo, frame, read_echo, running_server, wait_until,
+    connect, echo, frame, read_echo, recv_exact, running_server, wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -258,6 +259,67 @@ def test_next_slot_is_used_only_by_handler_threads_and_never_overtakes_the_queue
     assert channel.receive_request(0.01) is b
     assert channel.receive_request(0.01) is None
     assert channel.request_queue_size() == 0
+
+
+def _one_part(request, body: bytes) -> list:
+    """A response frame as one bytes part (the direct send's one-``send`` case)."""
+    return [struct.pack(">ii", 4 + len(body), request.correlation_id) + body]
+
+
+def test_request_metrics_of_direct_sends_add_up():
+    """Per-api metrics of requests answered by direct sends, pipelined ones included:
+    RequestQueueTime + LocalTime + ResponseQueueTime + ResponseSendTime == TotalTime (one
+    clock reading ends a response and starts the next pipelined request), a direct send
+    has no response queue (0 ns), the handler's time is in LocalTime, and every request
+    and byte is counted once."""
+    def handle(channel, request):
+        time.sleep(0.002)
+        channel.send_response(request, _one_part(request, bytes(request.payload[8:])))
+
+    n = 30
+    frames = [frame(i, b"m%d" % i) for i in range(n)]
+    with running_server(handle, io_threads=2, num_network_threads=1) as server:
+        with connect(server.bound_port()) as s:
+            s.sendall(b"".join(frames))
+            for i in range(n):
+                assert read_echo(s) == (i, b"m%d" % i)
+        wait_until(lambda: server.metrics.totals()["responses_sent"] == n, what="all responses counted")
+        totals = server.metrics.totals()
+        api = server.metrics.api_totals()[18]
+    assert totals["requests_received"] == n and totals["requests_handled"] == n
+    assert totals["bytes_in"] == api["bytes_in"] == sum(len(f) for f in frames)
+    assert totals["bytes_out"] == api["bytes_out"] == sum(8 + len(b"m%d" % i) for i in range(n))
+    assert api["count"] == n
+    assert api["response_queue_ns"] == 0
+    assert api["handle_ns"] >= n * 2_000_000
+    assert min(api["request_queue_ns"], api["response_send_ns"]) >= 0
+    assert (api["request_queue_ns"] + api["handle_ns"] + api["response_queue_ns"]
+            + api["response_send_ns"]) == api["total_ns"]
+
+
+def test_one_part_response_larger_than_the_socket_buffer_is_finished_by_the_processor():
+    """A direct send whose one ``send`` leaves bytes over hands the rest to the processor:
+    the frame arrives whole and byte-identical, the pipelined request behind it is answered
+    next, and the bytes are counted once."""
+    big = os.urandom(16 << 20)
+
+    def handle(channel, request):
+        body = big if request.correlation_id == 1 else b"small"
+        channel.send_response(request, _one_part(request, body))
+
+    with running_server(handle, io_threads=2, num_network_threads=1) as server:
+        with connect(server.bound_port()) as s:
+            s.sendall(frame(1, b"a") + frame(2, b"b"))
+            wait_until(lambda: any(c.send_parts is not None and c.response is not None
+                                   for c in list(server.processors[0]._connections.values())),
+                       what="the rest of the response left to the processor")
+            (size,) = struct.unpack(">i", recv_exact(s, 4))
+            assert size == 4 + len(big)
+            assert recv_exact(s, 4) == struct.pack(">i", 1)
+            assert recv_exact(s, len(big)) == big
+            assert read_echo(s) == (2, b"small")
+        wait_until(lambda: server.metrics.totals()["responses_sent"] == 2, what="both counted")
+        assert server.metrics.totals()["bytes_out"] == 8 + len(big) + 8 + 5
 
 
 def test_frame_split_across_many_segments_and_large_frames():
