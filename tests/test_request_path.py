@@ -400,6 +400,55 @@ def test_request_channel_shutdown_reaches_waiting_and_later_handlers():
     assert len(results) == 1 and results[0] is not None and channel.request_queue_size() == 0
 
 
+def test_request_channel_hands_each_request_to_exactly_one_thread_with_timeouts_racing():
+    """Threads waiting with short timeouts (each reuses its own idle handle) race the
+    putter: every request is received exactly once, none is counted once handed over,
+    and the queue bound still refuses (and later wakes) a processor."""
+    channel = RequestChannel(queue_size=3)
+    n = 4000
+    got = []
+    got_lock = threading.Lock()
+    stop = threading.Event()
+
+    def consumer():
+        mine = []
+        while not stop.is_set():
+            r = channel.receive_request(0.0005)
+            if r is not None:
+                mine.append(r)
+        with got_lock:
+            got.extend(mine)
+
+    class Sink:
+        def __init__(self):
+            self.woken = threading.Event()
+
+        def wakeup(self):
+            self.woken.set()
+
+    sink = Sink()
+    threads = [threading.Thread(target=consumer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        refused = 0
+        for i in range(n):
+            deadline = time.monotonic() + 5
+            while not channel.try_send_request(i, sink):
+                refused += 1
+                assert sink.woken.wait(5), "a refused processor is woken when the queue drains"
+                sink.woken.clear()
+                assert time.monotonic() < deadline
+            assert channel.request_queue_size() <= 3
+        wait_until(lambda: channel.request_queue_size() == 0, what="queue drained")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+    assert sorted(got) == list(range(n))
+    assert channel.request_queue_size() == 0 and not channel._idle
+
+
 # -- acks=all without the purgatory ------------------------------------------------------
 class _StubLog:
     def __init__(self):

@@ -196,11 +196,13 @@ class RequestChannel:
 
     Thread-safety: every method may be called from any thread. ``_lock`` guards the
     queue, ``_idle`` (waiting handlers, most recently idle last), ``_size`` (requests
-    counted: queued, or handed to a handler that has not yet returned them from
-    receive_request) and ``_waiters`` (processors refused since the last dequeue). A
-    next slot (``_local.next``) is touched only by its own thread.
-    Invariant: ``0 <= _size <= queue_size``; shutdown sentinels and next slots are not
-    counted (each handler thread holds at most one request in its next slot).
+    in the queue: Kafka's RequestQueueSize) and ``_waiters`` (processors refused since
+    the last dequeue). A next slot (``_local.next``) and a thread's own
+    ``_IdleHandler`` (``_local.idle``) are touched only by that thread (and the putter
+    that pops the handler from ``_idle`` under ``_lock``).
+    Invariant: ``0 <= _size <= queue_size``, and ``_idle`` is empty unless the queue
+    is; shutdown sentinels, requests handed straight to a waiting thread and next
+    slots are not counted (each handler thread holds at most one of either).
     """
 
     def __init__(self, queue_size: int = 500) -> None:
@@ -242,12 +244,18 @@ class RequestChannel:
                 local.next = request
                 return True
         with self._lock:
+            idle = self._idle
+            if idle:                         # the queue is empty: straight to a waiting thread
+                handler = idle.pop()
+                handler.item = request
+                handler.lock.release()
+                return True
             if self._size >= self.queue_size:
                 if processor not in self._waiters:
                     self._waiters.append(processor)
                 return False
             self._size += 1
-            self._put_locked(request)
+            self._queue.append(request)
         return True
 
     def _put_locked(self, item) -> None:
@@ -290,10 +298,14 @@ class RequestChannel:
             elif timeout_s is not None and timeout_s <= 0:
                 return None
             else:
-                handler = _IdleHandler()
+                # This thread's own _IdleHandler, reused: its lock is held whenever the
+                # thread is not waiting on it.
+                handler = getattr(local, "idle", None)
+                if handler is None:
+                    handler = local.idle = _IdleHandler()
                 self._idle.append(handler)
-                request = None
-        if request is None:
+                waiters = None
+        if waiters is None:
             if not handler.lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
                 with self._lock:
                     try:
@@ -303,10 +315,8 @@ class RequestChannel:
                         pass              # a request was handed over just now
                 handler.lock.acquire()    # already released by the putter
             request = handler.item
-            if request is SHUTDOWN:
-                return request
-            with self._lock:
-                waiters = self._dequeued_locked()
+            handler.item = None
+            return request                # handed over: never queued, never counted
         if waiters:
             for processor in waiters:
                 processor.wakeup()

@@ -748,20 +748,31 @@ class Processor(threading.Thread):
             self._close_all()
 
     def _step(self) -> None:
+        # Each step is called only when it has something to do (one loop per request or
+        # two when requests are not pipelined: the calls cost more than the checks).
         try:
-            self._configure_new_connections()
-            self._enqueue_blocked_requests()
-            self._resume_paused()
-            self._process_new_responses()
-            self._process_resumed()
-            self._process_completed_sends()
+            if self._new_connections.queue:     # unlocked peek; accept() wakes us after its put
+                self._configure_new_connections()
+            if self._blocked:
+                self._enqueue_blocked_requests()
+            if self._paused or self._memory_paused:
+                self._resume_paused()
+            if self._responses:
+                self._process_new_responses()
+            if self._resumed:
+                self._process_resumed()
+            if self._completed_sends:
+                self._process_completed_sends()
             if self._throttled:
                 self._unmute_throttled()
-            self._process_disconnected()
-            self._close_idle_connections()
+            if self._disconnected:
+                self._process_disconnected()
+            if self._now_ns >= self._next_idle_check_ns:
+                self._close_idle_connections()
             if self._delayed_closes:
                 self._process_delayed_closes()
-            self._process_completed_receives()
+            if self._completed_receives:
+                self._process_completed_receives()
             self._poll()
         except Exception:
             # Per-connection errors are handled where they happen; anything here is a bug,
