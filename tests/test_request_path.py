@@ -183,6 +183,53 @@ def test_pipelined_frames_still_in_the_socket_are_read_by_the_answering_handler(
     assert wakes == []
 
 
+def test_part_of_a_pipelined_frame_read_ahead_waits_for_its_edge_without_a_wake_up(monkeypatch):
+    """The answering thread's read-ahead finds only the start of the next frame: it
+    leaves it in the buffer and unmutes without waking the processor (the rest of the
+    frame raises a new EPOLLIN edge, which does); the frame is then served whole."""
+    wakes = []
+    real_wake = processor_mod._Waker.wake
+    first = threading.Event()
+
+    def counting_wake(self):
+        wakes.append(threading.current_thread().name)
+        real_wake(self)
+
+    def handle(channel, request):
+        if request.correlation_id == 1:
+            assert first.wait(10)
+        channel.send_response(request, _one_part(request, bytes(request.payload[8:])))
+
+    second = frame(2, b"z" * 3000)
+    with running_server(handle, io_threads=2, num_network_threads=1) as server:
+        with connect(server.bound_port()) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(frame(1, b"one"))
+            conn = None
+
+            def in_flight():
+                nonlocal conn
+                conns = list(server.processors[0]._connections.values())
+                conn = conns[0] if conns else None
+                return conn is not None and conn.inflight is not None
+
+            wait_until(in_flight, what="request 1 in flight")
+            s.sendall(second[:1000])
+            wait_until(lambda: conn.readable, what="the processor saw the first 1000 bytes")
+            wait_until(lambda: server.processors[0]._selecting, what="the processor back in poll")
+            monkeypatch.setattr(processor_mod._Waker, "wake", counting_wake)
+            first.set()
+            assert read_echo(s) == (1, b"one")
+            wait_until(lambda: conn.inflight is None, what="unmuted")
+            assert conn.rbuf is not None and len(conn.rbuf) == 1000
+            assert wakes == []
+            monkeypatch.setattr(processor_mod._Waker, "wake", real_wake)
+            s.sendall(second[1000:])
+            assert read_echo(s) == (2, b"z" * 3000)
+        wait_until(lambda: server.metrics.totals()["responses_sent"] == 2, what="both counted")
+        assert server.metrics.totals()["bytes_in"] == len(frame(1, b"one")) + len(second)
+
+
 def test_pipelined_frames_with_a_full_request_queue_are_kept_by_the_processor():
     """A pipelined frame taken by the answering thread while the request queue is full
     goes back to the processor (as a blocked request) and is still answered in order."""

@@ -569,6 +569,7 @@ class Processor(threading.Thread):
         nread = 0                            # bytes read ahead here, not yet counted
         following = None
         handover = False
+        partial = False                      # rbuf holds part of a frame, and no more
         with conn.lock:
             if conn.closed or conn.inflight is not request or conn.response is not None:
                 return False                 # gone, or a second answer: the processor drops it
@@ -626,6 +627,12 @@ class Processor(threading.Thread):
                         nread = self._read_ahead(conn)
                         if nread:
                             following = self._take_buffered_request(conn, now)
+                        # Only the start of a frame here, on a PLAINTEXT connection: the
+                        # processor has nothing to do until its next bytes arrive, and
+                        # their EPOLLIN edge wakes it (unless readable, checked below).
+                        rbuf = conn.rbuf
+                        partial = (following is None and conn.session is None and conn.payload is None
+                                   and (rbuf is None or self._partial_frame(rbuf)))
                 with stats.lock:
                     if kind == _SEND:
                         stats.responses_sent += 1
@@ -648,12 +655,20 @@ class Processor(threading.Thread):
                 # Request queue full: the processor keeps it, as one it read itself.
                 self._blocked.append((conn, following))
                 self._waker.wake()
-        elif conn.rbuf is not None or conn.readable or conn.payload is not None:
+        elif conn.readable or (not partial and (conn.rbuf is not None or conn.payload is not None)):
             # Requests may be waiting: only the processor reads.
             self._resumed.append(conn)
             if self._selecting:
                 self._waker.wake()
         return True
+
+    def _partial_frame(self, rbuf: bytearray) -> bool:
+        """``rbuf`` (of a PLAINTEXT connection) holds less than one frame of a valid size."""
+        have = len(rbuf)
+        if have < 4:
+            return True
+        size = _unpack_size(rbuf, 0)[0]
+        return REQUEST_HEADER_PREFIX_SIZE <= size <= self._max_request_size and have < 4 + size
 
     def _read_ahead(self, conn: _Connection) -> int:
         """One non-blocking read of a muted connection's socket on the responding thread
