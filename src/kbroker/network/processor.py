@@ -108,10 +108,7 @@ from kbroker.network.channel import (
 from kbroker.security.sasl import ChannelSession
 from kbroker.security.tls import ssl_principal
 from kbroker.network.memory_pool import MemoryPool
-from kbroker.network.metrics import (
-    API_BYTES_IN, API_BYTES_OUT, API_COUNT, API_HANDLE_NS, API_REQUEST_QUEUE_NS,
-    API_RESPONSE_QUEUE_NS, API_RESPONSE_SEND_NS, API_TOTAL_NS, ProcessorStats,
-)
+from kbroker.network.metrics import ProcessorStats
 from kbroker.records.region import FileRegion
 
 log = logging.getLogger(__name__)
@@ -1525,22 +1522,27 @@ class Processor(threading.Thread):
             conn.events = events
 
     def _update_request_metrics(self, request: Request, bytes_out: int) -> None:
-        """Per-api counters; the caller holds ``self._stats.lock``."""
-        s = self._stats.api.get(request.api_key)
+        """Per-api counters (see ``metrics.ApiStats``); the caller holds ``self._stats.lock``."""
+        stats = self._stats
+        s = stats.api.get(request.api_key)
         if s is None:
-            s = self._stats.api_stats(request.api_key)
-        s[API_COUNT] += 1
-        s[API_BYTES_IN] += request.payload.nbytes + 4
-        s[API_BYTES_OUT] += bytes_out
+            s = stats.api_stats(request.api_key)
+        received = request.received_ns
+        dequeued = request.dequeued_ns
+        queued = request.response_queued_ns
+        sending = request.response_dequeued_ns
         end = request.send_complete_ns
-        s[API_TOTAL_NS] += end - request.received_ns
-        if request.dequeued_ns:
-            s[API_REQUEST_QUEUE_NS] += request.dequeued_ns - request.received_ns
-            if request.response_queued_ns:
-                s[API_HANDLE_NS] += request.response_queued_ns - request.dequeued_ns
-        if request.response_queued_ns:
-            s[API_RESPONSE_QUEUE_NS] += request.response_dequeued_ns - request.response_queued_ns
-        s[API_RESPONSE_SEND_NS] += end - request.response_dequeued_ns
+        s.count += 1
+        s.bytes_in += request.payload.nbytes + 4
+        s.bytes_out += bytes_out
+        s.total_ns += end - received
+        if dequeued:
+            s.request_queue_ns += dequeued - received
+            if queued:
+                s.handle_ns += queued - dequeued
+        if queued:
+            s.response_queue_ns += sending - queued
+        s.response_send_ns += end - sending
 
     def _close(self, conn: _Connection, reason: str) -> None:
         with conn.lock:                  # waits for a direct send in progress
