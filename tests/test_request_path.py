@@ -7,6 +7,7 @@ behaviour must stay exactly Kafka's, so every test also checks the answers.
 from __future__ import annotations
 
 import collections
+import os
 import select
 import socket
 import struct
@@ -24,7 +25,7 @@ from kbroker.server.purgatory import DelayedOperationPurgatory
 from kbroker.server.replica_manager import ProducePartitionResult, ReplicaManager
 from kbroker.server.timer import SystemTimer
 from tests.test_network import (
-    connect, echo, frame, read_echo, running_server, wait_until,
+    connect, echo, frame, read_echo, recv_exact, running_server, wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -182,6 +183,53 @@ def test_pipelined_frames_still_in_the_socket_are_read_by_the_answering_handler(
     assert wakes == []
 
 
+def test_part_of_a_pipelined_frame_read_ahead_waits_for_its_edge_without_a_wake_up(monkeypatch):
+    """The answering thread's read-ahead finds only the start of the next frame: it
+    leaves it in the buffer and unmutes without waking the processor (the rest of the
+    frame raises a new EPOLLIN edge, which does); the frame is then served whole."""
+    wakes = []
+    real_wake = processor_mod._Waker.wake
+    first = threading.Event()
+
+    def counting_wake(self):
+        wakes.append(threading.current_thread().name)
+        real_wake(self)
+
+    def handle(channel, request):
+        if request.correlation_id == 1:
+            assert first.wait(10)
+        channel.send_response(request, _one_part(request, bytes(request.payload[8:])))
+
+    second = frame(2, b"z" * 3000)
+    with running_server(handle, io_threads=2, num_network_threads=1) as server:
+        with connect(server.bound_port()) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(frame(1, b"one"))
+            conn = None
+
+            def in_flight():
+                nonlocal conn
+                conns = list(server.processors[0]._connections.values())
+                conn = conns[0] if conns else None
+                return conn is not None and conn.inflight is not None
+
+            wait_until(in_flight, what="request 1 in flight")
+            s.sendall(second[:1000])
+            wait_until(lambda: conn.readable, what="the processor saw the first 1000 bytes")
+            wait_until(lambda: server.processors[0]._selecting, what="the processor back in poll")
+            monkeypatch.setattr(processor_mod._Waker, "wake", counting_wake)
+            first.set()
+            assert read_echo(s) == (1, b"one")
+            wait_until(lambda: conn.inflight is None, what="unmuted")
+            assert conn.rbuf is not None and len(conn.rbuf) == 1000
+            assert wakes == []
+            monkeypatch.setattr(processor_mod._Waker, "wake", real_wake)
+            s.sendall(second[1000:])
+            assert read_echo(s) == (2, b"z" * 3000)
+        wait_until(lambda: server.metrics.totals()["responses_sent"] == 2, what="both counted")
+        assert server.metrics.totals()["bytes_in"] == len(frame(1, b"one")) + len(second)
+
+
 def test_pipelined_frames_with_a_full_request_queue_are_kept_by_the_processor():
     """A pipelined frame taken by the answering thread while the request queue is full
     goes back to the processor (as a blocked request) and is still answered in order."""
@@ -245,11 +293,11 @@ def test_next_slot_is_used_only_by_handler_threads_and_never_overtakes_the_queue
     assert channel.try_send_request(b, sink, to_caller=True)
     assert channel.receive_request(0.01) is a
     assert channel.receive_request(0.01) is b
-    # Queue empty: kept in this thread's slot, counted, returned first.
+    # Queue empty: kept in this thread's slot (not queued, so not counted), returned first.
     assert channel.try_send_request(b, sink, to_caller=True)
-    assert channel.request_queue_size() == 1
+    assert channel.request_queue_size() == 0
     assert channel.try_send_request(c, sink, to_caller=True)  # slot taken: queued
-    assert channel.request_queue_size() == 2
+    assert channel.request_queue_size() == 1
     got = []
     t = threading.Thread(target=lambda: got.append(channel.receive_request(1)))
     t.start()
@@ -258,6 +306,67 @@ def test_next_slot_is_used_only_by_handler_threads_and_never_overtakes_the_queue
     assert channel.receive_request(0.01) is b
     assert channel.receive_request(0.01) is None
     assert channel.request_queue_size() == 0
+
+
+def _one_part(request, body: bytes) -> list:
+    """A response frame as one bytes part (the direct send's one-``send`` case)."""
+    return [struct.pack(">ii", 4 + len(body), request.correlation_id) + body]
+
+
+def test_request_metrics_of_direct_sends_add_up():
+    """Per-api metrics of requests answered by direct sends, pipelined ones included:
+    RequestQueueTime + LocalTime + ResponseQueueTime + ResponseSendTime == TotalTime (one
+    clock reading ends a response and starts the next pipelined request), a direct send
+    has no response queue (0 ns), the handler's time is in LocalTime, and every request
+    and byte is counted once."""
+    def handle(channel, request):
+        time.sleep(0.002)
+        channel.send_response(request, _one_part(request, bytes(request.payload[8:])))
+
+    n = 30
+    frames = [frame(i, b"m%d" % i) for i in range(n)]
+    with running_server(handle, io_threads=2, num_network_threads=1) as server:
+        with connect(server.bound_port()) as s:
+            s.sendall(b"".join(frames))
+            for i in range(n):
+                assert read_echo(s) == (i, b"m%d" % i)
+        wait_until(lambda: server.metrics.totals()["responses_sent"] == n, what="all responses counted")
+        totals = server.metrics.totals()
+        api = server.metrics.api_totals()[18]
+    assert totals["requests_received"] == n and totals["requests_handled"] == n
+    assert totals["bytes_in"] == api["bytes_in"] == sum(len(f) for f in frames)
+    assert totals["bytes_out"] == api["bytes_out"] == sum(8 + len(b"m%d" % i) for i in range(n))
+    assert api["count"] == n
+    assert api["response_queue_ns"] == 0
+    assert api["handle_ns"] >= n * 2_000_000
+    assert min(api["request_queue_ns"], api["response_send_ns"]) >= 0
+    assert (api["request_queue_ns"] + api["handle_ns"] + api["response_queue_ns"]
+            + api["response_send_ns"]) == api["total_ns"]
+
+
+def test_one_part_response_larger_than_the_socket_buffer_is_finished_by_the_processor():
+    """A direct send whose one ``send`` leaves bytes over hands the rest to the processor:
+    the frame arrives whole and byte-identical, the pipelined request behind it is answered
+    next, and the bytes are counted once."""
+    big = os.urandom(16 << 20)
+
+    def handle(channel, request):
+        body = big if request.correlation_id == 1 else b"small"
+        channel.send_response(request, _one_part(request, body))
+
+    with running_server(handle, io_threads=2, num_network_threads=1) as server:
+        with connect(server.bound_port()) as s:
+            s.sendall(frame(1, b"a") + frame(2, b"b"))
+            wait_until(lambda: any(c.send_parts is not None and c.response is not None
+                                   for c in list(server.processors[0]._connections.values())),
+                       what="the rest of the response left to the processor")
+            (size,) = struct.unpack(">i", recv_exact(s, 4))
+            assert size == 4 + len(big)
+            assert recv_exact(s, 4) == struct.pack(">i", 1)
+            assert recv_exact(s, len(big)) == big
+            assert read_echo(s) == (2, b"small")
+        wait_until(lambda: server.metrics.totals()["responses_sent"] == 2, what="both counted")
+        assert server.metrics.totals()["bytes_out"] == 8 + len(big) + 8 + 5
 
 
 def test_frame_split_across_many_segments_and_large_frames():
@@ -336,6 +445,55 @@ def test_request_channel_shutdown_reaches_waiting_and_later_handlers():
     channel.send_shutdown_request()                # queued: nobody waits
     assert channel.receive_request(0.1) is not None
     assert len(results) == 1 and results[0] is not None and channel.request_queue_size() == 0
+
+
+def test_request_channel_hands_each_request_to_exactly_one_thread_with_timeouts_racing():
+    """Threads waiting with short timeouts (each reuses its own idle handle) race the
+    putter: every request is received exactly once, none is counted once handed over,
+    and the queue bound still refuses (and later wakes) a processor."""
+    channel = RequestChannel(queue_size=3)
+    n = 4000
+    got = []
+    got_lock = threading.Lock()
+    stop = threading.Event()
+
+    def consumer():
+        mine = []
+        while not stop.is_set():
+            r = channel.receive_request(0.0005)
+            if r is not None:
+                mine.append(r)
+        with got_lock:
+            got.extend(mine)
+
+    class Sink:
+        def __init__(self):
+            self.woken = threading.Event()
+
+        def wakeup(self):
+            self.woken.set()
+
+    sink = Sink()
+    threads = [threading.Thread(target=consumer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        refused = 0
+        for i in range(n):
+            deadline = time.monotonic() + 5
+            while not channel.try_send_request(i, sink):
+                refused += 1
+                assert sink.woken.wait(5), "a refused processor is woken when the queue drains"
+                sink.woken.clear()
+                assert time.monotonic() < deadline
+            assert channel.request_queue_size() <= 3
+        wait_until(lambda: channel.request_queue_size() == 0, what="queue drained")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+    assert sorted(got) == list(range(n))
+    assert channel.request_queue_size() == 0 and not channel._idle
 
 
 # -- acks=all without the purgatory ------------------------------------------------------

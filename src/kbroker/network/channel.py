@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 #: ``request_api_key int16, request_api_version int16, correlation_id int32``.
 REQUEST_HEADER_PREFIX_SIZE = 8
 
+_monotonic_ns = time.monotonic_ns
 _unpack_header_prefix = struct.Struct(">hhi").unpack_from
 
 #: ``Request.api_key`` of a bare SASL token frame (SaslHandshake v0 framing): it has no header.
@@ -142,6 +143,9 @@ class ResponseSink(Protocol):
 
     def enqueue_response(self, response: Response) -> None: ...
 
+    def send_response(self, request: Request, parts: list, throttle_ms: int) -> None:
+        """``enqueue_response`` of a SEND response (which it may never need to make)."""
+
     def wakeup(self) -> None: ...
 
     def response_queue_size(self) -> int: ...
@@ -183,17 +187,22 @@ class RequestChannel:
     A handler thread that answers a request may queue the next request of the same
     connection (a pipelined frame already read, see ``Processor._send_directly``) for
     itself: :meth:`try_send_request` with ``to_caller=True`` keeps it in that thread's
-    *next* slot, which its next :meth:`receive_request` returns, when the queue is empty
-    (so it overtakes nothing). The request is counted like a queued one; nothing is
-    woken, so a pipelining connection is served back to back without a thread
-    hand-over per request. Other threads (purgatory reapers, timers) queue as usual.
+    *next* slot, which its next :meth:`receive_request` (or :meth:`next_request`)
+    returns, when the queue is empty (so it overtakes nothing) and below its bound. Such
+    a request is not queued, so it is not counted in ``_size`` (nor in
+    RequestQueueSize), and no lock is taken for it; nothing is woken, so a pipelining
+    connection is served back to back without a thread hand-over per request. Other
+    threads (purgatory reapers, timers) queue as usual.
 
     Thread-safety: every method may be called from any thread. ``_lock`` guards the
     queue, ``_idle`` (waiting handlers, most recently idle last), ``_size`` (requests
-    counted: queued, in a next slot, or handed to a handler that has not yet returned
-    them from receive_request) and ``_waiters`` (processors refused since the last
-    dequeue). A next slot (``_local.next``) is touched only by its own thread.
-    Invariant: ``0 <= _size <= queue_size``; shutdown sentinels are not counted.
+    in the queue: Kafka's RequestQueueSize) and ``_waiters`` (processors refused since
+    the last dequeue). A next slot (``_local.next``) and a thread's own
+    ``_IdleHandler`` (``_local.idle``) are touched only by that thread (and the putter
+    that pops the handler from ``_idle`` under ``_lock``).
+    Invariant: ``0 <= _size <= queue_size``, and ``_idle`` is empty unless the queue
+    is; shutdown sentinels, requests handed straight to a waiting thread and next
+    slots are not counted (each handler thread holds at most one of either).
     """
 
     def __init__(self, queue_size: int = 500) -> None:
@@ -226,18 +235,27 @@ class RequestChannel:
         it in its next slot when that is free and nothing is queued (see the class
         docstring); from any other thread the flag is ignored.
         """
-        local = self._local
+        if to_caller:
+            local = self._local
+            # Unlocked reads: a request queued meanwhile by another thread is for another
+            # connection, so overtaking it reorders nothing; the bound is kept as before.
+            if (not self._queue and self._size < self.queue_size
+                    and getattr(local, "next", False) is None):
+                local.next = request
+                return True
         with self._lock:
+            idle = self._idle
+            if idle:                         # the queue is empty: straight to a waiting thread
+                handler = idle.pop()
+                handler.item = request
+                handler.lock.release()
+                return True
             if self._size >= self.queue_size:
                 if processor not in self._waiters:
                     self._waiters.append(processor)
                 return False
             self._size += 1
-            if (to_caller and not self._queue
-                    and getattr(local, "next", False) is None):
-                local.next = request
-            else:
-                self._put_locked(request)
+            self._queue.append(request)
         return True
 
     def _put_locked(self, item) -> None:
@@ -254,6 +272,15 @@ class RequestChannel:
         """Give the calling thread (a request handler) a next slot."""
         self._local.next = None
 
+    def next_request(self):
+        """The request in the calling handler thread's next slot (taken out), or None;
+        never blocks."""
+        local = self._local
+        request = getattr(local, "next", None)
+        if request is not None:
+            local.next = None
+        return request
+
     def receive_request(self, timeout_s: float | None = None):
         """Next request (the caller's next slot first), ``None`` on timeout, or
         :data:`SHUTDOWN`."""
@@ -261,11 +288,6 @@ class RequestChannel:
         request = getattr(local, "next", None)
         if request is not None:
             local.next = None
-            with self._lock:
-                waiters = self._dequeued_locked()
-            if waiters:
-                for processor in waiters:
-                    processor.wakeup()
             return request
         with self._lock:
             if self._queue:
@@ -276,10 +298,14 @@ class RequestChannel:
             elif timeout_s is not None and timeout_s <= 0:
                 return None
             else:
-                handler = _IdleHandler()
+                # This thread's own _IdleHandler, reused: its lock is held whenever the
+                # thread is not waiting on it.
+                handler = getattr(local, "idle", None)
+                if handler is None:
+                    handler = local.idle = _IdleHandler()
                 self._idle.append(handler)
-                request = None
-        if request is None:
+                waiters = None
+        if waiters is None:
             if not handler.lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
                 with self._lock:
                     try:
@@ -289,10 +315,8 @@ class RequestChannel:
                         pass              # a request was handed over just now
                 handler.lock.acquire()    # already released by the putter
             request = handler.item
-            if request is SHUTDOWN:
-                return request
-            with self._lock:
-                waiters = self._dequeued_locked()
+            handler.item = None
+            return request                # handed over: never queued, never counted
         if waiters:
             for processor in waiters:
                 processor.wakeup()
@@ -328,7 +352,12 @@ class RequestChannel:
                 parts = [parts]
             else:
                 parts = list(parts)
-        self._route(Response(request, Response.SEND, parts, throttle_ms))
+        request.response_queued_ns = _monotonic_ns()
+        processor = self._processors.get(request.processor_id)
+        if processor is None:
+            self._drop(request)
+        else:
+            processor.send_response(request, parts, throttle_ms)
 
     def send_no_op_response(self, request: Request, throttle_ms: int = 0) -> None:
         """Send nothing and unmute the connection (e.g. produce with acks=0), now or after
@@ -340,13 +369,17 @@ class RequestChannel:
         self._route(Response(request, Response.CLOSE))
 
     def _route(self, response: Response) -> None:
-        response.request.response_queued_ns = time.monotonic_ns()
-        processor = self._processors.get(response.request.processor_id)
+        request = response.request
+        request.response_queued_ns = _monotonic_ns()
+        processor = self._processors.get(request.processor_id)
         if processor is None:
-            log.debug("dropping %r: processor %d is gone", response,
-                      response.request.processor_id)
-            return
-        processor.enqueue_response(response)
+            self._drop(request)
+        else:
+            processor.enqueue_response(response)
+
+    @staticmethod
+    def _drop(request: Request) -> None:
+        log.debug("dropping the response to %r: processor %d is gone", request, request.processor_id)
 
     # -- gauges -------------------------------------------------------------------------
     def request_queue_size(self) -> int:

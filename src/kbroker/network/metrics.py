@@ -14,18 +14,31 @@ from __future__ import annotations
 import threading
 import time
 
-#: Indices into a per-api stats list (all times are nanosecond totals).
-API_COUNT = 0
-API_TOTAL_NS = 1            # received -> send complete (TotalTimeMs)
-API_REQUEST_QUEUE_NS = 2    # received -> handler dequeued (RequestQueueTimeMs)
-API_HANDLE_NS = 3           # handler dequeued -> response queued (LocalTimeMs + RemoteTimeMs)
-API_RESPONSE_QUEUE_NS = 4   # response queued -> processor dequeued (ResponseQueueTimeMs)
-API_RESPONSE_SEND_NS = 5    # processor dequeued -> send complete (ResponseSendTimeMs)
-API_BYTES_IN = 6            # request frame bytes incl. size prefix
-API_BYTES_OUT = 7           # response frame bytes incl. size prefix
-_API_FIELDS = 8
+#: Fields of :class:`ApiStats` (all times are nanosecond totals), in ``api_totals`` order.
 API_FIELD_NAMES = ("count", "total_ns", "request_queue_ns", "handle_ns",
                    "response_queue_ns", "response_send_ns", "bytes_in", "bytes_out")
+
+
+class ApiStats:
+    """Per-api request metrics of one processor (Kafka's RequestMetrics), written under
+    ``ProcessorStats.lock``.
+
+    ``total_ns``: received -> send complete (TotalTimeMs); ``request_queue_ns``: received
+    -> handler dequeued (RequestQueueTimeMs); ``handle_ns``: handler dequeued -> response
+    queued (LocalTimeMs + RemoteTimeMs); ``response_queue_ns``: response queued ->
+    processor dequeued (ResponseQueueTimeMs; 0 for a direct send, which has no queue);
+    ``response_send_ns``: dequeued -> send complete (ResponseSendTimeMs); ``bytes_in`` /
+    ``bytes_out``: request / response frame bytes incl. the size prefix.
+    """
+
+    __slots__ = API_FIELD_NAMES
+
+    def __init__(self) -> None:
+        self.count = self.total_ns = self.request_queue_ns = self.handle_ns = 0
+        self.response_queue_ns = self.response_send_ns = self.bytes_in = self.bytes_out = 0
+
+    def values(self) -> list[int]:
+        return [getattr(self, name) for name in API_FIELD_NAMES]
 
 
 class ProcessorStats:
@@ -60,12 +73,12 @@ class ProcessorStats:
         self.invalid_receives = 0      # connections closed for a bad frame
         self.idle_closed = 0           # connections closed by connections.max.idle.ms
         self.throttled_responses = 0   # connections kept muted by a client quota (KIP-219)
-        self.api: dict[int, list[int]] = {}
+        self.api: dict[int, ApiStats] = {}
 
-    def api_stats(self, api_key: int) -> list[int]:
+    def api_stats(self, api_key: int) -> ApiStats:
         s = self.api.get(api_key)
         if s is None:
-            s = self.api[api_key] = [0] * _API_FIELDS
+            s = self.api[api_key] = ApiStats()
         return s
 
     def current_idle_ns(self, now_ns: int) -> int:
@@ -202,9 +215,9 @@ class NetworkMetrics:
         out: dict[int, list[int]] = {}
         for p in procs:
             for api_key, s in p.api.copy().items():
-                acc = out.setdefault(api_key, [0] * _API_FIELDS)
-                for i in range(_API_FIELDS):
-                    acc[i] += s[i]
+                acc = out.setdefault(api_key, [0] * len(API_FIELD_NAMES))
+                for i, v in enumerate(s.values()):
+                    acc[i] += v
         return {k: dict(zip(API_FIELD_NAMES, v)) for k, v in out.items()}
 
     def snapshot(self) -> dict:

@@ -61,6 +61,11 @@ while another thread waits for the GIL is a GIL hand-over, i.e. a context switch
   non-blocking), so pipelined requests still in the socket (librdkafka sends one
   ProduceRequest per partition, back to back) are taken the same way; measured on
   1,000 partitions: request-queue time per Produce 67 -> 27 µs.
+* Python steps per request on that path are counted: a one-part response is one
+  ``send``; one clock reading ends a response and starts the next pipelined request;
+  the counters of both go under one ``stats.lock``; no Response object unless the
+  processor must finish the write; a read-ahead that finds only the start of a frame
+  does not wake the processor (the rest comes with an EPOLLIN edge).
 
 Memory (Kafka's ``NetworkReceive`` and ``SimpleMemoryPool``, see ``memory_pool.py``): the
 size prefix is a claim, not a fact, so nothing is allocated for it. A frame's bytes live in
@@ -108,10 +113,7 @@ from kbroker.network.channel import (
 from kbroker.security.sasl import ChannelSession
 from kbroker.security.tls import ssl_principal
 from kbroker.network.memory_pool import MemoryPool
-from kbroker.network.metrics import (
-    API_BYTES_IN, API_BYTES_OUT, API_COUNT, API_HANDLE_NS, API_REQUEST_QUEUE_NS,
-    API_RESPONSE_QUEUE_NS, API_RESPONSE_SEND_NS, API_TOTAL_NS, ProcessorStats,
-)
+from kbroker.network.metrics import ProcessorStats
 from kbroker.records.region import FileRegion
 
 log = logging.getLogger(__name__)
@@ -153,6 +155,9 @@ _REAUTH_APIS = frozenset((17, 36))
 _WRITE_DONE = 1
 _WRITE_PARTIAL = 0            # the socket buffer is full: wait for EVENT_WRITE
 _WRITE_FAILED = -1            # conn.write_error says why
+
+_SEND = Response.SEND
+_NO_OP = Response.NO_OP
 
 
 class _Waker:
@@ -472,14 +477,26 @@ class Processor(threading.Thread):
         A SEND or NO_OP response to the request its connection is waiting for is done
         right here (the direct send); the processor only hears about it if bytes are left
         to write, the write failed, or the connection has more requests to read. Anything
-        else (CLOSE, a response to a connection that is gone or busy) is queued for the
-        processor, which is woken only if it is blocked in poll.
+        else (CLOSE, a throttled response, a response to a connection that is gone or
+        busy) is queued for the processor, which is woken only if it is blocked in poll.
         """
-        if self._direct_send and response.kind != Response.CLOSE:
-            conn = response.request.connection
-            if conn is not None and self._send_directly(conn, response):
+        if self._direct_send and response.kind != Response.CLOSE and not response.throttle_ms:
+            request = response.request
+            conn = request.connection
+            if conn is not None and self._send_directly(conn, request, response.kind, response.parts, response):
                 return
         self._responses.append(response)
+        if self._selecting:
+            self._waker.wake()
+
+    def send_response(self, request: Request, parts: list, throttle_ms: int = 0) -> None:
+        """``enqueue_response(Response(request, Response.SEND, parts, throttle_ms))``,
+        without making the Response when the direct send writes it all."""
+        if self._direct_send and not throttle_ms:
+            conn = request.connection
+            if conn is not None and self._send_directly(conn, request, _SEND, parts, None):
+                return
+        self._responses.append(Response(request, _SEND, parts, throttle_ms))
         if self._selecting:
             self._waker.wake()
 
@@ -514,64 +531,122 @@ class Processor(threading.Thread):
         if self.is_alive():
             self.join()
 
-    def _send_directly(self, conn: _Connection, response: Response) -> bool:
+    def _send_directly(self, conn: _Connection, request: Request, kind: int, parts,
+                       response: Optional[Response]) -> bool:
         """The direct send, on the responding thread. True when the response was dealt
         with here (written and the connection unmuted, or handed to the processor to
-        finish); False to queue it instead (the processor then drops, closes or sends)."""
-        request = response.request
-        kind = response.kind
-        if response.throttle_ms:
-            return False                     # throttled: the processor keeps it muted afterwards
+        finish); False to queue it instead (the processor then drops, closes or sends).
+
+        Per-request cost matters here (librdkafka sends one request per partition): the
+        usual response (one bytes part, PLAINTEXT) goes out with one ``send``; the clock
+        is read once, after the write (``send_complete_ns``, also the next pipelined
+        request's ``received_ns``); the counters are updated under one ``stats.lock``.
+        ``response`` (made here when None and the processor must finish the write) is
+        ``kind`` with ``parts``, not throttled (the processor keeps a throttled connection
+        muted after its response, so a throttled response is never sent directly)."""
         session = conn.session
         if session is not None and session.close_delay_ms is not None:
             return False                     # failed authentication: the processor closes later
-        if kind == Response.SEND:
-            try:
-                parts, sizes = _response_parts(response.parts)
-            except (TypeError, ValueError):
-                return False                 # the processor fails it again and closes
-        elif kind != Response.NO_OP:
+        one = None                           # the frame, when it is one bytes part
+        if kind == _SEND:
+            if len(parts) == 1:
+                one = parts[0]
+                if (type(one) is not bytes or len(one) < 4
+                        or _unpack_size(one, 0)[0] != len(one) - 4):
+                    one = None
+            if one is not None:
+                total = len(one)
+            else:
+                try:
+                    parts, sizes = _response_parts(parts)
+                except (TypeError, ValueError):
+                    return False             # the processor fails it again and closes
+                total = sum(sizes)
+        elif kind == _NO_OP:
+            total = 0
+        else:
             return False
         stats = self._stats
-        handover = False
+        written = 0                          # bytes written here and not yet counted
+        nread = 0                            # bytes read ahead here, not yet counted
         following = None
+        handover = False
+        partial = False                      # rbuf holds part of a frame, and no more
         with conn.lock:
             if conn.closed or conn.inflight is not request or conn.response is not None:
                 return False                 # gone, or a second answer: the processor drops it
-            request.response_dequeued_ns = _monotonic_ns()
-            if kind == Response.NO_OP:
-                request.send_complete_ns = request.response_dequeued_ns
-                with stats.lock:
-                    stats.responses_no_op += 1
-                    self._update_request_metrics(request, 0)
+            # No response queue on this path: it is dequeued when it is handed over.
+            queued = request.response_queued_ns
+            if kind == _NO_OP:
+                now = queued or _monotonic_ns()
+                request.response_dequeued_ns = request.send_complete_ns = now
+            elif one is not None and not conn.tls:
+                try:
+                    n = conn.sock.send(one)
+                except (BlockingIOError, InterruptedError):
+                    n = 0
+                except Exception as e:       # as in _write: reset, broken pipe, ...
+                    conn.write_error = f"write failed: {e!r}"
+                    n = -1
+                if n == total:
+                    written = n
+                else:
+                    handover = True
+                    conn.send_parts = parts
+                    conn.send_sizes = [total]
+                    conn.send_index = 0
+                    conn.send_offset = n if n > 0 else 0
+                    if n > 0:
+                        with stats.lock:
+                            stats.bytes_out += n
             else:
-                conn.response = response
                 conn.send_parts = parts
-                conn.send_sizes = sizes
+                conn.send_sizes = sizes if one is None else [total]
                 conn.send_index = 0
                 conn.send_offset = 0
-                result = self._write(conn)
-                if result != _WRITE_DONE:
-                    # Bytes left (EVENT_WRITE will follow: the buffer is full) or a failure:
-                    # the processor finishes or closes; it finds conn.response is response.
-                    handover = True
-                else:
-                    conn.response = None
+                if self._write(conn) == _WRITE_DONE:       # counts its bytes itself
                     conn.send_parts = None
                     conn.send_sizes = None
-                    request.send_complete_ns = _monotonic_ns()
-                    with stats.lock:
-                        stats.responses_sent += 1
-                        self._update_request_metrics(request, sum(sizes))
-            if not handover:
+                else:
+                    handover = True
+            if handover:
+                # Bytes left (EVENT_WRITE will follow: the buffer is full) or a failure:
+                # the processor finishes or closes; it finds conn.response is response.
+                if response is None:
+                    response = Response(request, kind, parts)
+                conn.response = response
+                request.response_dequeued_ns = queued or _monotonic_ns()
+            else:
+                if kind == _SEND:
+                    now = request.send_complete_ns = _monotonic_ns()
+                    request.response_dequeued_ns = queued or now
                 if request.pool_bytes:
                     self._pool.release_request(request)
-                following = None
                 if self._running and not self._blocked and not conn.read_paused:
                     if conn.rbuf is not None:
-                        following = self._take_buffered_request(conn)
-                    if following is None and self._read_ahead(conn):
-                        following = self._take_buffered_request(conn)
+                        following = self._take_buffered_request(conn, now)
+                    if following is None:
+                        nread = self._read_ahead(conn)
+                        if nread:
+                            following = self._take_buffered_request(conn, now)
+                        # Only the start of a frame here, on a PLAINTEXT connection: the
+                        # processor has nothing to do until its next bytes arrive, and
+                        # their EPOLLIN edge wakes it (unless readable, checked below).
+                        rbuf = conn.rbuf
+                        partial = (following is None and conn.session is None and conn.payload is None
+                                   and (rbuf is None or self._partial_frame(rbuf)))
+                with stats.lock:
+                    if kind == _SEND:
+                        stats.responses_sent += 1
+                    else:
+                        stats.responses_no_op += 1
+                    if written:
+                        stats.bytes_out += written
+                    if nread:
+                        stats.bytes_in += nread
+                    if following is not None:
+                        stats.requests_received += 1
+                    self._update_request_metrics(request, total)
                 conn.inflight = following    # unmute, or stay muted for the next request
         if handover:
             self._responses.append(response)
@@ -582,19 +657,28 @@ class Processor(threading.Thread):
                 # Request queue full: the processor keeps it, as one it read itself.
                 self._blocked.append((conn, following))
                 self._waker.wake()
-        elif conn.rbuf is not None or conn.readable or conn.payload is not None:
+        elif conn.readable or (not partial and (conn.rbuf is not None or conn.payload is not None)):
             # Requests may be waiting: only the processor reads.
             self._resumed.append(conn)
             if self._selecting:
                 self._waker.wake()
         return True
 
-    def _read_ahead(self, conn: _Connection) -> bool:
+    def _partial_frame(self, rbuf: bytearray) -> bool:
+        """``rbuf`` (of a PLAINTEXT connection) holds less than one frame of a valid size."""
+        have = len(rbuf)
+        if have < 4:
+            return True
+        size = _unpack_size(rbuf, 0)[0]
+        return REQUEST_HEADER_PREFIX_SIZE <= size <= self._max_request_size and have < 4 + size
+
+    def _read_ahead(self, conn: _Connection) -> int:
         """One non-blocking read of a muted connection's socket on the responding thread
         (``conn.lock`` held, ``conn.inflight`` still set, so the processor does not touch
         the read side), appended to ``rbuf``: a client that pipelines (librdkafka sends
         one ProduceRequest per partition, back to back) then has its next request taken
-        here without waking the processor and a second thread. True if bytes were read.
+        here without waking the processor and a second thread. Returns the bytes read
+        (0: none), which the caller counts in ``bytes_in``.
 
         Only a PLAINTEXT connection between frames or with a small frame begun in
         ``rbuf`` (a frame larger than the read chunk, a TLS or SASL connection stay with
@@ -605,41 +689,42 @@ class Processor(threading.Thread):
         processor to find."""
         if (not conn.readable or conn.tls or conn.session is not None or conn.payload is not None
                 or conn.closed):
-            return False
+            return 0
         rbuf = conn.rbuf
         if rbuf is not None and (len(rbuf) >= _READ_CHUNK
                                  or (len(rbuf) >= 4 and _unpack_size(rbuf, 0)[0] > _READ_CHUNK)):
-            return False
-        buf = _read_ahead_buffer()
+            return 0
+        try:
+            buf = _thread_local.read_ahead
+        except AttributeError:
+            buf = _read_ahead_buffer()
         conn.readable = False
         try:
             n = conn.sock.recv_into(buf[1])
         except (BlockingIOError, InterruptedError):
-            return False
+            return 0
         except OSError:
             conn.readable = True
-            return False
+            return 0
         if n == 0:
             conn.readable = True
-            return False
+            return 0
         if n == _READ_CHUNK:
             conn.readable = True
-        stats = self._stats
-        with stats.lock:
-            stats.bytes_in += n
         if rbuf is None:
             conn.rbuf = buf[0][:n]
         else:
             rbuf += buf[1][:n]
-        return True
+        return n
 
-    def _take_buffered_request(self, conn: _Connection) -> Optional[Request]:
+    def _take_buffered_request(self, conn: _Connection, now: int) -> Optional[Request]:
         """The next request of a connection whose response was just written on this
         (responding) thread, if its frame is already whole in ``rbuf``; else None and
         nothing changes. ``conn.lock`` held and ``conn.inflight`` still set: while it is,
         the processor does not touch the read side, so the responding thread owns it
         here. A frame with a bad size, and any frame before authentication (or of a
-        session that expires), is left for the processor."""
+        session that expires), is left for the processor. ``now`` (monotonic ns) is its
+        ``received_ns``; the caller counts it in ``requests_received``."""
         session = conn.session
         if session is not None and (not session.authenticated or session.session_expiry_ns):
             return None
@@ -660,16 +745,12 @@ class Processor(threading.Thread):
             conn.rbuf = None
         else:
             del rbuf[:end]
-        now = _monotonic_ns()
         request = Request(self.processor_id, conn.connection_id, self.listener_name,
                           conn.client_address, memoryview(frame), now)
         request.connection = conn
         if pool is not None:
             request.pool_bytes = size
         conn.last_active_ns = now
-        stats = self._stats
-        with stats.lock:
-            stats.requests_received += 1
         return request
 
     # -- the loop ---------------------------------------------------------------------
@@ -684,20 +765,31 @@ class Processor(threading.Thread):
             self._close_all()
 
     def _step(self) -> None:
+        # Each step is called only when it has something to do (one loop per request or
+        # two when requests are not pipelined: the calls cost more than the checks).
         try:
-            self._configure_new_connections()
-            self._enqueue_blocked_requests()
-            self._resume_paused()
-            self._process_new_responses()
-            self._process_resumed()
-            self._process_completed_sends()
+            if self._new_connections.queue:     # unlocked peek; accept() wakes us after its put
+                self._configure_new_connections()
+            if self._blocked:
+                self._enqueue_blocked_requests()
+            if self._paused or self._memory_paused:
+                self._resume_paused()
+            if self._responses:
+                self._process_new_responses()
+            if self._resumed:
+                self._process_resumed()
+            if self._completed_sends:
+                self._process_completed_sends()
             if self._throttled:
                 self._unmute_throttled()
-            self._process_disconnected()
-            self._close_idle_connections()
+            if self._disconnected:
+                self._process_disconnected()
+            if self._now_ns >= self._next_idle_check_ns:
+                self._close_idle_connections()
             if self._delayed_closes:
                 self._process_delayed_closes()
-            self._process_completed_receives()
+            if self._completed_receives:
+                self._process_completed_receives()
             self._poll()
         except Exception:
             # Per-connection errors are handled where they happen; anything here is a bug,
@@ -1435,22 +1527,27 @@ class Processor(threading.Thread):
             conn.events = events
 
     def _update_request_metrics(self, request: Request, bytes_out: int) -> None:
-        """Per-api counters; the caller holds ``self._stats.lock``."""
-        s = self._stats.api.get(request.api_key)
+        """Per-api counters (see ``metrics.ApiStats``); the caller holds ``self._stats.lock``."""
+        stats = self._stats
+        s = stats.api.get(request.api_key)
         if s is None:
-            s = self._stats.api_stats(request.api_key)
-        s[API_COUNT] += 1
-        s[API_BYTES_IN] += request.payload.nbytes + 4
-        s[API_BYTES_OUT] += bytes_out
+            s = stats.api_stats(request.api_key)
+        received = request.received_ns
+        dequeued = request.dequeued_ns
+        queued = request.response_queued_ns
+        sending = request.response_dequeued_ns
         end = request.send_complete_ns
-        s[API_TOTAL_NS] += end - request.received_ns
-        if request.dequeued_ns:
-            s[API_REQUEST_QUEUE_NS] += request.dequeued_ns - request.received_ns
-            if request.response_queued_ns:
-                s[API_HANDLE_NS] += request.response_queued_ns - request.dequeued_ns
-        if request.response_queued_ns:
-            s[API_RESPONSE_QUEUE_NS] += request.response_dequeued_ns - request.response_queued_ns
-        s[API_RESPONSE_SEND_NS] += end - request.response_dequeued_ns
+        s.count += 1
+        s.bytes_in += request.payload.nbytes + 4
+        s.bytes_out += bytes_out
+        s.total_ns += end - received
+        if dequeued:
+            s.request_queue_ns += dequeued - received
+            if queued:
+                s.handle_ns += queued - dequeued
+        if queued:
+            s.response_queue_ns += sending - queued
+        s.response_send_ns += end - sending
 
     def _close(self, conn: _Connection, reason: str) -> None:
         with conn.lock:                  # waits for a direct send in progress

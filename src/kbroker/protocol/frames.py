@@ -90,32 +90,36 @@ def encode_response_parts(correlation_id: int, api_key: int, api_version: int, r
 
     The first item always holds size + header + the start of the body, so a network layer
     can write the list with writev/sendfile without further copies."""
-    pack = _RESPONSE_HEADER_PACK.get((api_key, api_version))
-    if pack is None:
-        pack = _response_header_pack(api_key, api_version)
+    hv = _RESPONSE_HEADER_VERSION.get(api_key * 65536 + api_version)
+    if hv is None:
+        hv = _response_header_version(api_key, api_version)
+    body = response.encode_parts(api_version)
     try:
-        header = pack(correlation_id)
+        if len(body) == 1:
+            first = body[0]
+            if type(first) is bytes:         # the usual response: one bytes part
+                if hv:                       # correlation id + empty tagged fields
+                    return [_pack_sized_v1(len(first) + 5, correlation_id, 0) + first]
+                return [_pack_sized_v0(len(first) + 4, correlation_id) + first]
+        header = _pack_header_v1(correlation_id, 0) if hv else _i32_pack(correlation_id)
     except ENCODE_ERRORS as e:
         raise ProtocolEncodeError("bad correlation id %r" % (correlation_id,)) from e
-    body = response.encode_parts(api_version)
     return _frame(header, body)
 
 
-#: {(api key, version): correlation id -> response header bytes}, filled on first use
-_RESPONSE_HEADER_PACK: dict = {}
-_S_HEADER_V1 = struct.Struct(">iB")
+#: {api key * 65536 + version: response header version}, filled on first use
+_RESPONSE_HEADER_VERSION: dict = {}
+_pack_header_v1 = struct.Struct(">iB").pack
+_pack_sized_v0 = struct.Struct(">ii").pack
+_pack_sized_v1 = struct.Struct(">iiB").pack
 
 
-def _header_v1(correlation_id: int) -> bytes:
-    return _S_HEADER_V1.pack(correlation_id, 0)   # correlation id + empty tagged fields
-
-
-def _response_header_pack(api_key: int, api_version: int):
+def _response_header_version(api_key: int, api_version: int) -> int:
     info = API_INFO[api_key]
-    pack = _header_v1 if info.response_header_version(api_version) == 1 else _i32_pack
+    hv = info.response_header_version(api_version)
     if info.is_version_supported(api_version):      # keeps the table bounded
-        _RESPONSE_HEADER_PACK[(api_key, api_version)] = pack
-    return pack
+        _RESPONSE_HEADER_VERSION[api_key * 65536 + api_version] = hv
+    return hv
 
 
 def encode_response(correlation_id: int, api_key: int, api_version: int, response) -> bytes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import struct
 import time
 
 from kbroker.protocol import (
@@ -33,6 +34,23 @@ HANDLER_MODULES = (
     "offset_for_leader_epoch", "configs", "cluster", "delete_records", "group", "producer_id", "transaction",
     "write_txn_markers", "sasl", "scram_credentials", "client_quotas", "acls",
 )
+
+
+#: {api key * 65536 + version: (request header version, request body decode_from, ApiInfo)}
+#: for every (api key, version) of the protocol table (so it stays bounded), filled on use
+_ROUTES: dict = {}
+_i16 = struct.Struct(">h").unpack_from
+_struct_error = struct.error
+
+
+def _route(key: int, version: int):
+    """The ``_ROUTES`` entry of a known api key at a version of its spec, else None."""
+    info = API_INFO.get(key)
+    if info is None or not info.is_version_supported(version):
+        return None
+    route = _ROUTES[key * 65536 + version] = (
+        info.request_header_version(version), info.request_class.decode_from, info)
+    return route
 
 
 def collect_handlers() -> dict[int, ApiHandler]:
@@ -63,7 +81,69 @@ class KafkaApis:
         return {k: (h.min_version, h.max_version) for k, h in sorted(self.handlers.items())}
 
     def handle(self, request) -> None:
-        """Called on a request-handler thread for every request frame."""
+        """Called on a request-handler thread for every request frame.
+
+        The request header is read here in the usual case (header v1/v2 with a client
+        id and no tagged fields; api key, version and correlation id were read by the
+        network layer): see :func:`_route`. Anything else goes through
+        ``parse_request_header``, which reports what is wrong."""
+        key = request.api_key
+        version = request.api_version
+        route = _ROUTES.get(key * 65536 + version)
+        if route is None:
+            route = _route(key, version)
+            if route is None:
+                self._handle_slow(request)
+                return
+        hv, decode, info = route
+        payload = request.payload
+        try:
+            if hv:
+                n = _i16(payload, 8)[0]
+                if n < 0:
+                    client_id = ""               # null reads as "" (Kafka's quirk)
+                    pos = 10
+                else:
+                    pos = 10 + n
+                    if pos > len(payload):
+                        raise IndexError
+                    client_id = str(payload[10:pos], "utf-8", "replace")
+                if hv == 2:
+                    if payload[pos]:
+                        raise IndexError         # tagged fields: the generated reader
+                    pos += 1
+            else:
+                client_id = ""
+                pos = 8
+        except (IndexError, _struct_error):
+            self._handle_slow(request)
+            return
+        q = getattr(self.broker, "quotas", None)
+        ctx = RequestContext(request, None, self.channel, None,
+                             q if q is not None and q.any_enabled else None, client_id)
+        handler = self.handlers.get(key)
+        if handler is None or not handler.min_version <= version <= handler.max_version:
+            self._unsupported(ctx, handler)
+            return
+        # _dispatch, inlined
+        try:
+            body, _ = decode(payload, pos, version)
+        except ProtocolDecodeError as e:
+            log.info("closing connection %s: cannot parse %s v%d request: %s",
+                     request.connection_id, info.name, version, e)
+            ctx.close_connection()
+            return
+        try:
+            handler.handle(self.broker, ctx, body)
+            if ctx.quotas is not None:
+                ctx.handled_ns = time.monotonic_ns()
+        except Exception:
+            log.exception("error handling %s v%d from %s", info.name, version, request.connection_id)
+            self._error_response(ctx, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+    def _handle_slow(self, request) -> None:
+        """``handle`` for what its fast path does not read: a raw SASL token, an unknown
+        api key or version, a header with tagged fields, a malformed header."""
         if request.api_key == RAW_SASL_TOKEN:
             from kbroker.server.apis.sasl import handle_raw_token
 
@@ -85,8 +165,13 @@ class KafkaApis:
             self._unsupported(ctx, handler)
             return
         info = API_INFO[key]
+        self._dispatch(request, ctx, handler, info, info.request_class.decode_from, pos)
+
+    def _dispatch(self, request, ctx: RequestContext, handler: ApiHandler, info, decode, pos: int) -> None:
+        """Decode the body at ``pos`` and call the handler (errors: see the module docstring)."""
+        version = ctx.api_version
         try:
-            body, _ = info.request_class.decode_from(request.payload, pos, version)
+            body, _ = decode(request.payload, pos, version)
         except ProtocolDecodeError as e:
             log.info("closing connection %s: cannot parse %s v%d request: %s",
                      request.connection_id, info.name, version, e)

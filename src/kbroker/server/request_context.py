@@ -37,17 +37,27 @@ _CLAIM_LOCK = threading.Lock()
 
 
 class RequestContext:
-    __slots__ = ("request", "header", "api_key", "api_version", "correlation_id", "client_id",
+    __slots__ = ("request", "_header", "api_key", "api_version", "correlation_id", "client_id",
                  "channel", "_answered", "on_response", "quotas", "bandwidth_throttle_ms",
                  "handled_ns", "quota_exempt", "authz")
 
-    def __init__(self, request, header: RequestHeader, channel, on_response=None, quotas=None):
+    def __init__(self, request, header: RequestHeader | None, channel, on_response=None, quotas=None,
+                 client_id: str = ""):
+        """``header`` None: api key, version and correlation id are the request's own
+        (``Request`` reads them from the frame), the client id is ``client_id``; the
+        ``header`` property then makes a RequestHeader when asked."""
         self.request = request
-        self.header = header
-        self.api_key = header.request_api_key
-        self.api_version = header.request_api_version
-        self.correlation_id = header.correlation_id
-        self.client_id = header.client_id
+        self._header = header
+        if header is None:
+            self.api_key = request.api_key
+            self.api_version = request.api_version
+            self.correlation_id = request.correlation_id
+            self.client_id = client_id
+        else:
+            self.api_key = header.request_api_key
+            self.api_version = header.request_api_version
+            self.correlation_id = header.correlation_id
+            self.client_id = header.client_id
         self.channel = channel
         self.on_response = on_response
         self._answered = False
@@ -61,6 +71,15 @@ class RequestContext:
         self.handled_ns = None
         #: replica fetches and other cluster actions are not throttled (Kafka's sendResponseExemptThrottle)
         self.quota_exempt = False
+
+    @property
+    def header(self) -> RequestHeader:
+        """The request header (made from the context's fields when it was not parsed)."""
+        h = self._header
+        if h is None:
+            h = self._header = RequestHeader(request_api_key=self.api_key, request_api_version=self.api_version,
+                                             correlation_id=self.correlation_id, client_id=self.client_id)
+        return h
 
     @property
     def user(self) -> str:
@@ -106,7 +125,10 @@ class RequestContext:
     def respond(self, body, version: int | None = None) -> None:
         """Encode ``body`` at the request's version (or ``version``) and send it; if it
         cannot be encoded, send the error response or close (see the module docstring)."""
-        if not self._claim():
+        with _CLAIM_LOCK:                # _claim, inlined: once per request
+            answered = self._answered
+            self._answered = True
+        if answered:
             log.warning("second response to %r ignored", self.request)
             return
         v = self.api_version if version is None else version
