@@ -699,3 +699,115 @@ def test_network_layer_does_not_import_protocol_log_or_server():
                 assert not name.startswith(("kbroker.protocol", "kbroker.log",
                                             "kbroker.server", "kbroker.coordinator")), \
                     f"{path.name} imports {name}"
+
+
+# -- held responses (processor.py, "Held responses") ------------------------------------------
+def test_pipelined_responses_are_held_and_written_together_in_order():
+    """Requests that arrive together are answered together: a response whose next request
+    is already read is held back and written with the next one, in request order."""
+    with running_server(echo, io_threads=1) as server:
+        s = connect(server.bound_port())
+        try:
+            n = 40
+            s.sendall(b"".join(frame(i, b"body-%d" % i) for i in range(n)))
+            got = [read_echo(s) for _ in range(n)]
+            assert got == [(i, b"body-%d" % i) for i in range(n)]
+            totals = server.metrics.totals()
+            assert totals["responses_held"] > 0
+            wait_until(lambda: server.metrics.totals()["responses_sent"] == n, what="metrics")
+            assert server.metrics.api_totals()[18]["count"] == n
+        finally:
+            s.close()
+
+
+def test_held_responses_do_not_wait_for_a_request_left_in_a_purgatory():
+    """A request its handler leaves unanswered (answered later, from another thread) does
+    not keep the responses held before it: they are written when its handler returns."""
+    first_seen = threading.Event()
+    done = []
+
+    def handle(channel, request):
+        cid = request.correlation_id
+        if cid == 5:            # "waits in a purgatory" until the client has read 0..4
+            def later():
+                done.append(first_seen.wait(10))
+                echo(channel, request)
+            threading.Thread(target=later, daemon=True).start()
+        else:
+            echo(channel, request)
+
+    with running_server(handle, io_threads=1) as server:
+        s = connect(server.bound_port())
+        try:
+            s.sendall(b"".join(frame(i) for i in range(8)))
+            got = [read_echo(s)[0] for _ in range(5)]
+            first_seen.set()
+            got += [read_echo(s)[0] for _ in range(3)]
+            assert got == list(range(8))
+            assert done == [True], "answers 0..4 waited for request 5's late answer"
+        finally:
+            s.close()
+
+
+def test_held_responses_go_before_a_no_op_and_before_a_close():
+    def handle(channel, request):
+        cid = request.correlation_id
+        if cid == 2:
+            channel.send_no_op_response(request)
+        elif cid == 4:
+            channel.close_connection(request)
+        else:
+            echo(channel, request)
+
+    with running_server(handle, io_threads=1) as server:
+        s = connect(server.bound_port())
+        try:
+            s.sendall(b"".join(frame(i) for i in range(6)))
+            got = []
+            try:
+                for _ in range(3):
+                    got.append(read_echo(s)[0])
+            except Exception:
+                print("GOT", got, server.metrics.totals())
+                raise
+            assert got == [0, 1, 3]
+            assert_closed_by_server(s)
+        finally:
+            s.close()
+
+
+def test_answer_that_comes_while_held_responses_are_still_being_written_follows_them():
+    """The client reads nothing for a while, so the write of held responses stops half way
+    (the socket buffer is full) and the processor finishes it; the late answer of the
+    request they were held for comes meanwhile and must follow them, not be dropped."""
+    release = threading.Event()
+
+    def handle(channel, request):
+        if request.correlation_id % 10 == 9:       # answered later, from another thread
+            def later():
+                release.wait(10)
+                echo(channel, request)
+            threading.Thread(target=later, daemon=True).start()
+        else:
+            echo(channel, request)
+
+    body = b"x" * 20000
+    with running_server(handle, io_threads=1) as server:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(CLIENT_TIMEOUT_S)
+        s.connect(("127.0.0.1", server.bound_port()))
+        try:
+            n = 60
+            sender = threading.Thread(target=s.sendall,
+                                      args=(b"".join(frame(i, body) for i in range(n)),), daemon=True)
+            sender.start()
+            time.sleep(0.3)                          # the server fills its send buffer
+            release.set()
+            got = [read_echo(s) for _ in range(n)]
+            assert [c for c, _ in got] == list(range(n))
+            assert all(b == body for _, b in got)
+            sender.join(5)
+            assert server.metrics.totals()["responses_dropped"] == 0
+        finally:
+            s.close()

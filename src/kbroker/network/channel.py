@@ -368,6 +368,14 @@ class RequestChannel:
         """Close the request's connection instead of answering."""
         self._route(Response(request, Response.CLOSE))
 
+    def flush_held(self, request: Request) -> None:
+        """The request was handled without an answer yet: its processor writes the answers
+        held back on its connection for the next one (``Processor.flush_held``)."""
+        processor = self._processors.get(request.processor_id)
+        flush = getattr(processor, "flush_held", None)
+        if flush is not None:
+            flush(request.connection)
+
     def _route(self, response: Response) -> None:
         request = response.request
         request.response_queued_ns = _monotonic_ns()

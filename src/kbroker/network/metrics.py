@@ -45,8 +45,8 @@ class ProcessorStats:
     """Counters of one network processor.
 
     Written by that processor's thread, except ``bytes_in``, ``bytes_out``,
-    ``responses_sent``, ``responses_no_op``, ``responses_dropped``, ``requests_received``
-    and ``api``, which any thread writing a response for that processor (and reading
+    ``responses_sent``, ``responses_no_op``, ``responses_dropped``, ``responses_held``,
+    ``requests_received`` and ``api``, which any thread writing a response for that processor (and reading
     ahead or taking the next pipelined request) updates: every writer of those holds
     ``lock``.
     """
@@ -54,7 +54,8 @@ class ProcessorStats:
     __slots__ = ("processor_id", "started_ns", "idle_ns", "blocked_since_ns",
                  "bytes_in", "bytes_out", "requests_received", "responses_sent",
                  "responses_no_op", "responses_dropped", "connections_created",
-                 "connections_closed", "invalid_receives", "idle_closed", "throttled_responses", "api", "lock")
+                 "connections_closed", "invalid_receives", "idle_closed", "throttled_responses", "api", "lock",
+                 "responses_held")
 
     def __init__(self, processor_id: int) -> None:
         self.processor_id = processor_id
@@ -68,6 +69,7 @@ class ProcessorStats:
         self.responses_sent = 0
         self.responses_no_op = 0
         self.responses_dropped = 0     # response for a connection that was gone
+        self.responses_held = 0        # responses written with a later one (processor.py)
         self.connections_created = 0
         self.connections_closed = 0
         self.invalid_receives = 0      # connections closed for a bad frame
@@ -192,7 +194,8 @@ class NetworkMetrics:
     # -- counters -------------------------------------------------------------------------
     _PROCESSOR_COUNTERS = ("bytes_in", "bytes_out", "requests_received", "responses_sent",
                            "responses_no_op", "responses_dropped", "connections_created",
-                           "connections_closed", "invalid_receives", "idle_closed", "throttled_responses")
+                           "connections_closed", "invalid_receives", "idle_closed", "throttled_responses",
+                           "responses_held")
 
     def totals(self) -> dict[str, int]:
         """Sums of all processors' and handlers' counters, plus ``connection_count``."""

@@ -66,6 +66,19 @@ while another thread waits for the GIL is a GIL hand-over, i.e. a context switch
   the counters of both go under one ``stats.lock``; no Response object unless the
   processor must finish the write; a read-ahead that finds only the start of a frame
   does not wake the processor (the rest comes with an EPOLLIN edge).
+* Held responses: when the next request of a PLAINTEXT connection is already whole in its
+  read buffer (after one read-ahead if need be) as a response is about to be written, the
+  response is held back (``conn.held``, at most ``_HOLD_MAX`` responses and
+  ``_HOLD_BYTES``, no file regions) and written in the same ``sendmsg`` as the next
+  response, still in request order. The client then reads several responses per wake-up
+  (librdkafka's broker thread scans every partition it produces to once per wake-up: at
+  10,000 partitions that scan is most of its CPU) and the broker makes one send per
+  group. A held response waits only for requests already read and handled at once: every
+  other way out writes the held ones first (a response sent by this processor, a NO_OP,
+  a CLOSE), and a request left unanswered by its handler (a purgatory) has them written
+  by ``flush_held`` as soon as its handler returns; an answer that comes while that write
+  is unfinished is *parked* and sent after it. Their metrics count the send as complete
+  when the write that carries them is made.
 
 Memory (Kafka's ``NetworkReceive`` and ``SimpleMemoryPool``, see ``memory_pool.py``): the
 size prefix is a claim, not a fact, so nothing is allocated for it. A frame's bytes live in
@@ -133,6 +146,8 @@ _ZEROS_VIEW = memoryview(_ZEROS)
 _monotonic_ns = time.monotonic_ns
 _unpack_size = struct.Struct(">i").unpack_from
 _thread_local = threading.local()
+_HOLD_MAX = 16                # responses held back at most (see "Held responses")
+_HOLD_BYTES = 1 << 16         # bytes of held responses at most
 
 
 def _read_ahead_buffer() -> tuple:
@@ -300,7 +315,7 @@ class _Connection:
                  "inflight", "response",
                  "send_parts", "send_sizes", "send_index", "send_offset", "write_error",
                  "events", "read_paused", "last_active_ns", "closed",
-                 "tls", "handshaking", "tls_out", "session")
+                 "tls", "handshaking", "tls_out", "session", "held", "held_bytes", "parked")
 
     def __init__(self, sock: socket.socket, connection_id: str, client_address: tuple,
                  now_ns: int) -> None:
@@ -331,6 +346,19 @@ class _Connection:
         self.handshaking = False        # TLS handshake not finished: nothing is read or written
         self.tls_out = None             # plaintext handed to SSL_write, to retry as it is
         self.session: Optional[ChannelSession] = None   # None: PLAINTEXT
+        self.held: Optional[list] = None   # [(request, parts, sizes)] answered, not yet written
+        self.held_bytes = 0
+        self.parked: Optional[Response] = None   # the answer that came while held ones were written
+
+
+class _HeldFlush(Response):
+    """The write of held responses alone (``Processor.flush_held``); ``request`` is the
+    last of them, already answered, so its completion unmutes nothing."""
+
+    __slots__ = ()
+
+    def __init__(self, request: Request) -> None:
+        super().__init__(request, Response.SEND, None)
 
 
 class InvalidReceive(Exception):
@@ -562,10 +590,10 @@ class Processor(threading.Thread):
                 except (TypeError, ValueError):
                     return False             # the processor fails it again and closes
                 total = sum(sizes)
-        elif kind == _NO_OP:
+        elif kind == _NO_OP and conn.held is None:
             total = 0
         else:
-            return False
+            return False                     # (a NO_OP after held responses: the processor writes them)
         stats = self._stats
         written = 0                          # bytes written here and not yet counted
         nread = 0                            # bytes read ahead here, not yet counted
@@ -577,7 +605,40 @@ class Processor(threading.Thread):
                 return False                 # gone, or a second answer: the processor drops it
             # No response queue on this path: it is dequeued when it is handed over.
             queued = request.response_queued_ns
-            if kind == _NO_OP:
+            held = conn.held
+            if kind == _SEND:
+                if one is not None:
+                    parts = [one]
+                    sizes = [total]
+                hold, nread = self._may_hold(conn, parts)
+                if hold:
+                    now = _monotonic_ns()
+                    following = self._take_buffered_request(conn, now)
+                    if following is not None:
+                        # written with a later response (see "Held responses")
+                        if held is None:
+                            held = conn.held = []
+                        held.append((request, parts, sizes))
+                        conn.held_bytes += total
+                        request.response_dequeued_ns = queued or now
+                        if request.pool_bytes:
+                            self._pool.release_request(request)
+                        with stats.lock:
+                            stats.responses_held += 1
+                            stats.requests_received += 1
+                            if nread:
+                                stats.bytes_in += nread
+                        conn.inflight = following
+                if following is None and nread:
+                    with stats.lock:
+                        stats.bytes_in += nread
+                nread = 0
+                if held is not None and following is None:
+                    parts, sizes = self._with_held(conn, parts, sizes)
+                    one = None
+            if following is not None:
+                pass                         # held: handed on below
+            elif kind == _NO_OP:
                 now = queued or _monotonic_ns()
                 request.response_dequeued_ns = request.send_complete_ns = now
             elif one is not None and not conn.tls:
@@ -604,12 +665,17 @@ class Processor(threading.Thread):
                 conn.send_sizes = sizes if one is None else [total]
                 conn.send_index = 0
                 conn.send_offset = 0
-                if self._write(conn) == _WRITE_DONE:       # counts its bytes itself
+                done = self._write(conn) == _WRITE_DONE    # counts its bytes itself
+                if held is not None:
+                    self._held_written(held)
+                if done:
                     conn.send_parts = None
                     conn.send_sizes = None
                 else:
                     handover = True
-            if handover:
+            if following is not None:
+                pass
+            elif handover:
                 # Bytes left (EVENT_WRITE will follow: the buffer is full) or a failure:
                 # the processor finishes or closes; it finds conn.response is response.
                 if response is None:
@@ -663,6 +729,97 @@ class Processor(threading.Thread):
             if self._selecting:
                 self._waker.wake()
         return True
+
+    def _may_hold(self, conn: _Connection, parts: list) -> tuple[bool, int]:
+        """Whether a response written now may instead be held back for the next one
+        (``conn.lock`` held), and the bytes read ahead to find out: a PLAINTEXT connection
+        whose next request is whole in ``rbuf``, after one read-ahead if need be (it is
+        handled next, on this thread), with room left under ``_HOLD_MAX`` and
+        ``_HOLD_BYTES``, and no file region (a held response holds bytes only)."""
+        if conn.tls or not self._running or self._blocked or conn.read_paused:
+            return False, 0
+        held = conn.held
+        if held is not None and (len(held) >= _HOLD_MAX or conn.held_bytes >= _HOLD_BYTES):
+            return False, 0
+        for part in parts:
+            if isinstance(part, FileRegion):
+                return False, 0
+        rbuf = conn.rbuf
+        if rbuf is not None and len(rbuf) >= 4 and len(rbuf) >= 4 + _unpack_size(rbuf, 0)[0]:
+            return True, 0
+        # the next request may still be in the socket (a pipelining client): read it now,
+        # as the read-ahead after the write would
+        nread = self._read_ahead(conn)
+        if not nread:
+            return False, 0
+        rbuf = conn.rbuf
+        return len(rbuf) >= 4 and len(rbuf) >= 4 + _unpack_size(rbuf, 0)[0], nread
+
+    @staticmethod
+    def _with_held(conn: _Connection, parts: list, sizes: list) -> tuple[list, list]:
+        """The held responses' parts, then ``parts`` (``conn.lock`` held); empties the hold."""
+        all_parts: list = []
+        all_sizes: list = []
+        for _request, p, z in conn.held:
+            all_parts += p
+            all_sizes += z
+        conn.held = None
+        conn.held_bytes = 0
+        return all_parts + parts, all_sizes + sizes
+
+    def _held_written(self, held: list) -> None:
+        """Metrics of held responses handed to the socket (or, for what it did not take, to
+        this processor) by the write that carried them."""
+        now = _monotonic_ns()
+        stats = self._stats
+        with stats.lock:
+            for request, _parts, sizes in held:
+                request.send_complete_ns = now
+                stats.responses_sent += 1
+                self._update_request_metrics(request, sum(sizes))
+
+    def flush_held(self, conn: _Connection) -> None:
+        """Write the held responses of ``conn`` now: its in-flight request was handled
+        without an answer (it waits in a purgatory), so nothing may wait for that answer.
+        Any thread; a no-op without held responses or while a send is under way (that
+        send's response carries them)."""
+        with conn.lock:
+            held = conn.held
+            if held is None or conn.closed or conn.response is not None:
+                return
+            parts, sizes = self._with_held(conn, [], [])
+            flush = _HeldFlush(held[-1][0])
+            conn.response = flush
+            conn.send_parts = parts
+            conn.send_sizes = sizes
+            conn.send_index = 0
+            conn.send_offset = 0
+            result = self._write(conn)
+            self._held_written(held)
+            if result == _WRITE_DONE:
+                conn.response = None
+                conn.send_parts = None
+                conn.send_sizes = None
+                return
+        self._responses.append(flush)        # the rest (or the failure) is the processor's
+        if self._selecting:
+            self._waker.wake()
+
+    def _write_held_before_close(self, conn: _Connection) -> None:
+        """Held responses answer requests that came before the one that closes the
+        connection: one non-blocking write of them (what the socket does not take is
+        lost with the connection)."""
+        with conn.lock:
+            if conn.closed or conn.response is not None or conn.held is None:
+                return
+            held = conn.held
+            conn.send_parts, conn.send_sizes = self._with_held(conn, [], [])
+            conn.send_index = 0
+            conn.send_offset = 0
+            self._write(conn)
+            self._held_written(held)
+            conn.send_parts = None
+            conn.send_sizes = None
 
     def _partial_frame(self, rbuf: bytearray) -> bool:
         """``rbuf`` (of a PLAINTEXT connection) holds less than one frame of a valid size."""
@@ -928,6 +1085,10 @@ class Processor(threading.Thread):
                 self._continue_direct_send(conn)
                 continue
             request.response_dequeued_ns = _monotonic_ns()
+            if (conn is not None and conn.inflight is request and type(conn.response) is _HeldFlush
+                    and conn.parked is None):
+                conn.parked = response       # after the held responses (_process_completed_sends)
+                continue
             if conn is None or conn.inflight is not request or conn.response is not None:
                 # Kafka: "Attempting to send response via channel for which there is no
                 # open connection" - the client went away (or the idle reaper closed it).
@@ -942,6 +1103,12 @@ class Processor(threading.Thread):
             try:
                 if kind == Response.SEND:
                     self._start_send(conn, response)
+                elif kind == Response.NO_OP and conn.held is not None:
+                    # nothing of its own to write, but held responses go first: written as
+                    # this response's bytes (counted as a NO_OP when they are written)
+                    with self._stats.lock:
+                        self._stats.responses_no_op += 1
+                    self._start_send(conn, response)
                 elif kind == Response.NO_OP:
                     request.send_complete_ns = request.response_dequeued_ns
                     with self._stats.lock:
@@ -955,6 +1122,8 @@ class Processor(threading.Thread):
                     self._update_interest(conn)
                     self._maybe_read(conn)
                 elif kind == Response.CLOSE:
+                    if conn.held is not None:
+                        self._write_held_before_close(conn)
                     if conn.session is not None and conn.session.close_delay_ms is not None:
                         self._close_later(conn)
                     else:
@@ -988,10 +1157,14 @@ class Processor(threading.Thread):
 
     def _start_send(self, conn: _Connection, response: Response) -> None:
         """Begin writing a response frame (see :func:`_response_parts` for the checks)."""
-        parts, sizes = _response_parts(response.parts)
+        parts, sizes = _response_parts(response.parts) if response.kind == Response.SEND else ([], [])
         with conn.lock:
             if conn.closed:
                 return
+            held = conn.held
+            if held is not None:
+                parts, sizes = self._with_held(conn, parts, sizes)
+                self._held_written(held)
             conn.response = response
             conn.send_parts = parts
             conn.send_sizes = sizes
@@ -1101,11 +1274,22 @@ class Processor(threading.Thread):
                 conn.send_sizes = None
             if response is None:
                 continue
+            if type(response) is _HeldFlush:
+                # held responses written (their metrics were taken): the in-flight request's
+                # own answer, if it came meanwhile, is next
+                parked = conn.parked
+                if parked is not None:
+                    conn.parked = None
+                    self._responses.append(parked)
+                continue
             request = response.request
             request.send_complete_ns = now
             with stats.lock:
-                stats.responses_sent += 1
-                self._update_request_metrics(request, sum(sizes))
+                if response.kind == Response.NO_OP:      # it carried held responses only
+                    self._update_request_metrics(request, 0)
+                else:
+                    stats.responses_sent += 1
+                    self._update_request_metrics(request, sum(sizes))
             self._release(request)
             if conn.closed:
                 continue
@@ -1571,6 +1755,8 @@ class Processor(threading.Thread):
             conn.inflight = None
             conn.response = None
             conn.send_parts = None
+            conn.held = None
+            conn.parked = None
             conn.rbuf = None
             conn.payload = conn.payload_view = None
             if conn.grant:               # a frame read in part

@@ -63,6 +63,11 @@ class KafkaRequestHandler(threading.Thread):
             stats.requests_handled += 1
             try:
                 handle(request)
+                conn = request.connection
+                if (conn is not None and conn.held is not None and conn.inflight is request
+                        and not request.response_queued_ns):
+                    # answered later (a purgatory): earlier answers held back for it go now
+                    channel.flush_held(request)
             except Exception:
                 stats.handler_errors += 1
                 log.exception("handler %d: error handling %r; closing its connection",
