@@ -20,6 +20,7 @@ import contextlib
 import math
 import os
 import random
+import signal
 import statistics
 import sys
 import threading
@@ -238,10 +239,36 @@ def start_tansu() -> Target:
 
 
 @contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """While brokers this tool started run: SIGTERM (``timeout``, a CI runner) raises
+    SystemExit in the main thread, so the ``finally`` blocks that stop them (by PID)
+    run, and no peer broker outlives the tool. Python's default for SIGTERM is to die at
+    once, skipping them. A no-op off the main thread or when SIGTERM is handled already."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        yield
+        return
+
+    def _exit(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def session_targets(args: argparse.Namespace) -> Iterator[list[Target]]:
     """The broker(s) of this session: ``[primary]`` or ``[primary, peer]``. Brokers
-    started here are stopped (by their own PID) when the block exits."""
+    started here are stopped (by their own PID) when the block exits, SIGTERM included."""
     targets: list[Target] = []
+    stack = contextlib.ExitStack()
+    stack.enter_context(sigterm_as_exit())
     try:
         overrides = parse_kv(args.broker_override)
         if args.bootstrap:
@@ -264,6 +291,7 @@ def session_targets(args: argparse.Namespace) -> Iterator[list[Target]]:
         for t in reversed(targets):
             with contextlib.suppress(Exception):
                 t.stop()
+        stack.close()
 
 
 def fresh_topic(tool: str) -> str:
@@ -600,19 +628,20 @@ def run_rounds_fresh(args: argparse.Namespace, rounds: int,
     session_id = uuid.uuid4().hex[:12]
     summaries: list[RunSummary] = []
     pairs: list[tuple[RunSummary, RunSummary]] = []
-    for k in range(rounds):
-        got = []
-        for start in starters:
-            t = start()
-            try:
-                if args.vs_name and len(got) == 1:
-                    t.name = args.vs_name
-                got.append(run_one(t, session_id, k))
-            finally:
-                t.stop()
-        summaries.extend(got)
-        if len(got) == 2:
-            pairs.append((got[0], got[1]))
+    with sigterm_as_exit():
+        for k in range(rounds):
+            got = []
+            for start in starters:
+                t = start()
+                try:
+                    if args.vs_name and len(got) == 1:
+                        t.name = args.vs_name
+                    got.append(run_one(t, session_id, k))
+                finally:
+                    t.stop()
+            summaries.extend(got)
+            if len(got) == 2:
+                pairs.append((got[0], got[1]))
     return summaries, pairs
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -377,3 +378,47 @@ def test_partition_cost(kbroker, tmp_path, capsys):
         n = m["workload"]["partitions"]
         recs = sum(d["records_sent"] if api == "produce" else d["records_received"])
         assert recs > 0 and recs % n == 0     # every request carried all N partitions
+
+
+def test_sigterm_stops_the_brokers_a_bench_started(tmp_path):
+    """``timeout`` or a CI runner ends a bench with SIGTERM: the kbroker and the Tansu peer
+    it started are stopped too (Python's default for SIGTERM skips the finally blocks that
+    stop them, and the peer would run on, orphaned)."""
+    import signal
+    import subprocess
+    import sys
+    script = tmp_path / "hold.py"
+    script.write_text(
+        "import argparse, sys, time\n"
+        "from bench import common\n"
+        "args = argparse.Namespace(broker_override=[], bootstrap=None, vs='tansu', vs_name=None,"
+        " broker_name='kbroker', broker_pid=None, vs_pid=None)\n"
+        "with common.session_targets(args) as targets:\n"
+        "    print(' '.join(str(t.pid) for t in targets), flush=True)\n"
+        "    time.sleep(120)\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            cwd=str(REPO), env=env)
+    pids: list[int] = []
+    try:
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        assert not [p for p in pids if _alive(p)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for p in pids:                    # a failure must not leave them running either
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
