@@ -125,21 +125,7 @@ class KafkaApis:
         if handler is None or not handler.min_version <= version <= handler.max_version:
             self._unsupported(ctx, handler)
             return
-        # _dispatch, inlined
-        try:
-            body, _ = decode(payload, pos, version)
-        except ProtocolDecodeError as e:
-            log.info("closing connection %s: cannot parse %s v%d request: %s",
-                     request.connection_id, info.name, version, e)
-            ctx.close_connection()
-            return
-        try:
-            handler.handle(self.broker, ctx, body)
-            if ctx.quotas is not None:
-                ctx.handled_ns = time.monotonic_ns()
-        except Exception:
-            log.exception("error handling %s v%d from %s", info.name, version, request.connection_id)
-            self._error_response(ctx, ErrorCode.UNKNOWN_SERVER_ERROR)
+        self._dispatch(request, ctx, handler, info, decode, pos)
 
     def _handle_slow(self, request) -> None:
         """``handle`` for what its fast path does not read: a raw SASL token, an unknown
