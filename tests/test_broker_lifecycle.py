@@ -31,6 +31,8 @@ def _lc(**kw):
 
 def test_registration_catch_up_unfence_and_run():
     lc = _lc()
+    calls = []
+    lc.on_unfenced = lambda: calls.append(lc.state)
     assert lc.poll(0) is None and lc.state == BrokerState.NOT_RUNNING
     lc.start(1000)
     key, req = lc.poll(1000)
@@ -54,9 +56,15 @@ def test_registration_catch_up_unfence_and_run():
     lc.on_response(1040, HB(is_caught_up=True, is_fenced=True))
     key, hb = lc.poll(1040)                # ... so the next one goes at once, asking to unfence
     assert not hb.want_fence
+    assert calls == []
     lc.on_response(1041, HB(is_caught_up=True, is_fenced=False))
     assert lc.state == BrokerState.RUNNING and lc.unfenced.is_set()
+    assert calls == [BrokerState.RUNNING]      # once, as it is unfenced
     assert lc.next_deadline_ms() == 1041 + 2000
+    t = lc.next_deadline_ms()
+    lc.poll(t)
+    lc.on_response(t + 1, HB(is_caught_up=True, is_fenced=False))
+    assert calls == [BrokerState.RUNNING]
 
 
 def test_failures_back_off_exponentially_up_to_the_session_timeout():

@@ -108,3 +108,42 @@ def test_three_controllers_three_brokers(cluster):
 
 def test_three_combined_nodes(combined):
     _admin_round_trip(combined, [1, 2, 3])
+
+
+def test_a_starting_broker_answers_only_once_it_is_unfenced(tmp_path):
+    """Kafka's BrokerServer enables request processing only after the controller has
+    unfenced the broker, so its first Metadata answer already lists it. Requests sent the
+    moment the listener is bound wait until then: a raw Metadata request lists broker 2, and
+    librdkafka's CreateTopics (which took a Metadata answer with no live broker as a partial
+    response and stalled for good) completes."""
+    import threading
+
+    from kbroker.protocol import ApiKey
+    from kbroker.protocol.messages.metadata import MetadataRequest
+    from kbroker.testing import raw_request
+
+    q = KRaftControllerQuorum(str(tmp_path), n=1, overrides=FAST, brokers=1)
+    try:
+        q.start(1)
+        q.start(2)                   # returns once the broker's listener accepts connections
+        port = q.broker_ports[2]
+        created: list = []
+
+        def create():
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+            fs = admin.create_topics([NewTopic("early", num_partitions=2, replication_factor=1)],
+                                     operation_timeout=10)
+            try:
+                created.append(fs["early"].result(timeout=20))
+            except Exception as e:  # noqa: BLE001 - reported below
+                created.append(e)
+        t = threading.Thread(target=create)
+        t.start()
+        md = raw_request(port, ApiKey.METADATA, 12, MetadataRequest(topics=None), timeout_s=20)
+        assert [b.node_id for b in md.brokers] == [2]
+        t.join(30)
+        assert created == [None]
+        log = q.procs[2].read_log()
+        assert "The broker has been unfenced" in log
+    finally:
+        q.stop()

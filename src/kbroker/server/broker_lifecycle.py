@@ -101,6 +101,9 @@ class BrokerLifecycle:
         self._initial_registration_succeeded = False
         self.caught_up = threading.Event()
         self.unfenced = threading.Event()
+        #: called once, on the thread that drives this machine, as the controller unfences
+        #: the broker (the KRaft broker enables request processing then, as Kafka's)
+        self.on_unfenced = None
         self.shut_down = threading.Event()
 
     # -- inputs ---------------------------------------------------------------------------
@@ -214,6 +217,8 @@ class BrokerLifecycle:
                 log.info("The broker has been unfenced. Transitioning from RECOVERY to RUNNING.")
                 self.state = BrokerState.RUNNING
                 self.unfenced.set()
+                if self.on_unfenced is not None:
+                    self.on_unfenced()
             self._schedule(now_ms, self.heartbeat_interval_ms)
         elif st == BrokerState.RUNNING:
             self._schedule(now_ms, self.heartbeat_interval_ms)

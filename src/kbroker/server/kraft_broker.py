@@ -25,8 +25,10 @@ Kafka: ``BrokerServer`` with ``BrokerMetadataPublisher``, ``KRaftMetadataCache``
   blocks from AllocateProducerIds (unique cluster-wide).
 - Registration and heartbeats (BrokerLifecycleManager over a ControllerChannel that asks
   the raft leader first); Kafka's start-up order: listeners bound, registered, caught up
-  with the metadata log, first publish, then requests are processed and the broker asks
-  to be unfenced; controlled shutdown on stop.
+  with the metadata log, first publish, the broker asks to be unfenced, and once the
+  controller has unfenced it requests are processed (before that, connections are
+  accepted and their requests wait: a Metadata answer would list no live broker, not
+  even this one); controlled shutdown on stop.
 
 - Replication (kbroker.server.replica_manager's docstring): leaders answer followers'
   Fetch requests and send ISR changes to the controller (AlterPartitionSender over the
@@ -313,6 +315,10 @@ class KRaftBroker:
         self.transaction_coordinator = None
         self.topic_deletion_hooks: list = []
         self._stopped = False
+        #: the I/O threads were started (set once, under _serving_lock): see
+        #: maybe_enable_request_processing
+        self.serving = False
+        self._serving_lock = threading.Lock()
         #: authorizer.class.name: None, or the StandardAuthorizer over the published image's ACLs
         self.authorizer = StandardAuthorizer.from_config(config, lambda: listener.image.acls.index)
         #: the SCRAM credentials of the published image (the publisher updates it); what the
@@ -408,6 +414,7 @@ class KRaftBroker:
                              session_timeout_ms=c["broker.session.timeout.ms"],
                              initial_registration_timeout_ms=c["initial.broker.registration.timeout.ms"],
                              metadata_offset=lambda: self.metadata_listener.highest_offset)
+        lc.on_unfenced = self.maybe_enable_request_processing
         self.lifecycle_manager = BrokerLifecycleManager(lc, self.controller_channel)
         self.lifecycle_manager.start()
         # Kafka's BrokerServer: wait for the initial catch-up, publish, then serve and unfence
@@ -422,8 +429,30 @@ class KRaftBroker:
         self.transaction_coordinator = build_transaction_coordinator(self)
         self.publisher = BrokerMetadataPublisher(self)
         self.metadata_listener.install(self.publisher)
-        self.handler_pool.start()
+        # Kafka's BrokerServer enables request processing once the controller has unfenced
+        # the broker; until then requests wait in the channel (Metadata would list no live
+        # broker, which librdkafka takes as a partial answer and waits on).
         self.lifecycle_manager.set_ready_to_unfence()
+        self.maybe_enable_request_processing()
+
+    def maybe_enable_request_processing(self) -> None:
+        """Start the I/O threads once the controller has unfenced this incarnation (its
+        heartbeat answer) and the published image shows it unfenced (so the first Metadata
+        answer lists this broker). Called by the lifecycle thread as the broker is
+        unfenced and by the publisher after each publish until then; never after
+        ``shutdown`` began. ``_serving_lock`` makes the start happen once."""
+        lm = self.lifecycle_manager
+        if self.serving or lm is None or not lm.lifecycle.unfenced.is_set():
+            return
+        reg = self.metadata_listener.image.cluster.brokers.get(self.node_id)
+        if reg is None or reg.fenced or reg.incarnation_id != lm.lifecycle.incarnation_id:
+            return
+        with self._serving_lock:
+            if self._stopped or self.serving:
+                return
+            self.serving = True
+            log.info("broker %d is unfenced: processing requests", self.node_id)
+            self.handler_pool.start()
 
     def _start_replication(self) -> None:
         """Wire the ReplicaManager's replication seams: the brokers' registrations, this
@@ -452,9 +481,10 @@ class KRaftBroker:
         return self.socket_server.bound_port(listener_name)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
+        with self._serving_lock:         # no I/O thread starts after this
+            if self._stopped:
+                return
+            self._stopped = True
         if self.lifecycle_manager is not None:
             lc = self.lifecycle_manager.lifecycle
             self.lifecycle_manager.begin_controlled_shutdown()

@@ -102,6 +102,8 @@ class BrokerMetadataPublisher:
         cache = getattr(b, "topic_metadata_cache", None)
         if cache is not None and removed:
             cache.retain(image.topics.by_name)
+        if not getattr(b, "serving", True):
+            b.maybe_enable_request_processing()     # waits for this broker's unfencing
 
     def _delete_stray_logs(self, image) -> None:
         """Kafka's LogManager.isStrayKraftReplica, at the first publish (before any request
