@@ -811,3 +811,31 @@ def test_answer_that_comes_while_held_responses_are_still_being_written_follows_
             assert server.metrics.totals()["responses_dropped"] == 0
         finally:
             s.close()
+
+
+def test_held_responses_are_all_written_before_a_close():
+    """A request whose handler closes the connection comes after requests whose answers
+    are held: they are written in full first (the client reads nothing for a while, so
+    one write cannot take them), then the connection is closed."""
+    def handle(channel, request):
+        if request.correlation_id == 5:
+            channel.close_connection(request)
+        else:
+            echo(channel, request)
+
+    body = b"y" * 15000
+    with running_server(handle, io_threads=1, socket_send_buffer_bytes=4096) as server:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(CLIENT_TIMEOUT_S)
+        s.connect(("127.0.0.1", server.bound_port()))
+        try:
+            s.sendall(b"".join(frame(i, body) for i in range(6)))
+            time.sleep(0.3)                          # the server fills its send buffer
+            got = [read_echo(s) for _ in range(5)]
+            assert [c for c, _ in got] == list(range(5))
+            assert all(b == body for _, b in got)
+            assert_closed_by_server(s)
+            assert server.metrics.totals()["responses_held"] > 0
+        finally:
+            s.close()

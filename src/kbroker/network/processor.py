@@ -75,7 +75,7 @@ while another thread waits for the GIL is a GIL hand-over, i.e. a context switch
   10,000 partitions that scan is most of its CPU) and the broker makes one send per
   group. A held response waits only for requests already read and handled at once: every
   other way out writes the held ones first (a response sent by this processor, a NO_OP,
-  a CLOSE), and a request left unanswered by its handler (a purgatory) has them written
+  a CLOSE, which waits until they are written), and a request left unanswered by its handler (a purgatory) has them written
   by ``flush_held`` as soon as its handler returns; an answer that comes while that write
   is unfinished is *parked* and sent after it. Their metrics count the send as complete
   when the write that carries them is made.
@@ -805,21 +805,34 @@ class Processor(threading.Thread):
         if self._selecting:
             self._waker.wake()
 
-    def _write_held_before_close(self, conn: _Connection) -> None:
-        """Held responses answer requests that came before the one that closes the
-        connection: one non-blocking write of them (what the socket does not take is
-        lost with the connection)."""
+    def _flush_held_before(self, conn: _Connection, response: Response) -> bool:
+        """Held responses answer requests that came before ``response`` (a CLOSE): write
+        them first, as Kafka had written every earlier response before it read the
+        request that closes. Processor thread. True when the write is unfinished: it is
+        finished as a ``_HeldFlush`` and ``response`` is parked behind it (processed again
+        once the held bytes are written); False when nothing is left to write."""
         with conn.lock:
-            if conn.closed or conn.response is not None or conn.held is None:
-                return
             held = conn.held
+            if conn.closed or conn.response is not None or held is None:
+                return False
+            flush = _HeldFlush(held[-1][0])
             conn.send_parts, conn.send_sizes = self._with_held(conn, [], [])
             conn.send_index = 0
             conn.send_offset = 0
-            self._write(conn)
+            conn.response = flush
+            result = self._write(conn)
             self._held_written(held)
-            conn.send_parts = None
-            conn.send_sizes = None
+            if result == _WRITE_DONE:
+                conn.response = None
+                conn.send_parts = None
+                conn.send_sizes = None
+                return False
+            conn.parked = response
+        if result == _WRITE_FAILED:
+            self._disconnected.append((conn, conn.write_error))
+        else:
+            self._update_interest(conn)      # the rest as the socket takes it (EVENT_WRITE)
+        return True
 
     def _partial_frame(self, rbuf: bytearray) -> bool:
         """``rbuf`` (of a PLAINTEXT connection) holds less than one frame of a valid size."""
@@ -1122,8 +1135,8 @@ class Processor(threading.Thread):
                     self._update_interest(conn)
                     self._maybe_read(conn)
                 elif kind == Response.CLOSE:
-                    if conn.held is not None:
-                        self._write_held_before_close(conn)
+                    if conn.held is not None and self._flush_held_before(conn, response):
+                        continue                 # closed once the held responses are written
                     if conn.session is not None and conn.session.close_delay_ms is not None:
                         self._close_later(conn)
                     else:
