@@ -319,3 +319,70 @@ def test_batch_headers_of_a_small_segment_start_at_the_batch_holding_the_offset(
         got = [(h.base_offset, h.last_offset) for h in seg.batch_headers(start)]
         assert got == [(b, b + 1) for b in range(0, 8, 2) if b + 1 >= start], start
     lg.close()
+
+
+def test_next_in_sequence_fast_path_matches_the_general_path(tmp_path):
+    """Log.append takes a one-kernel-call path for a batch that is simply its idempotent
+    producer's next one (ProducerStateManager.next_in_sequence). Random appends (next in
+    sequence, retries of each of the last batches, gaps, stale and new epochs, new
+    producers, transactional batches, several batches at once, small segments that roll)
+    give the same offsets, errors, bytes and producer state with the BatchInfos (fast path
+    allowed) as without them (always the general path)."""
+    import random
+
+    from kbroker.log.producer_state import ProducerStateError
+
+    rng = random.Random(7)
+    clock = Clock()
+    fast = open_log(tmp_path / "f-0", clock, **{"segment.bytes": 4096})
+    slow = open_log(tmp_path / "s-0", clock, **{"segment.bytes": 4096})
+    seqs = {}                  # pid -> (epoch, next sequence)
+    hits = 0
+    try:
+        for step in range(1500):
+            clock.now += rng.randint(0, 3)
+            pid = rng.choice([101, 102, 103, 104, -1])
+            epoch, nxt = seqs.get(pid, (0, 0))
+            n = rng.randint(1, 4)
+            kind = rng.random()
+            if pid == -1:
+                bufs = [bytearray(records.encode_batch([(clock.now, b"k", b"p%d" % i, []) for i in range(n)]))]
+            else:
+                seq = nxt
+                if kind < 0.1:
+                    seq = max(0, nxt - rng.randint(1, 6) * n)      # a retry (or an older batch)
+                elif kind < 0.13:
+                    seq = nxt + rng.randint(1, 3)                  # a gap
+                elif kind < 0.16:
+                    epoch, seq = epoch + 1, 0                      # a new epoch
+                elif kind < 0.18:
+                    epoch = max(0, epoch - 1)                      # a stale epoch
+                txn = pid == 104 and kind > 0.9                    # opens a transaction
+                many = 2 if 0.2 < kind < 0.25 else 1               # two batches in one append
+                bufs = []
+                for j in range(many):
+                    bufs.append(bytearray(records.encode_batch(
+                        [(clock.now, b"k", b"v%d" % i, []) for i in range(n)], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=seq + j * n, is_transactional=txn)))
+            buf = bytearray(b"".join(bufs))
+            results = []
+            for lg, infos in ((fast, records.validate_batches(buf)), (slow, None)):
+                try:
+                    info = lg.append(bytearray(buf), infos, leader_epoch=0)
+                    results.append((info.first_offset, info.last_offset, info.batch_count))
+                except ProducerStateError as e:
+                    results.append(type(e).__name__)
+            assert results[0] == results[1], (step, results)
+            if isinstance(results[0], tuple) and results[0][2] and pid != -1:
+                if many == 1 and (epoch, seq) == seqs.get(pid, (0, 0)) and pid in seqs and not txn:
+                    hits += 1                  # a next-in-sequence batch
+                seqs[pid] = (epoch, seq + many * n)
+            assert fast.log_end_offset == slow.log_end_offset
+            assert dict(fast.producer_state.active_producers) == dict(slow.producer_state.active_producers), step
+            assert fast.producer_state.map_end_offset == slow.producer_state.map_end_offset
+        assert read_all(fast) == read_all(slow)
+        assert len(fast.segments) > 3          # rolls happened along the way
+        assert hits > 300, hits
+    finally:
+        fast.close()
+        slow.close()

@@ -475,10 +475,12 @@ class Log:
                high_watermark_follows: bool = False) -> LogAppendInfo:
         """Append whole v2 record batches (already validated, e.g. by
         ``kernels.records.validate_batches``, whose BatchInfos are ``infos``).
-        With ``infos`` and no producer ids among them, the append is one kernel
-        call (``LogSegment.try_append``: framing walk, offsets, roll check,
-        write, index entries); otherwise, or when the segment must roll first,
-        the general path below (producer state, roll) does the same work.
+        With ``infos`` and no producer ids among them, or one idempotent batch
+        that is simply its producer's next (``ProducerStateManager.next_in_sequence``:
+        the producer state then only records it), the append is one kernel call
+        (``LogSegment.try_append``: framing walk, offsets, roll check, write,
+        index entries); otherwise, or when the segment must roll first, the
+        general path below (producer state, roll) does the same work.
 
         ``assign_offsets``: leader append — base offsets are rewritten in
         place so the batches get offsets ``log_end_offset ..`` without gaps.
@@ -531,13 +533,22 @@ class Log:
             seg = self._segments[-1]
             pending = None
             fast = None
+            in_sequence = None       # the producer entry of a next-in-sequence batch
             if infos is not None and n <= config.max_message_bytes:
                 # The fast path: batches without producer ids (nothing to check against
-                # producer_state), one kernel call from header walk to index entries.
+                # producer_state), or one idempotent batch that is simply its producer's
+                # next (ProducerStateManager.next_in_sequence), one kernel call from header
+                # walk to index entries.
+                plain = True
                 for info in infos:
                     if info.producer_id != NO_PRODUCER_ID:
+                        plain = False
+                        if (len(infos) == 1 and assign_offsets and not info.is_transactional
+                                and not info.is_control and (origin is None or origin is AppendOrigin.CLIENT)
+                                and not self._verification):
+                            in_sequence = self.producer_state.next_in_sequence(info)
                         break
-                else:
+                if plain or in_sequence is not None:
                     try:
                         fast = seg.try_append(buf, n, self._leo, leader_epoch, self._time_ms,
                                               config.segment_bytes, config.segment_ms,
@@ -579,6 +590,9 @@ class Log:
                     self._complete_txns_locked(pending.completed_txns, seg)
                 if pending.updated_producers:
                     self._update_first_unstable_locked()
+            elif in_sequence is not None and fast is not None:
+                self.producer_state.append_in_sequence(in_sequence, infos[0].base_sequence, first,
+                                                       next_offset - 1, max_ts, next_offset)
             else:
                 self.producer_state.update_map_end_offset(next_offset)
             if leader_epoch >= 0:

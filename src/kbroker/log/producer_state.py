@@ -831,6 +831,33 @@ class ProducerStateManager:
     def update_map_end_offset(self, offset: int) -> None:
         self._map_end_offset = offset
 
+    # -- the next batch of an idempotent producer (Log.append's fast path) ----------------
+    def next_in_sequence(self, info) -> ProducerStateEntry | None:
+        """The entry of ``info``'s producer when ``info`` (a ``BatchInfo`` of one data batch,
+        not transactional, of a leader's client append) is simply that producer's next
+        batch: the same epoch, no open transaction, its base sequence one past the last
+        retained batch. :meth:`analyze_and_validate` finds no duplicate and no error in
+        that case and changes nothing but the batch list (a duplicate's sequence range is
+        one of the retained, all at or below the last). None otherwise: the caller takes
+        the general path."""
+        e = self._producers.get(info.producer_id)
+        if e is None or e.producer_epoch != info.producer_epoch or e.current_txn_first_offset is not None:
+            return None
+        bm = e.batch_metadata
+        if not bm or info.base_sequence != increment_sequence(bm[-1].last_seq, 1):
+            return None
+        return e
+
+    def append_in_sequence(self, entry: ProducerStateEntry, base_sequence: int, first_offset: int,
+                           last_offset: int, timestamp: int, next_offset: int) -> None:
+        """Commit a batch :meth:`next_in_sequence` accepted, after the log write: what
+        ``analyze_and_validate`` then ``apply_append`` would have done for it."""
+        delta = last_offset - first_offset
+        entry.batch_metadata.append(BatchMetadata(increment_sequence(base_sequence, delta), last_offset,
+                                                  delta, timestamp))
+        entry.last_timestamp = timestamp
+        self._map_end_offset = next_offset
+
     @property
     def active_producers(self) -> Mapping[int, ProducerStateEntry]:
         """producer id -> entry (read-only by convention; DescribeProducers seam)."""
