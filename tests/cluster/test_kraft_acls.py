@@ -187,3 +187,51 @@ def test_scram_credential_apis_are_authorized_on_the_broker(cluster):
             a2.delete_acls([flt])[flt].result(timeout=20)
     _wait(lambda: [i.mechanism for i in a3.describe_user_scram_credentials(["ursula"])["ursula"].result(10)
                    .scram_credential_infos] == [ScramMechanism.SCRAM_SHA_256], what="ursula described by broker 3")
+
+
+def test_alter_client_quotas_needs_alter_configs_on_the_cluster(cluster):
+    """AlterClientQuotas is forwarded to the controller, which sees no principal: the broker
+    checks ALTER_CONFIGS on the cluster first (Kafka's ControllerApis). Refused, every entry
+    answers CLUSTER_AUTHORIZATION_FAILED and no quota is set; allowed again, it is set."""
+    from kbroker.protocol import ApiKey, ErrorCode
+    from kbroker.protocol.messages import alter_client_quotas as acq
+    from kbroker.protocol.messages import describe_client_quotas as dcq
+    from tests.broker.raw_client import RawClient
+
+    a = _admin(cluster, 2)
+    ports = list(cluster.broker_ports.values())
+    req = acq.AlterClientQuotasRequest(validate_only=False, entries=[
+        acq.AlterClientQuotasRequestEntryData(
+            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=name)],
+            ops=[acq.OpData(key="producer_byte_rate", value=5000.0, remove=False)])
+        for name in ("q1", "q2")])
+
+    def alter(port):
+        with RawClient(port) as c:
+            r = c.call(ApiKey.ALTER_CLIENT_QUOTAS, 1, req)
+        return [(e.error_code, [x.entity_name for x in e.entity]) for e in r.entries]
+
+    def described(port):
+        with RawClient(port) as c:
+            r = c.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1,
+                       dcq.DescribeClientQuotasRequest(strict=False, components=[]))
+        return sorted(x.entity_name for e in r.entries for x in e.entity)
+
+    allow = _bind(ResourceType.BROKER, "kafka-cluster", AclOperation.ALTER, AclPermissionType.ALLOW)
+    see = _bind(ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE_CONFIGS, AclPermissionType.ALLOW)
+    deny = _bind(ResourceType.BROKER, "kafka-cluster", AclOperation.ALTER_CONFIGS)
+    for f in a.create_acls([allow, see, deny]).values():
+        f.result(timeout=20)
+    denied = [(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ["q1"]), (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ["q2"])]
+    try:
+        _wait(lambda: all(alter(p) == denied for p in ports), what="AlterClientQuotas refused on both brokers")
+        time.sleep(0.5)
+        assert all(described(p) == [] for p in ports)
+    finally:
+        for binding in (deny, see, allow):
+            flt = AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, ANON, "*",
+                                   binding.operation, binding.permission_type)
+            a.delete_acls([flt])[flt].result(timeout=20)
+    _wait(lambda: alter(ports[0]) == [(ErrorCode.NONE, ["q1"]), (ErrorCode.NONE, ["q2"])],
+          what="AlterClientQuotas allowed again")
+    _wait(lambda: all(described(p) == ["q1", "q2"] for p in ports), what="quotas on both brokers")

@@ -5,8 +5,9 @@ principal; kbroker forwards the bare request (no Envelope), so the broker checks
 ControllerApis would before forwarding: the items the principal may not touch answer
 TOPIC_AUTHORIZATION_FAILED (CLUSTER_AUTHORIZATION_FAILED for a broker config resource) and are
 taken out of the forwarded request; the controller's answer for the rest is merged with them.
-Cluster-wide requests (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments)
-need ALTER / DESCRIBE on the cluster, else their whole answer is CLUSTER_AUTHORIZATION_FAILED.
+Cluster-wide requests (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
+AlterClientQuotas) need ALTER / DESCRIBE / ALTER_CONFIGS on the cluster, else their whole
+answer is CLUSTER_AUTHORIZATION_FAILED (in every entry of an AlterClientQuotas answer).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import copy
 
 from kbroker.protocol import ApiKey, ErrorCode
 from kbroker.server.authz import ALTER, ALTER_CONFIGS, CREATE, DELETE, DESCRIBE, TOPIC
-from kbroker.server.request_context import error_response, error_response_for
+from kbroker.server.request_context import error_response_for
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: api key -> (request items attribute, response results attribute)
@@ -26,7 +27,8 @@ _ITEMS = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: ("resources", "responses"),
 }
 _CLUSTER_OP = {ApiKey.ELECT_LEADERS: ALTER, ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER,
-               ApiKey.LIST_PARTITION_REASSIGNMENTS: DESCRIBE}
+               ApiKey.LIST_PARTITION_REASSIGNMENTS: DESCRIBE,
+               ApiKey.ALTER_CLIENT_QUOTAS: ALTER_CONFIGS}
 
 
 def _denied_code(auth, key: int, item, names_by_id) -> int:
@@ -52,7 +54,7 @@ def authorize_forwarded(auth, ctx, body, names_by_id):
     if op is not None:
         if auth.cluster(op):
             return body, None, None
-        return None, None, error_response(key, v, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        return None, None, error_response_for(key, v, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, body)
     attrs = _ITEMS.get(key)
     if attrs is None:
         return body, None, None

@@ -201,11 +201,12 @@ def error_response(api_key: int, version: int, code: int):
 def error_response_for(api_key: int, version: int, code: int, body):
     """Kafka's AbstractRequest.getErrorResponse: like :func:`error_response`, but for the admin
     APIs whose response has no top-level error code (CreateTopics, DeleteTopics,
-    CreatePartitions, (Incremental)AlterConfigs, DescribeConfigs, AlterUserScramCredentials)
-    the error goes in every per-item result of the request ``body``."""
+    CreatePartitions, (Incremental)AlterConfigs, DescribeConfigs, AlterUserScramCredentials,
+    AlterClientQuotas) the error goes in every per-item result of the request ``body``."""
     from kbroker.protocol.messages import (
-        alter_configs as AC, alter_user_scram_credentials as AUSC, create_partitions as CP, create_topics as CT,
-        delete_topics as DT, describe_configs as DC, incremental_alter_configs as IAC,
+        alter_client_quotas as ACQ, alter_configs as AC, alter_user_scram_credentials as AUSC,
+        create_partitions as CP, create_topics as CT, delete_topics as DT, describe_configs as DC,
+        incremental_alter_configs as IAC,
     )
     if body is not None:
         if api_key == ApiKey.CREATE_TOPICS:
@@ -234,4 +235,13 @@ def error_response_for(api_key: int, version: int, code: int, body):
             users = sorted({x.name for x in list(body.deletions or ()) + list(body.upsertions or ())})
             return AUSC.AlterUserScramCredentialsResponse(results=[
                 AUSC.AlterUserScramCredentialsResult(user=u, error_code=code, error_message=None) for u in users])
+        if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+            # Kafka's AlterClientQuotasRequest.getErrorResponse: every entry, its entity echoed
+            return ACQ.AlterClientQuotasResponse(throttle_time_ms=0, entries=[
+                ACQ.AlterClientQuotasResponseEntryData(
+                    error_code=code, error_message=None,
+                    entity=[ACQ.AlterClientQuotasResponseEntityData(entity_type=e.entity_type,
+                                                                    entity_name=e.entity_name)
+                            for e in entry.entity])
+                for entry in body.entries])
     return error_response(api_key, version, code)

@@ -23,6 +23,7 @@ from kbroker.protocol.messages.describe_client_quotas import (
 from kbroker.quota import entity as Q
 from kbroker.server.apis import ApiHandler
 from kbroker.server.authz import ALTER_CONFIGS, CLUSTER, DESCRIBE_CONFIGS, allowed
+from kbroker.server.request_context import error_response_for
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,8 @@ def handle_describe(broker, ctx, req) -> None:
 
 def handle_alter(broker, ctx, req) -> None:
     if not allowed(broker, ctx, ALTER_CONFIGS, CLUSTER):
-        ctx.respond(AlterClientQuotasResponse(throttle_time_ms=0, entries=[
-            AlterClientQuotasResponseEntryData(
-                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None,
-                entity=[AlterClientQuotasResponseEntityData(entity_type=e.entity_type, entity_name=e.entity_name)
-                        for e in entry.entity])
-            for entry in req.entries]))
+        ctx.respond(error_response_for(ApiKey.ALTER_CLIENT_QUOTAS, ctx.api_version,
+                                       ErrorCode.CLUSTER_AUTHORIZATION_FAILED, req))
         return
     store = broker.metadata
     current = store.client_quotas()
