@@ -200,13 +200,12 @@ def test_alter_client_quotas_needs_alter_configs_on_the_cluster(cluster):
 
     a = _admin(cluster, 2)
     ports = list(cluster.broker_ports.values())
-    req = acq.AlterClientQuotasRequest(validate_only=False, entries=[
-        acq.AlterClientQuotasRequestEntryData(
-            entity=[acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=name)],
-            ops=[acq.OpData(key="producer_byte_rate", value=5000.0, remove=False)])
-        for name in ("q1", "q2")])
-
-    def alter(port):
+    def alter(port, validate_only=False):
+        req = acq.AlterClientQuotasRequest(validate_only=validate_only, entries=[
+            acq.AlterClientQuotasRequestEntryData(
+                entity=[acq.AlterClientQuotasRequestEntityData(entity_type="client-id", entity_name=name)],
+                ops=[acq.OpData(key="producer_byte_rate", value=5000.0, remove=False)])
+            for name in ("q1", "q2")])
         with RawClient(port) as c:
             r = c.call(ApiKey.ALTER_CLIENT_QUOTAS, 1, req)
         return [(e.error_code, [x.entity_name for x in e.entity]) for e in r.entries]
@@ -224,7 +223,10 @@ def test_alter_client_quotas_needs_alter_configs_on_the_cluster(cluster):
         f.result(timeout=20)
     denied = [(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ["q1"]), (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ["q2"])]
     try:
-        _wait(lambda: all(alter(p) == denied for p in ports), what="AlterClientQuotas refused on both brokers")
+        # validate-only probes until both brokers have the ACLs (a probe sets nothing)
+        _wait(lambda: all(alter(p, validate_only=True) == denied for p in ports),
+              what="AlterClientQuotas refused on both brokers")
+        assert [alter(p) for p in ports] == [denied, denied]
         time.sleep(0.5)
         assert all(described(p) == [] for p in ports)
     finally:
