@@ -30,12 +30,14 @@ from kbroker.controller.acl_control import AclControlManager
 from kbroker.controller.client_quota_control import ClientQuotaControlManager
 from kbroker.controller.cluster_control import ClusterControlManager
 from kbroker.controller.configuration_control import ConfigurationControlManager
-from kbroker.controller.features import FeatureControlManager
+from kbroker.controller.features import SAFE_DOWNGRADE, UPGRADE, FeatureControlManager
 from kbroker.controller.producer_id_control import ProducerIdControlManager
 from kbroker.controller.replication_control import ReplicationControlManager
 from kbroker.controller.result import ControllerConfig, ControllerResult
 from kbroker.controller.scram_control import ScramControlManager
 from kbroker.metadata import records as R
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import update_features as UF
 from kbroker.metadata.image import (
     AclsImage, ClientQuotasImage, ClusterImage, ConfigurationsImage, FeaturesImage, MetadataImage, ProducerIdsImage,
     ScramImage, TopicImage, TopicsImage, frozen_map,
@@ -46,7 +48,7 @@ class QuorumController:
     def __init__(self, config: ControllerConfig | None = None, seed: int | None = None):
         self.config = config or ControllerConfig()
         self.random = _random.Random(seed)
-        self.features = FeatureControlManager()
+        self.features = FeatureControlManager(self.config.node_id)
         self.cluster = ClusterControlManager(self.config, self.features)
         self.configs = ConfigurationControlManager(self.config, self.cluster)
         self.replication = ReplicationControlManager(self.config, self.features, self.cluster, self.configs,
@@ -202,6 +204,31 @@ class QuorumController:
 
     def alter_user_scram_credentials(self, req) -> ControllerResult:
         return self._write(self.scram.alter_user_scram_credentials(req))
+
+    def update_features(self, req, version: int = 1) -> ControllerResult:
+        """UpdateFeatures (Kafka's QuorumController.updateFeatures): the response carries a
+        result per feature when all succeed (v0-1), else only the top-level error."""
+        updates, types = {}, {}
+        for u in req.feature_updates or ():
+            updates[u.feature] = u.max_version_level
+            # v0 had AllowDowngrade, which v1's UpgradeType replaced (KIP-778)
+            types[u.feature] = (SAFE_DOWNGRADE if u.allow_downgrade else UPGRADE) if version == 0 else u.upgrade_type
+        brokers = [(b.id, {n: (lo, hi) for n, lo, hi in b.supported_features})
+                   for _, b in sorted(self.cluster.brokers.items())]
+        res = self.features.update_features(updates, types, bool(req.validate_only), self.config.supported_features,
+                                            brokers)
+        err = res.response
+        if err is not None:
+            res.response = UF.UpdateFeaturesResponse(
+                throttle_time_ms=0, error_code=err.code, results=[],
+                error_message="The update failed for all features since the following feature had an error: "
+                              + (err.message or ""))
+        else:
+            res.response = UF.UpdateFeaturesResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+                                                     results=[UF.UpdatableFeatureResult(feature=n, error_code=0,
+                                                                                        error_message=None)
+                                                              for n in updates])
+        return self._write(res)
 
     def allocate_producer_ids(self, req) -> ControllerResult:
         return self._write(self.producer_ids.allocate_producer_ids(req))

@@ -51,3 +51,6 @@ class ControllerConfig:
     #: unclean.leader.election.enable when neither the topic nor the cluster-wide dynamic
     #: broker config sets it (the node's static config)
     unclean_leader_election_enable: bool = False
+    #: {feature: (min, max)} this controller supports (UpdateFeatures checks new levels
+    #: against it; a node passes kbroker.server.features.SUPPORTED)
+    supported_features: dict = field(default_factory=lambda: {"metadata.version": (1, 21)})

@@ -6,7 +6,7 @@ ControllerApis would before forwarding: the items the principal may not touch an
 TOPIC_AUTHORIZATION_FAILED (CLUSTER_AUTHORIZATION_FAILED for a broker config resource) and are
 taken out of the forwarded request; the controller's answer for the rest is merged with them.
 Cluster-wide requests (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
-AlterClientQuotas) need ALTER / DESCRIBE / ALTER_CONFIGS on the cluster, else their whole
+AlterClientQuotas, UpdateFeatures) need ALTER / DESCRIBE / ALTER_CONFIGS on the cluster, else their whole
 answer is CLUSTER_AUTHORIZATION_FAILED (in every entry of an AlterClientQuotas answer).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ _ITEMS = {
 }
 _CLUSTER_OP = {ApiKey.ELECT_LEADERS: ALTER, ApiKey.ALTER_PARTITION_REASSIGNMENTS: ALTER,
                ApiKey.LIST_PARTITION_REASSIGNMENTS: DESCRIBE,
-               ApiKey.ALTER_CLIENT_QUOTAS: ALTER_CONFIGS}
+               ApiKey.ALTER_CLIENT_QUOTAS: ALTER_CONFIGS, ApiKey.UPDATE_FEATURES: ALTER}
 
 
 def _denied_code(auth, key: int, item, names_by_id) -> int:

@@ -28,6 +28,7 @@ import threading
 
 from kbroker.controller.result import ControllerConfig
 from kbroker.server.config import parse_host_port, parse_voters
+from kbroker.server.features import SUPPORTED as SUPPORTED_FEATURES
 from kbroker.server.controller_server import ControllerServer
 from kbroker.metadata.bootstrap import uuid_from_str
 from kbroker.security.credentials import PublishedScramCredentials
@@ -84,7 +85,8 @@ class KRaftNode:
                 ControllerConfig(cluster_id=self.cluster_id, node_id=self.node_id,
                                  session_timeout_ms=c["broker.session.timeout.ms"],
                                  default_num_partitions=c["num.partitions"],
-                                 default_replication_factor=c["default.replication.factor"]),
+                                 default_replication_factor=c["default.replication.factor"],
+                                 supported_features=dict(SUPPORTED_FEATURES)),
                 bootstrap=self._bootstrap_records())
         if "broker" in self.roles:
             self.broker_metadata = BrokerMetadataListener()

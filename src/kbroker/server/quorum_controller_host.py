@@ -64,6 +64,7 @@ WRITES = {
     ApiKey.CREATE_ACLS: "create_acls",
     ApiKey.DELETE_ACLS: "delete_acls",
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: "alter_user_scram_credentials",
+    ApiKey.UPDATE_FEATURES: "update_features",
 }
 READS = {
     ApiKey.DESCRIBE_CONFIGS: "describe_configs",
@@ -277,7 +278,7 @@ class QuorumControllerHost(Listener):
         try:
             if name in _WITH_NOW:
                 result = fn(body, self.raft.now_ms())
-            elif name == "alter_partition":
+            elif name in ("alter_partition", "update_features"):
                 result = fn(body, ctx.api_version)
             else:
                 result = fn(body)
