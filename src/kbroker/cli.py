@@ -23,6 +23,7 @@ TOOLS = {
     "leader-election": ("leader_election", "kafka-leader-election.sh"),
     "reassign-partitions": ("reassign_partitions", "kafka-reassign-partitions.sh"),
     "metadata-quorum": ("metadata_quorum", "kafka-metadata-quorum.sh"),
+    "features": ("features", "kafka-features.sh"),
     "dev-cluster": ("dev_cluster", "a local 3-node KRaft cluster: start / status / stop"),
 }
 

@@ -128,6 +128,13 @@ class PartitionReassignment(NamedTuple):
     removing_replicas: list
 
 
+class FeatureMetadata(NamedTuple):
+    """Kafka's FeatureMetadata: a broker's ApiVersions v3+ features."""
+    finalized: dict          # {feature: finalized level}
+    supported: dict          # {feature: (min, max)}
+    epoch: int               # the finalized levels' epoch (-1: not known)
+
+
 class ClusterDescription(NamedTuple):
     cluster_id: str | None
     controller_id: int
@@ -647,6 +654,40 @@ class Admin:
             raise E.for_code(r.error_code, r.error_message or None)
         return {tuple((e.entity_type, e.entity_name) for e in x.entity): {v.key: v.value for v in x.values}
                 for x in r.entries or ()}
+
+    # -- features (ApiVersions / UpdateFeatures) --------------------------------------------------
+    def describe_features(self, timeout: float | None = None) -> FeatureMetadata:
+        """Kafka's Admin.describeFeatures: the supported ranges and finalized levels a broker's
+        ApiVersions (v3+) reports."""
+        from kbroker import __version__
+        from kbroker.protocol.messages.api_versions import ApiVersionsRequest
+        deadline = self._deadline(timeout)
+        r = self._request_any(ApiKey.API_VERSIONS, lambda: ApiVersionsRequest(
+            client_software_name="kbroker", client_software_version=__version__), deadline)
+        if r.error_code:
+            raise E.for_code(r.error_code)
+        return FeatureMetadata({f.name: f.max_version_level for f in r.finalized_features or ()},
+                               {f.name: (f.min_version, f.max_version) for f in r.supported_features or ()},
+                               r.finalized_features_epoch)
+
+    def update_features(self, updates: dict, validate_only: bool = False, timeout: float | None = None,
+                        raise_on_error: bool = True) -> dict:
+        """Kafka's Admin.updateFeatures. ``updates``: {feature: (new level, upgrade type: 1
+        upgrade, 2 safe downgrade, 3 unsafe downgrade)}; level 0 disables a feature. Returns
+        {feature: None or KafkaError}; the controller applies all or none of them."""
+        from kbroker.protocol.messages import update_features as uf
+        deadline = self._deadline(timeout)
+        req = uf.UpdateFeaturesRequest(
+            timeout_ms=int(1000 * max(0.0, deadline - time.monotonic())), validate_only=validate_only,
+            feature_updates=[uf.FeatureUpdateKey(feature=n, max_version_level=level, upgrade_type=kind)
+                             for n, (level, kind) in updates.items()])      # (v1: UpgradeType)
+        r = self._to_controller(ApiKey.UPDATE_FEATURES, lambda: req, deadline)
+        if r.error_code:
+            err = E.for_code(r.error_code, r.error_message or None)
+            return _check({n: err for n in updates}, raise_on_error)
+        got = {x.feature: E.for_code(x.error_code, x.error_message or None) if x.error_code else None
+               for x in r.results or ()}
+        return _check({n: got.get(n) for n in updates}, raise_on_error)
 
     # -- ACLs (CreateAcls / DescribeAcls / DeleteAcls) -------------------------------------------
     def create_acls(self, acls, timeout: float | None = None) -> list:

@@ -39,6 +39,12 @@ IBP_3_9_IV0 = 21
 LATEST = IBP_3_9_IV0
 MINIMUM_BOOTSTRAP = IBP_3_3_IV0
 
+#: metadata.version level -> release name (Kafka's MetadataVersion.version())
+METADATA_VERSION_NAMES = {
+    1: "3.0-IV1", 2: "3.1-IV0", 3: "3.2-IV0", 4: "3.3-IV0", 5: "3.3-IV1", 6: "3.3-IV2", 7: "3.3-IV3",
+    8: "3.4-IV0", 9: "3.5-IV0", 10: "3.5-IV1", 11: "3.5-IV2", 12: "3.6-IV0", 13: "3.6-IV1", 14: "3.6-IV2",
+    15: "3.7-IV0", 16: "3.7-IV1", 17: "3.7-IV2", 18: "3.7-IV3", 19: "3.7-IV4", 20: "3.8-IV0", 21: "3.9-IV0",
+}
 #: metadata.version levels whose release changed the metadata format (Kafka's
 #: MetadataVersion.didMetadataChange): a downgrade across one of them could lose metadata
 METADATA_CHANGED = frozenset({1, 3, 5, 6, 7, 8, 11, 13, 14, 15, 17})
