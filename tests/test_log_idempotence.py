@@ -322,10 +322,11 @@ def test_batch_headers_of_a_small_segment_start_at_the_batch_holding_the_offset(
 
 
 def test_next_in_sequence_fast_path_matches_the_general_path(tmp_path):
-    """Log.append takes a one-kernel-call path for a batch that is simply its idempotent
-    producer's next one (ProducerStateManager.next_in_sequence). Random appends (next in
-    sequence, retries of each of the last batches, gaps, stale and new epochs, new
-    producers, transactional batches, several batches at once, small segments that roll)
+    """Log.append takes a one-kernel-call path for a batch that is simply its idempotent or
+    transactional producer's next one (ProducerStateManager.next_in_sequence). Random
+    appends (next in sequence, retries of each of the last batches, gaps, stale and new
+    epochs, new producers, transactions opened by a batch and ended by COMMIT/ABORT
+    markers, several batches at once, small segments that roll)
     give the same offsets, errors, bytes and producer state with the BatchInfos (fast path
     allowed) as without them (always the general path)."""
     import random
@@ -337,7 +338,7 @@ def test_next_in_sequence_fast_path_matches_the_general_path(tmp_path):
     fast = open_log(tmp_path / "f-0", clock, **{"segment.bytes": 4096})
     slow = open_log(tmp_path / "s-0", clock, **{"segment.bytes": 4096})
     seqs = {}                  # pid -> (epoch, next sequence)
-    hits = 0
+    hits = txn_hits = 0
     try:
         for step in range(1500):
             clock.now += rng.randint(0, 3)
@@ -357,7 +358,7 @@ def test_next_in_sequence_fast_path_matches_the_general_path(tmp_path):
                     epoch, seq = epoch + 1, 0                      # a new epoch
                 elif kind < 0.18:
                     epoch = max(0, epoch - 1)                      # a stale epoch
-                txn = pid == 104 and kind > 0.9                    # opens a transaction
+                txn = pid == 104                                   # transactional (ended by markers)
                 many = 2 if 0.2 < kind < 0.25 else 1               # two batches in one append
                 bufs = []
                 for j in range(many):
@@ -374,15 +375,27 @@ def test_next_in_sequence_fast_path_matches_the_general_path(tmp_path):
                     results.append(type(e).__name__)
             assert results[0] == results[1], (step, results)
             if isinstance(results[0], tuple) and results[0][2] and pid != -1:
-                if many == 1 and (epoch, seq) == seqs.get(pid, (0, 0)) and pid in seqs and not txn:
-                    hits += 1                  # a next-in-sequence batch
+                if many == 1 and (epoch, seq) == seqs.get(pid, (0, 0)) and pid in seqs:
+                    hits += 1                  # a next-in-sequence batch (fast unless it opens a txn)
+                    txn_hits += txn
                 seqs[pid] = (epoch, seq + many * n)
+            if pid == 104 and rng.random() < 0.15:                 # the coordinator ends the transaction
+                commit = rng.random() < 0.5
+                ends = []
+                for lg in (fast, slow):
+                    try:
+                        ends.append(lg.append_end_txn_marker(104, seqs.get(104, (0, 0))[0], 0, commit,
+                                                             leader_epoch=0).first_offset)
+                    except ProducerStateError as e:
+                        ends.append(type(e).__name__)
+                assert ends[0] == ends[1], (step, ends)
+                assert fast.last_stable_offset == slow.last_stable_offset
             assert fast.log_end_offset == slow.log_end_offset
             assert dict(fast.producer_state.active_producers) == dict(slow.producer_state.active_producers), step
             assert fast.producer_state.map_end_offset == slow.producer_state.map_end_offset
         assert read_all(fast) == read_all(slow)
         assert len(fast.segments) > 3          # rolls happened along the way
-        assert hits > 300, hits
+        assert hits > 300 and txn_hits > 50, (hits, txn_hits)
     finally:
         fast.close()
         slow.close()

@@ -475,9 +475,10 @@ class Log:
                high_watermark_follows: bool = False) -> LogAppendInfo:
         """Append whole v2 record batches (already validated, e.g. by
         ``kernels.records.validate_batches``, whose BatchInfos are ``infos``).
-        With ``infos`` and no producer ids among them, or one idempotent batch
-        that is simply its producer's next (``ProducerStateManager.next_in_sequence``:
-        the producer state then only records it), the append is one kernel call
+        With ``infos`` and no producer ids among them, or one idempotent or
+        transactional batch that is simply its producer's next
+        (``ProducerStateManager.next_in_sequence``: the producer state then only
+        records it), the append is one kernel call
         (``LogSegment.try_append``: framing walk, offsets, roll check, write,
         index entries); otherwise, or when the segment must roll first, the
         general path below (producer state, roll) does the same work.
@@ -543,8 +544,9 @@ class Log:
                 for info in infos:
                     if info.producer_id != NO_PRODUCER_ID:
                         plain = False
-                        if (len(infos) == 1 and assign_offsets and not info.is_transactional
-                                and not info.is_control and (origin is None or origin is AppendOrigin.CLIENT)
+                        # (no KIP-890 verification state here: nothing for it to check)
+                        if (len(infos) == 1 and assign_offsets and not info.is_control
+                                and (origin is None or origin is AppendOrigin.CLIENT)
                                 and not self._verification):
                             in_sequence = self.producer_state.next_in_sequence(info)
                         break

@@ -833,15 +833,17 @@ class ProducerStateManager:
 
     # -- the next batch of an idempotent producer (Log.append's fast path) ----------------
     def next_in_sequence(self, info) -> ProducerStateEntry | None:
-        """The entry of ``info``'s producer when ``info`` (a ``BatchInfo`` of one data batch,
-        not transactional, of a leader's client append) is simply that producer's next
-        batch: the same epoch, no open transaction, its base sequence one past the last
-        retained batch. :meth:`analyze_and_validate` finds no duplicate and no error in
-        that case and changes nothing but the batch list (a duplicate's sequence range is
-        one of the retained, all at or below the last). None otherwise: the caller takes
-        the general path."""
+        """The entry of ``info``'s producer when ``info`` (a ``BatchInfo`` of one data batch
+        of a leader's client append) is simply that producer's next batch: the same epoch,
+        its base sequence one past the last retained batch, and either not transactional
+        with no transaction open, or transactional inside the transaction already open
+        here. :meth:`analyze_and_validate` finds no duplicate and no error in that case and
+        changes nothing but the batch list (a duplicate's sequence range is one of the
+        retained, all at or below the last; the open transaction keeps its first offset).
+        None otherwise: the caller takes the general path."""
         e = self._producers.get(info.producer_id)
-        if e is None or e.producer_epoch != info.producer_epoch or e.current_txn_first_offset is not None:
+        if (e is None or e.producer_epoch != info.producer_epoch
+                or (e.current_txn_first_offset is not None) != bool(info.is_transactional)):
             return None
         bm = e.batch_metadata
         if not bm or info.base_sequence != increment_sequence(bm[-1].last_seq, 1):
