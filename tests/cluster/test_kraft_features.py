@@ -91,7 +91,8 @@ def test_kbroker_features_tool(tmp_path):
             (0, "metadata.version was downgraded to 19.\n")
         rc, out = _tool("--bootstrap-server", bs, "downgrade", "--metadata", "3.6")
         assert rc == 1 and "Refusing to perform the requested downgrade" in out
-        assert _tool("--bootstrap-server", bs, "upgrade", "--metadata", "3.9", "--feature", "transaction.version=2") == \
+        assert _tool("--bootstrap-server", bs, "upgrade", "--metadata", "3.9",
+                     "--feature", "transaction.version=2") == \
             (0, "metadata.version was upgraded to 21.\ntransaction.version was upgraded to 2.\n")
         rc, out = _tool("--bootstrap-server", bs, "upgrade", "--metadata", "2.8")
         assert rc == 1 and "Unknown metadata.version 2.8" in out

@@ -54,7 +54,8 @@ def test_upgrade_downgrade_and_delete_transaction_version():
     resp, _ = _update(h, transaction_version=(0, SAFE_DOWNGRADE))
     assert resp.error_code == ErrorCode.NONE and TV not in h.c.features.finalized    # level 0 deletes it
     resp, _ = _update(h, transaction_version=(1, SAFE_DOWNGRADE))
-    assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION and "Can't downgrade to a newer version" in resp.error_message
+    assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION
+    assert "Can't downgrade to a newer version" in resp.error_message
     # v0's AllowDowngrade is a safe downgrade
     _update(h, transaction_version=2)
     resp, _ = _update(h, version=0, transaction_version=(1, SAFE_DOWNGRADE))
@@ -83,7 +84,8 @@ def test_metadata_version_floor_and_format_changes():
     # 3.9-IV0 (21) down to 3.7-IV2 (17): no release in between changed the metadata format
     assert not metadata_changed(LATEST, 17) and metadata_changed(LATEST, 16)
     resp, written = _update(h, metadata_version=(17, SAFE_DOWNGRADE))
-    assert resp.error_code == ErrorCode.NONE and [(m.message.name, m.message.feature_level) for _, m in written] == [(MV, 17)]
+    assert resp.error_code == ErrorCode.NONE
+    assert [(m.message.name, m.message.feature_level) for _, m in written] == [(MV, 17)]
     assert h.c.features.metadata_version == 17
     resp, _ = _update(h, metadata_version=(16, SAFE_DOWNGRADE))
     assert "Refusing to perform the requested downgrade because it might delete metadata" in resp.error_message

@@ -75,10 +75,10 @@ while another thread waits for the GIL is a GIL hand-over, i.e. a context switch
   10,000 partitions that scan is most of its CPU) and the broker makes one send per
   group. A held response waits only for requests already read and handled at once: every
   other way out writes the held ones first (a response sent by this processor, a NO_OP,
-  a CLOSE, which waits until they are written), and a request left unanswered by its handler (a purgatory) has them written
-  by ``flush_held`` as soon as its handler returns; an answer that comes while that write
-  is unfinished is *parked* and sent after it. Their metrics count the send as complete
-  when the write that carries them is made.
+  a CLOSE, which closes only once they are written), and a request left unanswered by its
+  handler (a purgatory) has them written by ``flush_held`` as soon as its handler returns;
+  an answer that comes while that write is unfinished is *parked* and sent after it.
+  Their metrics count the send as complete when the write that carries them is made.
 
 Memory (Kafka's ``NetworkReceive`` and ``SimpleMemoryPool``, see ``memory_pool.py``): the
 size prefix is a claim, not a fact, so nothing is allocated for it. A frame's bytes live in

@@ -417,7 +417,7 @@ class KRaftBroker:
         lc.on_unfenced = self.maybe_enable_request_processing
         self.lifecycle_manager = BrokerLifecycleManager(lc, self.controller_channel)
         self.lifecycle_manager.start()
-        # Kafka's BrokerServer: wait for the initial catch-up, publish, then serve and unfence
+        # Kafka's BrokerServer: wait for the initial catch-up, publish, ask to be unfenced, serve
         if not lc.caught_up.wait(c["initial.broker.registration.timeout.ms"] / 1000.0):
             raise RuntimeError(f"broker {self.node_id} did not catch up with the metadata log within "
                                f"initial.broker.registration.timeout.ms={c['initial.broker.registration.timeout.ms']}")
