@@ -20,6 +20,7 @@ import contextlib
 import math
 import os
 import random
+import re
 import signal
 import statistics
 import sys
@@ -188,6 +189,15 @@ def default_workload_name(args, tool: str, rate: float) -> str:
         extra.append("rr")
     if getattr(args, "prime_records", 0):
         extra.append(f"prime{args.prime_records}")
+    if getattr(args, "batch_size", 16384) != 16384:
+        extra.append(f"batch{args.batch_size}")
+    # other producer properties change the workload too (runs with and without
+    # enable.idempotence must never be compared as one workload)
+    for k, v in sorted(parse_kv(getattr(args, "producer_config", None) or []).items()):
+        if k == "enable.idempotence" and str(v).lower() == "true":
+            extra.append("idempotent")
+        else:
+            extra.append(re.sub(r"[^A-Za-z0-9]+", "_", f"{k}_{v}").strip("_"))
     parts = [kind, f"{t}-topic-{args.partitions}-partition-{_size_label(args.record_size)}"]
     if kind != "consume":
         parts.append(f"rate-{rate_s}")

@@ -422,3 +422,18 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_workload_name_tells_producer_configs_apart():
+    """Runs with other producer properties (enable.idempotence, batch.size, ...) are other
+    workloads: the report must never compare them as one."""
+    def name(*argv):
+        args = produce.finish_args(produce.build_parser().parse_args(["--partitions", "50", *argv]))
+        return common.workload_manifest(args, tool="bench.produce")["name"]
+    plain = name()
+    assert plain == "produce-1-topic-50-partition-100b-rate-max"
+    assert name("--producer-config", "enable.idempotence=true") == plain + "-idempotent"
+    assert name("--producer-config", "enable.idempotence=false") == plain + "-enable_idempotence_false"
+    assert name("--batch-size", "65536", "--producer-config", "max.in.flight.requests.per.connection=1") == \
+        plain + "-batch65536-max_in_flight_requests_per_connection_1"
+    assert name("--workload-name", "mine", "--producer-config", "enable.idempotence=true") == "mine"
