@@ -36,12 +36,12 @@ from kbroker.controller.replication_control import ReplicationControlManager
 from kbroker.controller.result import ControllerConfig, ControllerResult
 from kbroker.controller.scram_control import ScramControlManager
 from kbroker.metadata import records as R
-from kbroker.protocol.errors import ErrorCode
-from kbroker.protocol.messages import update_features as UF
 from kbroker.metadata.image import (
     AclsImage, ClientQuotasImage, ClusterImage, ConfigurationsImage, FeaturesImage, MetadataImage, ProducerIdsImage,
     ScramImage, TopicImage, TopicsImage, frozen_map,
 )
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import update_features as UF
 
 
 class QuorumController:

@@ -6,8 +6,9 @@ ControllerApis would before forwarding: the items the principal may not touch an
 TOPIC_AUTHORIZATION_FAILED (CLUSTER_AUTHORIZATION_FAILED for a broker config resource) and are
 taken out of the forwarded request; the controller's answer for the rest is merged with them.
 Cluster-wide requests (ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments,
-AlterClientQuotas, UpdateFeatures) need ALTER / DESCRIBE / ALTER_CONFIGS on the cluster, else their whole
-answer is CLUSTER_AUTHORIZATION_FAILED (in every entry of an AlterClientQuotas answer).
+AlterClientQuotas, UpdateFeatures) need ALTER / DESCRIBE / ALTER_CONFIGS on the cluster, else
+their whole answer is CLUSTER_AUTHORIZATION_FAILED (in every entry of an AlterClientQuotas
+answer).
 """
 from __future__ import annotations
 
