@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import sys
 
-from kbroker.controller.features import METADATA_VERSION_NAMES, MINIMUM_BOOTSTRAP, LATEST
+from kbroker.controller.features import (
+    LATEST, METADATA_VERSION_NAMES, MINIMUM_BOOTSTRAP, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE,
+)
 from kbroker.tools._common import KafkaArgumentParser, ToolError, admin, describe_error, run_tool
 
 PURPOSE = ("This tool manages feature flags in Kafka.\n"
            "Commands: describe, upgrade, downgrade, disable")
 COMMANDS = ("describe", "upgrade", "downgrade", "disable")
-UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 
 
 def level_to_string(feature: str, level: int) -> str:
